@@ -1,0 +1,184 @@
+{{/* Names. Pods and Slurm nodes are named from the release: <release>-<pool>-<i>. */}}
+
+{{- define "slonk.chart" -}}
+{{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "slonk.serviceAccountName" -}}
+{{ .Values.serviceAccount.name | default .Release.Name }}
+{{- end }}
+
+{{- define "slonk.mungeSecret" -}}
+{{ .Values.munge.existingSecret | default (printf "%s-munge" .Release.Name) }}
+{{- end }}
+
+{{- define "slonk.sshSecret" -}}
+{{ .Values.ssh.existingSecret | default (printf "%s-ssh-host-keys" .Release.Name) }}
+{{- end }}
+
+{{/* Labels: app.kubernetes.io/* on everything, the component on pods and their Services. */}}
+{{- define "slonk.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "slonk.labels" -}}
+{{ include "slonk.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: slonk
+helm.sh/chart: {{ include "slonk.chart" . }}
+{{- end }}
+
+{{/* Call with (dict "root" $ "component" "worker" "pool" "cpu"); pool is optional. */}}
+{{- define "slonk.componentSelector" -}}
+{{ include "slonk.selectorLabels" .root }}
+app.kubernetes.io/component: {{ .component }}
+{{- with .pool }}
+slonk.io/nodepool: {{ . }}
+{{- end }}
+{{- end }}
+
+{{- define "slonk.componentLabels" -}}
+{{ include "slonk.labels" .root }}
+app.kubernetes.io/component: {{ .component }}
+{{- with .pool }}
+slonk.io/nodepool: {{ . }}
+{{- end }}
+{{- end }}
+
+{{/* Call with (dict "root" $ "image" .Values.images.worker). */}}
+{{- define "slonk.image" -}}
+{{- $images := .root.Values.images -}}
+{{- $tag := $images.tag | default .root.Chart.AppVersion -}}
+{{- if $images.registry -}}
+{{ printf "%s/%s:%s" $images.registry .image $tag }}
+{{- else -}}
+{{ printf "%s:%s" .image $tag }}
+{{- end }}
+{{- end }}
+
+{{/* The environment every slonk container reads. */}}
+{{- define "slonk.podEnv" -}}
+- name: POD_NAME
+  valueFrom: {fieldRef: {fieldPath: metadata.name}}
+- name: POD_NAMESPACE
+  valueFrom: {fieldRef: {fieldPath: metadata.namespace}}
+{{- end }}
+
+{{/* Volumes and mounts shared by every pod: the cluster spec, the munge key, /home. */}}
+{{- define "slonk.commonVolumes" -}}
+- name: cluster
+  configMap: {name: {{ .Release.Name }}-cluster}
+- name: munge-key
+  secret: {secretName: {{ include "slonk.mungeSecret" . }}, defaultMode: 0400}
+- name: home
+{{- if .Values.home.existingClaim }}
+  persistentVolumeClaim: {claimName: {{ .Values.home.existingClaim }}}
+{{- else if .Values.home.nfs.server }}
+  nfs: {server: {{ .Values.home.nfs.server }}, path: {{ .Values.home.nfs.path }}, readOnly: {{ .Values.home.nfs.readOnly | default false }}}
+{{- else }}
+  persistentVolumeClaim: {claimName: {{ .Release.Name }}-home}
+{{- end }}
+{{- end }}
+
+{{- define "slonk.commonMounts" -}}
+- {name: cluster, mountPath: /etc/slonk, readOnly: true}
+- {name: munge-key, mountPath: /var/run/secrets/slonk/munge, readOnly: true}
+- {name: home, mountPath: /home}
+{{- end }}
+
+{{- define "slonk.imagePullSecrets" -}}
+{{- with .Values.images.pullSecrets }}
+imagePullSecrets:
+{{- range . }}
+  - name: {{ . }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Pod placement: call with the component's values (nodeSelector, tolerations, affinity). */}}
+{{- define "slonk.placement" -}}
+{{- with .nodeSelector }}
+nodeSelector: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .tolerations }}
+tolerations: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .affinity }}
+affinity: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/*
+Checks the schema cannot express. Each failure names the values key, as the schema does.
+*/}}
+{{- define "slonk.validate" -}}
+{{- $pools := dict -}}
+{{- range $i, $pool := .Values.nodepools -}}
+{{- if hasKey $pools $pool.name -}}
+{{- fail (printf "nodepools[%d].name: duplicate nodepool %q" $i $pool.name) -}}
+{{- end -}}
+{{- $_ := set $pools $pool.name true -}}
+{{- $node := printf "%s-%s-%d" $.Release.Name $pool.name (max 0 (sub (int $pool.replicas) 1) | int) -}}
+{{- if gt (len $node) 63 -}}
+{{- fail (printf "nodepools[%d].name: node name %q is longer than 63 characters" $i $node) -}}
+{{- end -}}
+{{- end -}}
+{{- $partitions := dict -}}
+{{- $defaults := 0 -}}
+{{- range $i, $part := .Values.partitions -}}
+{{- if hasKey $partitions $part.name -}}
+{{- fail (printf "partitions[%d].name: duplicate partition %q" $i $part.name) -}}
+{{- end -}}
+{{- $_ := set $partitions $part.name true -}}
+{{- range $j, $pool := $part.pools -}}
+{{- if not (hasKey $pools $pool) -}}
+{{- fail (printf "partitions[%d].pools[%d]: unknown nodepool %q" $i $j $pool) -}}
+{{- end -}}
+{{- end -}}
+{{- if $part.default -}}
+{{- $defaults = add1 $defaults -}}
+{{- if gt $defaults 1 -}}
+{{- fail (printf "partitions[%d].default: only one partition can be the default" $i) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$" .Release.Name) -}}
+{{- fail (printf "release name %q: must be a DNS-1123 label (it prefixes every Slurm node name)" .Release.Name) -}}
+{{- end -}}
+{{- end }}
+
+{{/* The normalized cluster spec (cluster.yaml): what every pod's `slonk init` reads. */}}
+{{- define "slonk.clusterSpec" -}}
+{{- $pools := list -}}
+{{- range .Values.nodepools -}}
+{{- $pool := dict "name" .name "replicas" (int .replicas) "cpus" (int .cpus) "memoryMiB" (int .memoryMiB) -}}
+{{- with .gpus }}{{ $_ := set $pool "gpus" (dict "count" (int .count) "type" (.type | default "")) }}{{ end -}}
+{{- with .features }}{{ $_ := set $pool "features" . }}{{ end -}}
+{{- if kindIs "float64" .weight }}{{ $_ := set $pool "weight" (int .weight) }}{{ end -}}
+{{- with .topology }}{{ $_ := set $pool "topology" . }}{{ end -}}
+{{- $pools = append $pools $pool -}}
+{{- end -}}
+{{- $slurm := .Values.slurm -}}
+{{- $spec := dict
+  "version" 1
+  "clusterName" .Values.clusterName
+  "release" .Release.Name
+  "namespace" .Release.Namespace
+  "clusterDomain" .Values.clusterDomain
+  "slurmctldPort" (int $slurm.slurmctldPort)
+  "slurmdPort" (int $slurm.slurmdPort)
+  "confinement" $slurm.confinement
+  "topology" $slurm.topology
+  "slurmConf" $slurm.slurmConf
+  "cgroupConf" $slurm.cgroupConf
+  "extraLines" $slurm.extraLines
+  "nodepools" $pools
+  "partitions" .Values.partitions
+  "users" .Values.users
+  "hooks" .Values.hooks
+  "health" .Values.health
+-}}
+{{ toYaml $spec }}
+{{- end }}

@@ -1,0 +1,107 @@
+"""`slonk chart template`: render the chart through Helm's Go library, no helm binary."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import helm_python
+
+# Helm's install order (pkg/release/util/kind_sorter.go): `helm template` prints in this order.
+INSTALL_ORDER = (
+    "PriorityClass Namespace NetworkPolicy ResourceQuota LimitRange PodSecurityPolicy "
+    "PodDisruptionBudget ServiceAccount Secret SecretList ConfigMap StorageClass "
+    "PersistentVolume PersistentVolumeClaim CustomResourceDefinition ClusterRole "
+    "ClusterRoleList ClusterRoleBinding ClusterRoleBindingList Role RoleList RoleBinding "
+    "RoleBindingList Service DaemonSet Pod ReplicationController ReplicaSet Deployment "
+    "HorizontalPodAutoscaler StatefulSet Job CronJob IngressClass Ingress APIService"
+).split()
+_DOC_SPLIT = re.compile(r"^---[ \t]*$", re.MULTILINE)
+_KIND = re.compile(r"^kind:\s*(\S+)", re.MULTILINE)
+
+
+class ChartError(RuntimeError):
+    """The chart, its values or a template refused to render; the message says where."""
+
+
+def default_chart() -> Path:
+    """The chart slonk ships: $SLONK_CHART, the source checkout's, or the image's copy."""
+    candidates = [
+        os.environ.get("SLONK_CHART"),
+        Path(__file__).resolve().parents[2] / "charts" / "slonk",
+        "/usr/share/slonk/charts/slonk",
+    ]
+    for candidate in candidates:
+        if candidate and (Path(candidate) / "Chart.yaml").is_file():
+            return Path(candidate)
+    raise ChartError("no chart found: give its path or set SLONK_CHART")
+
+
+def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """Helm's merge of values files: maps merge key by key, anything else is replaced."""
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def user_values(
+    files: Iterable[Path] = (), sets: Iterable[str] = (), set_strings: Iterable[str] = ()
+) -> dict[str, Any]:
+    """Values as `helm template -f ... --set ... --set-string ...` composes them."""
+    values: dict[str, Any] = {}
+    try:
+        for path in files:
+            try:
+                text = Path(path).read_text()
+            except OSError as err:
+                raise ChartError(f"{path}: cannot read values file: {err.strerror}") from err
+            values = deep_merge(values, helm_python.values_from_yaml(text) or {})
+        for expression in sets:
+            values = deep_merge(values, helm_python.parse_set_string(expression))
+        for expression in set_strings:
+            values = deep_merge(values, helm_python.parse_set_string_values(expression))
+    except helm_python.HelmValuesError as err:
+        raise ChartError(str(err)) from err
+    return values
+
+
+def render(
+    chart: Path, values: Mapping[str, Any], release: str = "slonk", namespace: str = "default"
+) -> dict[str, str]:
+    """Every template's output, by template path (NOTES.txt included)."""
+    try:
+        with helm_python.Chart.load(chart) as loaded:
+            return loaded.render(dict(values), name=release, namespace=namespace, is_install=True)
+    except helm_python.HelmError as err:
+        raise ChartError(str(err)) from err
+
+
+def documents(rendered: Mapping[str, str]) -> list[tuple[str, str]]:
+    """(template path, YAML document) pairs in Helm's install order, NOTES and blanks left out."""
+    docs = []
+    for path in sorted(rendered):
+        if path.endswith("NOTES.txt"):
+            continue
+        for doc in _DOC_SPLIT.split(rendered[path]):
+            body = doc.strip()
+            if any(not line.lstrip().startswith("#") for line in body.splitlines()):
+                docs.append((path, body))
+
+    def order(item: tuple[str, str]) -> int:
+        kind = _KIND.search(item[1])
+        name = kind.group(1) if kind else ""
+        return INSTALL_ORDER.index(name) if name in INSTALL_ORDER else len(INSTALL_ORDER)
+
+    return sorted(docs, key=order)
+
+
+def manifest(rendered: Mapping[str, str]) -> str:
+    """The stream `helm template` prints."""
+    return "".join(f"---\n# Source: {path}\n{body}\n" for path, body in documents(rendered))

@@ -1,0 +1,1 @@
+"""The cluster spec and the Slurm configuration rendered from it."""

@@ -1,0 +1,201 @@
+"""Render slurm.conf, topology.conf, gres.conf and cgroup.conf from a cluster spec."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import hostlist
+import jinja2
+
+from slonk.config.spec import ClusterSpec, NodePool
+
+CONFIG_FILES = ("slurm.conf", "topology.conf", "gres.conf", "cgroup.conf")
+
+_env = jinja2.Environment(
+    loader=jinja2.PackageLoader("slonk.config", "templates"),
+    undefined=jinja2.StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+    keep_trailing_newline=True,
+)
+
+
+def _conf_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def _merge(defaults: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, str]:
+    """Defaults with overrides applied; an override of None drops the setting."""
+    merged = {**defaults, **overrides}
+    return {k: _conf_value(v) for k, v in merged.items() if v is not None}
+
+
+def slurm_settings(spec: ClusterSpec) -> dict[str, str]:
+    """slurm.conf's global settings: defaults for Slurm in pods, then the spec's overrides."""
+    cgroup = spec.confinement == "cgroup"
+    defaults: dict[str, Any] = {
+        "SlurmUser": "slurm",
+        "AuthType": "auth/munge",
+        "SlurmctldPort": spec.slurmctld_port,
+        "SlurmdPort": spec.slurmd_port,
+        "StateSaveLocation": "/var/spool/slurmctld",
+        "SlurmdSpoolDir": "/var/spool/slurmd",
+        "SlurmctldPidFile": "/run/slurmctld.pid",
+        "SlurmdPidFile": "/run/slurmd.pid",
+        # Daemons run in the foreground under s6 and log to stderr: one line per event.
+        "SlurmctldDebug": "info",
+        "SlurmdDebug": "info",
+        "ProctrackType": "proctrack/cgroup" if cgroup else "proctrack/linuxproc",
+        "TaskPlugin": "task/cgroup,task/affinity" if cgroup else "task/none",
+        "SelectType": "select/cons_tres",
+        # Without CR_Core a job is given a node's whole memory and jobs serialize.
+        "SelectTypeParameters": "CR_Core",
+        "SchedulerParameters": "batch_sched_delay=0,sched_min_interval=0",
+        # A pod comes back with a new IP under the same name: never cache addresses,
+        # and let a node that re-registers with a valid config return to service.
+        "CommunicationParameters": "NoAddrCache",
+        "ReturnToService": 2,
+        # A pod sees the host's CPUs; the pool's declared size is what Slurm should use.
+        "SlurmdParameters": "config_overrides",
+        "PrologFlags": "Alloc",
+        "MpiDefault": "none",
+        "JobCompType": "jobcomp/none",
+        # Images carry no mailer; Slurm refuses to start with a MailProg that is missing.
+        "MailProg": "/bin/true",
+    }
+    if spec.topology != "none":
+        defaults["TopologyPlugin"] = f"topology/{spec.topology}"
+    if any(p.gpus for p in spec.nodepools):
+        defaults["GresTypes"] = "gpu"
+    return _merge(defaults, spec.slurm_conf)
+
+
+def cgroup_settings(spec: ClusterSpec) -> dict[str, str]:
+    cgroup = spec.confinement == "cgroup"
+    defaults: dict[str, Any] = {
+        "CgroupPlugin": "autodetect",
+        # A pod has no systemd to ask for a scope: slurmd manages its own subtree.
+        "IgnoreSystemd": True,
+        "ConstrainCores": cgroup,
+        "ConstrainRAMSpace": cgroup,
+        "ConstrainDevices": cgroup,
+    }
+    return _merge(defaults, spec.cgroup_conf)
+
+
+def _ranged(names: list[str]) -> str:
+    return hostlist.collect_hostlist(names)
+
+
+def _node_line(spec: ClusterSpec, pool: NodePool) -> str:
+    parts = [
+        f"NodeName={_ranged(pool.node_names(spec.release))}",
+        f"CPUs={pool.cpus}",
+        f"RealMemory={pool.memory_mib}",
+    ]
+    if pool.gpus:
+        kind = f"gpu:{pool.gpus.type}" if pool.gpus.type else "gpu"
+        parts.append(f"Gres={kind}:{pool.gpus.count}")
+    if pool.features:
+        parts.append(f"Features={','.join(pool.features)}")
+    if pool.weight is not None:
+        parts.append(f"Weight={pool.weight}")
+    parts.append("State=UNKNOWN")
+    return " ".join(parts)
+
+
+def _partition_line(spec: ClusterSpec, partition: Any) -> str:
+    populated = [p for p in partition.pools if spec.pool(p).replicas]
+    parts = [f"PartitionName={partition.name}"]
+    if populated:
+        parts.append(f"Nodes={','.join(populated)}")
+    parts.append(f"Default={'YES' if partition.default else 'NO'}")
+    parts.append(f"MaxTime={partition.max_time}")
+    if partition.default_time is not None:
+        parts.append(f"DefaultTime={partition.default_time}")
+    if partition.priority_tier is not None:
+        parts.append(f"PriorityTier={partition.priority_tier}")
+    if partition.preempt_mode:
+        parts.append(f"PreemptMode={partition.preempt_mode}")
+    parts.append(f"State={partition.state}")
+    parts.extend(f"{k}={_conf_value(v)}" for k, v in partition.options.items() if v is not None)
+    return " ".join(parts)
+
+
+def _groups(spec: ClusterSpec, attribute: str) -> dict[str, list[str]]:
+    """Node names grouped by a placement attribute; unplaced pools form their own group."""
+    groups: dict[str, list[str]] = {}
+    for pool in spec.nodepools:
+        if pool.replicas:
+            key = getattr(pool.placement, attribute) or pool.name
+            groups.setdefault(key, []).extend(pool.node_names(spec.release))
+    return groups
+
+
+def topology_lines(spec: ClusterSpec) -> list[str]:
+    if spec.topology == "tree":
+        leaves = _groups(spec, "switch")
+        lines = [f"SwitchName={name} Nodes={_ranged(nodes)}" for name, nodes in leaves.items()]
+        if len(leaves) > 1:
+            # Slurm needs one root above the leaves to place jobs across them.
+            lines.append(f"SwitchName={spec.release}-spine Switches={','.join(leaves)}")
+        return lines
+    if spec.topology == "block":
+        return [f"BlockName={n} Nodes={_ranged(nodes)}" for n, nodes in _groups(spec, "block").items()]
+    return []
+
+
+def gres_lines(spec: ClusterSpec) -> list[str]:
+    lines = []
+    for pool in spec.nodepools:
+        if pool.gpus and pool.replicas:
+            kind = f" Type={pool.gpus.type}" if pool.gpus.type else ""
+            files = _ranged([f"/dev/nvidia{i}" for i in range(pool.gpus.count)])
+            nodes = _ranged(pool.node_names(spec.release))
+            lines.append(f"NodeName={nodes} Name=gpu{kind} File={files}")
+    return lines
+
+
+def render(spec: ClusterSpec) -> dict[str, str]:
+    """Every config file's text, by file name."""
+    context = {
+        "spec": spec,
+        "settings": slurm_settings(spec),
+        "nodesets": [
+            (p.name, _ranged(p.node_names(spec.release))) for p in spec.nodepools if p.replicas
+        ],
+        "nodes": [_node_line(spec, p) for p in spec.nodepools if p.replicas],
+        "partitions": [_partition_line(spec, p) for p in spec.partitions],
+        "topology": topology_lines(spec),
+        "gres": gres_lines(spec),
+        "cgroup": cgroup_settings(spec),
+    }
+    return {name: _env.get_template(f"{name}.j2").render(context) for name in CONFIG_FILES}
+
+
+def write_atomically(path: Path, text: str, mode: int = 0o644) -> None:
+    """Replace `path` in one rename, so a reader never sees a half-written file."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(text)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def write_config(spec: ClusterSpec, out_dir: Path) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, text in render(spec).items():
+        write_atomically(out_dir / name, text)
+        written.append(out_dir / name)
+    return written

@@ -1,0 +1,405 @@
+"""The normalized cluster spec (`cluster.yaml`): what the chart writes and every pod reads.
+
+The chart turns Helm values into this document; `load_spec` turns it into frozen
+dataclasses and refuses anything inconsistent with an error naming the offending key.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+SPEC_VERSION = 1
+
+# A Slurm node name is also a pod name, a Service name and a DNS-1123 label.
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DNS_LABEL_MAX = 63
+SLURM_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+CONF_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
+# Settings slonk derives from the spec: overriding them by hand would desynchronize
+# slurm.conf from the pods, so they are refused in `slurmConf` and `extraLines`.
+MANAGED_KEYS = frozenset(
+    {"ClusterName", "SlurmctldHost", "NodeName", "NodeSet", "PartitionName", "Include"}
+)
+CONFINEMENTS = ("cgroup", "none")
+TOPOLOGY_PLUGINS = ("tree", "block", "none")
+
+
+class SpecError(ValueError):
+    """A cluster spec that must not be applied; the message starts with the key path."""
+
+
+@dataclass(frozen=True)
+class Gpus:
+    count: int
+    type: str | None = None
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a pool's nodes sit in the network: a leaf switch (tree) and a block."""
+
+    switch: str | None = None
+    block: str | None = None
+
+
+@dataclass(frozen=True)
+class NodePool:
+    name: str
+    replicas: int
+    cpus: int
+    memory_mib: int
+    gpus: Gpus | None = None
+    features: tuple[str, ...] = ()
+    weight: int | None = None
+    placement: Placement = Placement()
+
+    def node_names(self, release: str) -> list[str]:
+        return [f"{release}-{self.name}-{i}" for i in range(self.replicas)]
+
+
+@dataclass(frozen=True)
+class Partition:
+    name: str
+    pools: tuple[str, ...]
+    default: bool = False
+    max_time: str = "INFINITE"
+    default_time: str | None = None
+    priority_tier: int | None = None
+    preempt_mode: str | None = None
+    state: str = "UP"
+    options: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class User:
+    name: str
+    uid: int
+    gid: int
+    groups: tuple[str, ...] = ()
+    ssh_keys: tuple[str, ...] = ()
+    shell: str = "/bin/bash"
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    cluster_name: str
+    release: str
+    namespace: str
+    cluster_domain: str
+    slurmctld_port: int
+    slurmd_port: int
+    nodepools: tuple[NodePool, ...]
+    partitions: tuple[Partition, ...]
+    confinement: str = "cgroup"
+    topology: str = "tree"
+    slurm_conf: Mapping[str, Any] = field(default_factory=dict)
+    cgroup_conf: Mapping[str, Any] = field(default_factory=dict)
+    extra_lines: tuple[str, ...] = ()
+    users: tuple[User, ...] = ()
+    hooks: Mapping[str, Any] = field(default_factory=dict)
+    health: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def controller_name(self) -> str:
+        return f"{self.release}-controller-0"
+
+    @property
+    def controller_address(self) -> str:
+        """The controller's Service, fully qualified: reachable from any namespace."""
+        return f"{self.release}-controller.{self.namespace}.svc.{self.cluster_domain}"
+
+    def pool(self, name: str) -> NodePool:
+        return next(p for p in self.nodepools if p.name == name)
+
+    def node_names(self) -> list[str]:
+        return [n for p in self.nodepools for n in p.node_names(self.release)]
+
+    def pool_of(self, node_name: str) -> NodePool | None:
+        """The pool a node (pod) name belongs to, or None."""
+        for pool in self.nodepools:
+            prefix = f"{self.release}-{pool.name}-"
+            index = node_name.removeprefix(prefix)
+            if index != node_name and index.isdigit() and int(index) < pool.replicas:
+                return pool
+        return None
+
+
+class _Reader:
+    """Typed access to one mapping of the document, errors naming `path.key`."""
+
+    def __init__(self, data: Any, path: str, known: set[str]) -> None:
+        if not isinstance(data, Mapping):
+            raise SpecError(f"{path or '<root>'}: expected a mapping, got {_kind(data)}")
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise SpecError(f"{_join(path, unknown[0])}: unknown key")
+        self.data, self.path = data, path
+
+    def at(self, key: str) -> str:
+        return _join(self.path, key)
+
+    def get(self, key: str, kind: type | tuple[type, ...], default: Any = None) -> Any:
+        value = self.data.get(key)
+        if value is None:
+            return default
+        if isinstance(value, bool) and kind in (int, (int,)):
+            raise SpecError(f"{self.at(key)}: expected {_name(kind)}, got a boolean")
+        if not isinstance(value, kind):
+            raise SpecError(f"{self.at(key)}: expected {_name(kind)}, got {_kind(value)}")
+        return value
+
+    def require(self, key: str, kind: type | tuple[type, ...]) -> Any:
+        if self.data.get(key) is None:
+            raise SpecError(f"{self.at(key)}: required")
+        return self.get(key, kind)
+
+    def count(self, key: str, default: int | None = None, minimum: int = 0) -> int:
+        value = self.require(key, int) if default is None else self.get(key, int, default)
+        if value < minimum:
+            raise SpecError(f"{self.at(key)}: must be >= {minimum}, got {value}")
+        return value
+
+    def strings(self, key: str) -> tuple[str, ...]:
+        items = self.get(key, list, [])
+        for i, item in enumerate(items):
+            if not isinstance(item, str):
+                raise SpecError(f"{self.at(key)}[{i}]: expected a string, got {_kind(item)}")
+        return tuple(items)
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _kind(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _name(kind: type | tuple[type, ...]) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    names = {int: "an integer", str: "a string", bool: "a boolean", list: "a list", dict: "a mapping"}
+    return " or ".join(names.get(k, k.__name__) for k in kinds)
+
+
+def _optional_str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _dns_label(value: str, path: str) -> str:
+    if len(value) > DNS_LABEL_MAX or not DNS_LABEL.match(value):
+        raise SpecError(
+            f"{path}: {value!r} is not a DNS-1123 label "
+            "(lowercase letters, digits and '-', at most 63 characters)"
+        )
+    return value
+
+
+def _conf_map(reader: _Reader, key: str) -> dict[str, Any]:
+    """A `Key: value` override map for a Slurm config file; null drops a default."""
+    overrides = reader.get(key, dict, {})
+    for name, value in overrides.items():
+        path = reader.at(f"{key}.{name}")
+        if not isinstance(name, str) or not CONF_KEY.match(name):
+            raise SpecError(f"{path}: not a Slurm setting name")
+        if name in MANAGED_KEYS:
+            raise SpecError(f"{path}: set by slonk from the spec; change the spec instead")
+        if not (value is None or isinstance(value, str | int | bool)):
+            raise SpecError(f"{path}: expected a scalar or null, got {_kind(value)}")
+        if isinstance(value, str) and ("\n" in value or not value.strip()):
+            raise SpecError(f"{path}: must be one non-empty line")
+    return dict(overrides)
+
+
+def _extra_line(line: str, path: str) -> str:
+    text = line.strip()
+    if "\n" in line:
+        raise SpecError(f"{path}: must be a single line")
+    if not text or text.startswith("#"):
+        return text
+    key, sep, value = text.partition("=")
+    if not sep or not CONF_KEY.match(key.strip()) or not value.strip():
+        raise SpecError(f"{path}: {line!r} is not a 'Key=Value' slurm.conf line")
+    if key.strip() in MANAGED_KEYS:
+        raise SpecError(f"{path}: {key.strip()} is set by slonk from the spec")
+    return text
+
+
+def _gpus(data: Any, path: str) -> Gpus | None:
+    if data is None:
+        return None
+    r = _Reader(data, path, {"count", "type"})
+    count = r.get("count", int)
+    if count is None:
+        raise SpecError(f"{r.at('count')}: GPUs declared without a count")
+    if count < 1:
+        raise SpecError(f"{r.at('count')}: must be >= 1, got {count}")
+    gpu_type = r.get("type", str) or None
+    if gpu_type is not None and not SLURM_NAME.match(gpu_type):
+        raise SpecError(f"{r.at('type')}: {gpu_type!r} is not a valid GRES type")
+    return Gpus(count=count, type=gpu_type)
+
+
+def _pool(data: Any, path: str, release: str) -> NodePool:
+    r = _Reader(
+        data,
+        path,
+        {"name", "replicas", "cpus", "memoryMiB", "gpus", "features", "weight", "topology"},
+    )
+    name = _dns_label(r.require("name", str), r.at("name"))
+    replicas = r.count("replicas")
+    longest = f"{release}-{name}-{max(replicas - 1, 0)}"
+    if len(longest) > DNS_LABEL_MAX:
+        raise SpecError(f"{r.at('name')}: node name {longest!r} is longer than 63 characters")
+    features = r.strings("features")
+    for i, feature in enumerate(features):
+        if not SLURM_NAME.match(feature):
+            raise SpecError(f"{r.at('features')}[{i}]: {feature!r} is not a valid Slurm feature")
+    placement = _Reader(r.get("topology", dict, {}), r.at("topology"), {"switch", "block"})
+    return NodePool(
+        name=name,
+        replicas=replicas,
+        cpus=r.count("cpus", minimum=1),
+        memory_mib=r.count("memoryMiB", minimum=1),
+        gpus=_gpus(r.data.get("gpus"), r.at("gpus")),
+        features=features,
+        weight=r.get("weight", int),
+        placement=Placement(
+            switch=placement.get("switch", str) or None,
+            block=placement.get("block", str) or None,
+        ),
+    )
+
+
+def _partition(data: Any, path: str, pools: set[str]) -> Partition:
+    r = _Reader(
+        data,
+        path,
+        {"name", "pools", "default", "maxTime", "defaultTime", "priorityTier", "preemptMode",
+         "state", "options"},
+    )
+    name = r.require("name", str)
+    if not SLURM_NAME.match(name):
+        raise SpecError(f"{r.at('name')}: {name!r} is not a valid Slurm partition name")
+    members = r.strings("pools")
+    for i, pool in enumerate(members):
+        if pool not in pools:
+            raise SpecError(f"{r.at('pools')}[{i}]: unknown nodepool {pool!r}")
+    options = _conf_map(r, "options")
+    return Partition(
+        name=name,
+        pools=members,
+        default=r.get("default", bool, False),
+        max_time=str(r.get("maxTime", (str, int), "INFINITE")),
+        default_time=_optional_str(r.get("defaultTime", (str, int))),
+        priority_tier=r.get("priorityTier", int),
+        preempt_mode=r.get("preemptMode", str),
+        state=r.get("state", str, "UP"),
+        options=options,
+    )
+
+
+def _user(data: Any, path: str) -> User:
+    r = _Reader(data, path, {"name", "uid", "gid", "groups", "sshKeys", "shell"})
+    name = r.require("name", str)
+    if not re.match(r"^[a-z_][a-z0-9_-]{0,31}$", name):
+        raise SpecError(f"{r.at('name')}: {name!r} is not a valid user name")
+    return User(
+        name=name,
+        uid=r.count("uid", minimum=1),
+        gid=r.count("gid", minimum=1),
+        groups=r.strings("groups"),
+        ssh_keys=r.strings("sshKeys"),
+        shell=r.get("shell", str, "/bin/bash"),
+    )
+
+
+def _unique(names: list[str], path: str, what: str) -> None:
+    seen: set[str] = set()
+    for i, name in enumerate(names):
+        if name in seen:
+            raise SpecError(f"{path}[{i}].name: duplicate {what} {name!r}")
+        seen.add(name)
+
+
+def parse_spec(data: Any) -> ClusterSpec:
+    """Validate a parsed `cluster.yaml` document and build the spec."""
+    r = _Reader(
+        data,
+        "",
+        {"version", "clusterName", "release", "namespace", "clusterDomain", "slurmctldPort",
+         "slurmdPort", "nodepools", "partitions", "confinement", "topology", "slurmConf",
+         "cgroupConf", "extraLines", "users", "hooks", "health"},
+    )
+    version = r.get("version", int, SPEC_VERSION)
+    if version != SPEC_VERSION:
+        raise SpecError(f"version: unsupported spec version {version} (this slonk reads 1)")
+    cluster_name = r.require("clusterName", str)
+    if not re.match(r"^[a-z0-9_]{1,40}$", cluster_name):
+        raise SpecError(
+            f"clusterName: {cluster_name!r} must be lowercase letters, digits or '_' "
+            "(Slurm lowercases it; at most 40 characters)"
+        )
+    release = _dns_label(r.require("release", str), "release")
+    pools = [
+        _pool(p, f"nodepools[{i}]", release) for i, p in enumerate(r.get("nodepools", list, []))
+    ]
+    _unique([p.name for p in pools], "nodepools", "nodepool")
+    for i, pool in enumerate(pools):
+        if pool.name in ("controller", "login"):
+            raise SpecError(f"nodepools[{i}].name: {pool.name!r} is reserved for slonk's own pods")
+    pool_names = {p.name for p in pools}
+    partitions = [
+        _partition(p, f"partitions[{i}]", pool_names)
+        for i, p in enumerate(r.get("partitions", list, []))
+    ]
+    _unique([p.name for p in partitions], "partitions", "partition")
+    defaults = [i for i, p in enumerate(partitions) if p.default]
+    if len(defaults) > 1:
+        raise SpecError(f"partitions[{defaults[1]}].default: only one partition can be the default")
+    users = [_user(u, f"users[{i}]") for i, u in enumerate(r.get("users", list, []))]
+    _unique([u.name for u in users], "users", "user")
+    confinement = r.get("confinement", str, "cgroup")
+    if confinement not in CONFINEMENTS:
+        raise SpecError(f"confinement: must be one of {', '.join(CONFINEMENTS)}")
+    topology = r.get("topology", str, "tree")
+    if topology not in TOPOLOGY_PLUGINS:
+        raise SpecError(f"topology: must be one of {', '.join(TOPOLOGY_PLUGINS)}")
+    extra = r.strings("extraLines")
+    return ClusterSpec(
+        cluster_name=cluster_name,
+        release=release,
+        namespace=_dns_label(r.get("namespace", str, "default"), "namespace"),
+        cluster_domain=r.get("clusterDomain", str, "cluster.local"),
+        slurmctld_port=r.count("slurmctldPort", default=6817, minimum=1),
+        slurmd_port=r.count("slurmdPort", default=6818, minimum=1),
+        nodepools=tuple(pools),
+        partitions=tuple(partitions),
+        confinement=confinement,
+        topology=topology,
+        slurm_conf=_conf_map(r, "slurmConf"),
+        cgroup_conf=_conf_map(r, "cgroupConf"),
+        extra_lines=tuple(_extra_line(line, f"extraLines[{i}]") for i, line in enumerate(extra)),
+        users=tuple(users),
+        hooks=r.get("hooks", dict, {}),
+        health=r.get("health", dict, {}),
+    )
+
+
+def load_spec(path: Path) -> ClusterSpec:
+    """Read and validate a `cluster.yaml` file; errors name the file and the key."""
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except OSError as err:
+        raise SpecError(f"{path}: cannot read: {err.strerror}") from err
+    except yaml.YAMLError as err:
+        raise SpecError(f"{path}: not valid YAML: {err}") from err
+    try:
+        return parse_spec(data)
+    except SpecError as err:
+        raise SpecError(f"{path}: {err}") from err
