@@ -32,12 +32,28 @@ def build_parser() -> argparse.ArgumentParser:
     chart_sub = chart_cmd.add_subparsers(dest="chart_command", required=True)
     template = chart_sub.add_parser("template", help="print the rendered manifests, as helm does")
     template.add_argument("chart", nargs="?", type=Path, help="chart directory (default: slonk's)")
-    template.add_argument("-f", "--values", action="append", type=Path, default=[],
-                          help="a values file; later files win")
-    template.add_argument("--set", action="append", default=[], metavar="K=V",
-                          help="set values on the command line (helm --set syntax)")
-    template.add_argument("--set-string", action="append", default=[], metavar="K=V",
-                          help="like --set, values kept as strings")
+    template.add_argument(
+        "-f",
+        "--values",
+        action="append",
+        type=Path,
+        default=[],
+        help="a values file; later files win",
+    )
+    template.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="set values on the command line (helm --set syntax)",
+    )
+    template.add_argument(
+        "--set-string",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="like --set, values kept as strings",
+    )
     template.add_argument("--name", default="slonk", help="release name (default: slonk)")
     template.add_argument("-n", "--namespace", default="default")
     template.set_defaults(run=_chart_template)

@@ -147,7 +147,8 @@ def topology_lines(spec: ClusterSpec) -> list[str]:
             lines.append(f"SwitchName={spec.release}-spine Switches={','.join(leaves)}")
         return lines
     if spec.topology == "block":
-        return [f"BlockName={n} Nodes={_ranged(nodes)}" for n, nodes in _groups(spec, "block").items()]
+        blocks = _groups(spec, "block")
+        return [f"BlockName={name} Nodes={_ranged(nodes)}" for name, nodes in blocks.items()]
     return []
 
 

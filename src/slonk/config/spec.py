@@ -183,7 +183,7 @@ def _kind(value: Any) -> str:
 
 def _name(kind: type | tuple[type, ...]) -> str:
     kinds = kind if isinstance(kind, tuple) else (kind,)
-    names = {int: "an integer", str: "a string", bool: "a boolean", list: "a list", dict: "a mapping"}
+    names = {int: "an integer", str: "a string", bool: "a boolean", list: "a list", dict: "a map"}
     return " or ".join(names.get(k, k.__name__) for k in kinds)
 
 
@@ -280,8 +280,17 @@ def _partition(data: Any, path: str, pools: set[str]) -> Partition:
     r = _Reader(
         data,
         path,
-        {"name", "pools", "default", "maxTime", "defaultTime", "priorityTier", "preemptMode",
-         "state", "options"},
+        {
+            "name",
+            "pools",
+            "default",
+            "maxTime",
+            "defaultTime",
+            "priorityTier",
+            "preemptMode",
+            "state",
+            "options",
+        },
     )
     name = r.require("name", str)
     if not SLURM_NAME.match(name):
@@ -332,9 +341,25 @@ def parse_spec(data: Any) -> ClusterSpec:
     r = _Reader(
         data,
         "",
-        {"version", "clusterName", "release", "namespace", "clusterDomain", "slurmctldPort",
-         "slurmdPort", "nodepools", "partitions", "confinement", "topology", "slurmConf",
-         "cgroupConf", "extraLines", "users", "hooks", "health"},
+        {
+            "version",
+            "clusterName",
+            "release",
+            "namespace",
+            "clusterDomain",
+            "slurmctldPort",
+            "slurmdPort",
+            "nodepools",
+            "partitions",
+            "confinement",
+            "topology",
+            "slurmConf",
+            "cgroupConf",
+            "extraLines",
+            "users",
+            "hooks",
+            "health",
+        },
     )
     version = r.get("version", int, SPEC_VERSION)
     if version != SPEC_VERSION:
