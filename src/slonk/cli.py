@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from slonk import chart
+from slonk import __version__, chart
 from slonk.config.render import write_config
 from slonk.config.spec import SpecError, load_spec
 
@@ -26,6 +26,7 @@ def _render_config(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="slonk", description="Slurm on Kubernetes")
+    parser.add_argument("--version", action="version", version=f"slonk {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     chart_cmd = commands.add_parser("chart", help="the Helm chart, through Helm's Go library")

@@ -1,0 +1,97 @@
+"""The chart lints strictly, renders documents Kubernetes accepts, and refuses bad values."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import helm_python
+import kubernetes_validate
+import pytest
+import yaml
+
+from slonk import chart
+
+from .conftest import VALUES
+
+VALUE_SETS = [[], ["gpu-pools.yaml"], ["existing.yaml"], ["nfs-home.yaml"]]
+
+
+def _values(files: list[str]) -> dict:
+    return chart.user_values([VALUES / f for f in files])
+
+
+@pytest.mark.parametrize("files", VALUE_SETS, ids=lambda f: "+".join(f) or "defaults")
+@pytest.mark.parametrize("kube_version", ["v1.29.0", "v1.33.0"])
+def test_strict_lint_is_clean(files, kube_version):
+    report = helm_python.lint(
+        chart.default_chart(), _values(files), strict=True, kube_version=kube_version
+    )
+    problems = [m for m in report["messages"] if m["severity"] >= 2] + report["errors"]
+    assert problems == []
+
+
+@pytest.mark.parametrize("files", VALUE_SETS, ids=lambda f: "+".join(f) or "defaults")
+@pytest.mark.parametrize("kube_version", ["1.29", "1.33"])
+def test_every_document_is_valid_kubernetes(files, kube_version):
+    manifest = chart.manifest(chart.render(chart.default_chart(), _values(files)))
+    docs = list(yaml.safe_load_all(manifest))
+    assert docs
+    for doc in docs:
+        kubernetes_validate.validate(doc, kube_version, strict=True)
+
+
+def _template_error(*args: str) -> str:
+    result = subprocess.run(
+        [sys.executable, "-m", "slonk.cli", "chart", "template", *args],
+        capture_output=True, text=True, check=False,
+    )
+    assert result.returncode == 1, result.stdout
+    assert result.stdout == ""
+    return result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--set", "nodepool.replicas=2"], "at '': additional properties 'nodepool' not allowed"),
+        (["--set", "login.replica=2"], "at '/login': additional properties 'replica' not allowed"),
+        (["--set", "login.replicas=-1"], "at '/login/replicas': minimum: got -1, want 0"),
+        (["--set", "nodepools[0].name=cpu,nodepools[0].replicas=-2,nodepools[0].cpus=1,"
+                   "nodepools[0].memoryMiB=1"],
+         "at '/nodepools/0/replicas': minimum: got -2, want 0"),
+        (["--set", "nodepools[0].name=gpu,nodepools[0].replicas=1,nodepools[0].cpus=1,"
+                   "nodepools[0].memoryMiB=1,nodepools[0].gpus.type=h100"],
+         "at '/nodepools/0/gpus': missing property 'count'"),
+        (["--set", "nodepools[0].name=Bad_Name,nodepools[0].replicas=1,nodepools[0].cpus=1,"
+                   "nodepools[0].memoryMiB=1"],
+         "at '/nodepools/0/name'"),
+        (["--set", "slurm.confinement=docker"], "at '/slurm/confinement'"),
+        (["--set", "partitions[0].name=main,partitions[0].pools={tpu}"],
+         "partitions[0].pools[0]: unknown nodepool \"tpu\""),
+        (["--set", "partitions[1].name=b,partitions[1].pools={cpu},partitions[1].default=true,"
+                   "partitions[0].name=a,partitions[0].pools={cpu},partitions[0].default=true"],
+         "partitions[1].default: only one partition can be the default"),
+        (["--name", "Slonk"], "release name \"Slonk\": must be a DNS-1123 label"),
+    ],
+)
+def test_bad_values_fail_with_the_key_path(args, message):
+    assert message in _template_error(*args)
+
+
+def test_duplicate_pools_fail(tmp_path):
+    values = tmp_path / "values.yaml"
+    pool = {"name": "cpu", "replicas": 1, "cpus": 1, "memoryMiB": 100}
+    values.write_text(yaml.safe_dump({"nodepools": [pool, pool]}))
+    assert 'nodepools[1].name: duplicate nodepool "cpu"' in _template_error("-f", str(values))
+
+
+def test_long_node_names_fail(tmp_path):
+    values = tmp_path / "values.yaml"
+    pool = {"name": "p" * 57, "replicas": 10, "cpus": 1, "memoryMiB": 100}
+    values.write_text(yaml.safe_dump({"nodepools": [pool], "partitions": []}))
+    assert "is longer than 63 characters" in _template_error("-f", str(values))
+
+
+def test_unreadable_values_file():
+    assert "missing.yaml: cannot read values file" in _template_error("-f", "missing.yaml")

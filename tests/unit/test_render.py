@@ -1,0 +1,104 @@
+"""The renderer: golden files for a readable demo cluster, and each knob on its own."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from slonk.cli import main
+from slonk.config.render import CONFIG_FILES, render
+from slonk.config.spec import parse_spec
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+@pytest.mark.parametrize("name", CONFIG_FILES)
+def test_demo_cluster_matches_golden(demo_spec, name):
+    text = render(parse_spec(demo_spec))[name]
+    golden = GOLDEN / name
+    if os.environ.get("SLONK_UPDATE_GOLDEN"):
+        golden.write_text(text)
+    assert text == golden.read_text()
+
+
+def _conf(demo_spec, name="slurm.conf") -> list[str]:
+    return render(parse_spec(demo_spec))[name].splitlines()
+
+
+def test_overrides_replace_and_drop_defaults(demo_spec):
+    demo_spec["slurmConf"] = {"SelectTypeParameters": "CR_Core_Memory", "MpiDefault": None,
+                              "DefMemPerCPU": 2048}
+    lines = _conf(demo_spec)
+    assert "SelectTypeParameters=CR_Core_Memory" in lines
+    assert "DefMemPerCPU=2048" in lines
+    assert not any(line.startswith("MpiDefault=") for line in lines)
+
+
+def test_no_confinement_uses_plugins_that_need_no_cgroups(demo_spec):
+    demo_spec["confinement"] = "none"
+    lines = _conf(demo_spec)
+    assert "ProctrackType=proctrack/linuxproc" in lines
+    assert "TaskPlugin=task/none" in lines
+    assert "ConstrainCores=no" in _conf(demo_spec, "cgroup.conf")
+
+
+def test_empty_pool_is_left_out(demo_spec):
+    demo_spec["nodepools"][1]["replicas"] = 0
+    lines = _conf(demo_spec)
+    assert not any("slonk-gpu" in line for line in lines)
+    assert "PartitionName=gpu Default=NO" in " ".join(lines)
+    assert _conf(demo_spec, "gres.conf") == ["# gres.conf for cluster demo: rendered by slonk."]
+
+
+def test_block_topology(demo_spec):
+    demo_spec["topology"] = "block"
+    assert "TopologyPlugin=topology/block" in _conf(demo_spec)
+    assert _conf(demo_spec, "topology.conf")[1:] == [
+        "BlockName=b1 Nodes=slonk-cpu-[0-1]",
+        "BlockName=b2 Nodes=slonk-gpu-[0-3]",
+    ]
+
+
+def test_unplaced_pools_get_a_leaf_each_under_one_spine(demo_spec):
+    for pool in demo_spec["nodepools"]:
+        pool.pop("topology")
+    assert _conf(demo_spec, "topology.conf")[1:] == [
+        "SwitchName=cpu Nodes=slonk-cpu-[0-1]",
+        "SwitchName=gpu Nodes=slonk-gpu-[0-3]",
+        "SwitchName=slonk-spine Switches=cpu,gpu",
+    ]
+
+
+def test_pools_sharing_a_switch_share_a_leaf(demo_spec):
+    demo_spec["nodepools"][1]["topology"]["switch"] = "leaf1"
+    assert _conf(demo_spec, "topology.conf")[1:] == [
+        "SwitchName=leaf1 Nodes=slonk-cpu-[0-1],slonk-gpu-[0-3]",
+    ]
+
+
+def test_no_topology(demo_spec):
+    demo_spec["topology"] = "none"
+    assert not any(line.startswith("TopologyPlugin") for line in _conf(demo_spec))
+
+
+def test_untyped_gpus(demo_spec):
+    demo_spec["nodepools"][1]["gpus"] = {"count": 2}
+    assert "Gres=gpu:2" in " ".join(_conf(demo_spec))
+    gres = "NodeName=slonk-gpu-[0-3] Name=gpu File=/dev/nvidia[0-1]"
+    assert _conf(demo_spec, "gres.conf")[1] == gres
+
+
+def test_render_config_command(tmp_path, demo_spec, capsys):
+    import yaml
+
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(yaml.safe_dump(demo_spec))
+    assert main(["render-config", "--cluster", str(cluster), "--out", str(tmp_path / "etc")]) == 0
+    assert sorted(p.name for p in (tmp_path / "etc").iterdir()) == sorted(CONFIG_FILES)
+    demo_spec["partitions"][0]["pools"] = ["tpu"]
+    cluster.write_text(yaml.safe_dump(demo_spec))
+    assert main(["render-config", "--cluster", str(cluster), "--out", str(tmp_path / "x")]) == 1
+    assert "partitions[0].pools[0]: unknown nodepool 'tpu'" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()

@@ -1,0 +1,110 @@
+"""The cluster spec: what it accepts, and errors that name the offending key."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from slonk.config.spec import SpecError, load_spec, parse_spec
+
+
+def test_demo_spec_parses(demo_spec):
+    spec = parse_spec(demo_spec)
+    assert [p.name for p in spec.nodepools] == ["cpu", "gpu"]
+    assert spec.pool("gpu").gpus.count == 8
+    assert spec.node_names()[:3] == ["slonk-cpu-0", "slonk-cpu-1", "slonk-gpu-0"]
+    assert spec.controller_name == "slonk-controller-0"
+    assert spec.controller_address == "slonk-controller.hpc.svc.cluster.local"
+
+
+def test_pool_of_maps_node_names_to_pools(demo_spec):
+    spec = parse_spec(demo_spec)
+    assert spec.pool_of("slonk-gpu-3").name == "gpu"
+    assert spec.pool_of("slonk-gpu-4") is None  # past the pool's replicas
+    assert spec.pool_of("slonk-controller-0") is None
+
+
+def _error(data) -> str:
+    with pytest.raises(SpecError) as caught:
+        parse_spec(data)
+    return str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda s: s["nodepools"].append(dict(s["nodepools"][0])),
+         "nodepools[2].name: duplicate nodepool 'cpu'"),
+        (lambda s: s["partitions"][1]["pools"].append("tpu"),
+         "partitions[1].pools[1]: unknown nodepool 'tpu'"),
+        (lambda s: s["nodepools"][0].update(name="CPU_pool"),
+         "nodepools[0].name: 'CPU_pool' is not a DNS-1123 label"),
+        (lambda s: s["nodepools"][0].update(name="x" * 60),
+         "nodepools[0].name: node name 'slonk-xxx"),
+        (lambda s: s["nodepools"][1].update(gpus={"type": "h100"}),
+         "nodepools[1].gpus.count: GPUs declared without a count"),
+        (lambda s: s["nodepools"][1].update(gpus={"count": 0}),
+         "nodepools[1].gpus.count: must be >= 1, got 0"),
+        (lambda s: s["nodepools"][0].update(replicas=-1),
+         "nodepools[0].replicas: must be >= 0, got -1"),
+        (lambda s: s["nodepools"][0].update(replicas="2"),
+         "nodepools[0].replicas: expected an integer, got str"),
+        (lambda s: s["nodepools"][0].update(replicas=True),
+         "nodepools[0].replicas: expected an integer, got a boolean"),
+        (lambda s: s["nodepools"][0].update(replica=2),
+         "nodepools[0].replica: unknown key"),
+        (lambda s: s["nodepools"][0].pop("cpus"),
+         "nodepools[0].cpus: required"),
+        (lambda s: s["nodepools"][0].update(name="login"),
+         "nodepools[0].name: 'login' is reserved"),
+        (lambda s: s["partitions"].append({"name": "main", "pools": []}),
+         "partitions[2].name: duplicate partition 'main'"),
+        (lambda s: s["partitions"][1].update(default=True),
+         "partitions[1].default: only one partition can be the default"),
+        (lambda s: s.update(extraLines=["SchedulerType sched/backfill"]),
+         "extraLines[0]: 'SchedulerType sched/backfill' is not a 'Key=Value' slurm.conf line"),
+        (lambda s: s.update(extraLines=["NodeName=extra CPUs=1"]),
+         "extraLines[0]: NodeName is set by slonk from the spec"),
+        (lambda s: s.update(extraLines=["A=1\nB=2"]),
+         "extraLines[0]: must be a single line"),
+        (lambda s: s.update(slurmConf={"ClusterName": "other"}),
+         "slurmConf.ClusterName: set by slonk from the spec"),
+        (lambda s: s.update(slurmConf={"Bad Key": "x"}),
+         "slurmConf.Bad Key: not a Slurm setting name"),
+        (lambda s: s.update(slurmConf={"SchedulerParameters": ["a"]}),
+         "slurmConf.SchedulerParameters: expected a scalar or null, got list"),
+        (lambda s: s.update(clusterName="My Cluster"),
+         "clusterName: 'My Cluster' must be lowercase"),
+        (lambda s: s.update(confinement="docker"),
+         "confinement: must be one of cgroup, none"),
+        (lambda s: s.update(version=2),
+         "version: unsupported spec version 2"),
+        (lambda s: s.update(users=[{"name": "Bob", "uid": 1, "gid": 1}]),
+         "users[0].name: 'Bob' is not a valid user name"),
+    ],
+)
+def test_invalid_specs_name_the_key(demo_spec, change, message):
+    change(demo_spec)
+    assert message in _error(demo_spec)
+
+
+def test_not_a_mapping():
+    assert _error(["a"]) == "<root>: expected a mapping, got list"
+
+
+def test_load_spec_names_the_file(tmp_path, demo_spec):
+    path = tmp_path / "cluster.yaml"
+    demo_spec["nodepools"][0]["replicas"] = -3
+    path.write_text(yaml.safe_dump(demo_spec))
+    with pytest.raises(SpecError, match=r"cluster.yaml: nodepools\[0\].replicas: must be >= 0"):
+        load_spec(path)
+    path.write_text("nodepools: [unclosed")
+    with pytest.raises(SpecError, match=r"cluster\.yaml: not valid YAML"):
+        load_spec(path)
+    with pytest.raises(SpecError, match="cannot read"):
+        load_spec(tmp_path / "missing.yaml")
+
+
+def test_extra_lines_keep_comments_and_settings(demo_spec):
+    demo_spec["extraLines"] = ["# tuned for pods", "  MaxJobCount=50000  ", ""]
+    assert parse_spec(demo_spec).extra_lines == ("# tuned for pods", "MaxJobCount=50000", "")
