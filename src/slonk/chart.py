@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import helm_python
+
+from slonk import paths
 
 # Helm's install order (pkg/release/util/kind_sorter.go): `helm template` prints in this order.
 INSTALL_ORDER = (
@@ -28,16 +29,10 @@ class ChartError(RuntimeError):
 
 
 def default_chart() -> Path:
-    """The chart slonk ships: $SLONK_CHART, the source checkout's, or the image's copy."""
-    candidates = [
-        os.environ.get("SLONK_CHART"),
-        Path(__file__).resolve().parents[2] / "charts" / "slonk",
-        "/usr/share/slonk/charts/slonk",
-    ]
-    for candidate in candidates:
-        if candidate and (Path(candidate) / "Chart.yaml").is_file():
-            return Path(candidate)
-    raise ChartError("no chart found: give its path or set SLONK_CHART")
+    chart = paths.chart_dir()
+    if chart is None:
+        raise ChartError("no chart found: give its path or set SLONK_CHART")
+    return chart
 
 
 def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:

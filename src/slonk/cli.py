@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 from pathlib import Path
 
 from slonk import __version__, chart
 from slonk.config.render import write_config
 from slonk.config.spec import SpecError, load_spec
+from slonk.local.manifests import LocalModeError
+from slonk.services import ROLE_SERVICES
+
+ROLES = tuple(ROLE_SERVICES)
 
 
 def _chart_template(args: argparse.Namespace) -> int:
@@ -22,6 +27,84 @@ def _render_config(args: argparse.Namespace) -> int:
     for path in write_config(load_spec(args.cluster), args.out):
         print(path)
     return 0
+
+
+def _init(args: argparse.Namespace) -> int:
+    from slonk import init
+
+    return init.main(args.role)
+
+
+def _watch_config(args: argparse.Namespace) -> int:
+    from slonk import watch
+
+    watch.watch(args.role, interval=args.interval)
+    return 0
+
+
+def _local(args: argparse.Namespace) -> int:
+    from slonk.local import cluster
+
+    state = args.state_dir
+    if args.local_command == "up":
+        local = cluster.up(state, args.values)
+        login = local.pod_names("login")
+        if login:
+            print(f"Log in:  slonk local ssh demo --state-dir {local.state_dir}")
+        return 0
+    if args.local_command == "down":
+        cluster.down(state, purge=args.purge)
+        return 0
+    if args.local_command == "status":
+        print(cluster.status(state))
+        return 0
+    if args.local_command in ("restart", "stop"):
+        cluster.restart(state, args.pod, stop_only=args.local_command == "stop")
+        return 0
+    local = cluster.Cluster(state.resolve())
+    if args.local_command == "exec":
+        if not args.command:
+            raise LocalModeError("exec needs a command: slonk local exec POD -- CMD...")
+        argv = local.enter(args.pod, args.command)
+    else:
+        argv = local.ssh(args.user, args.command)
+    return subprocess.run(argv, check=False, cwd="/").returncode
+
+
+def _add_local(commands: argparse._SubParsersAction) -> None:
+    from slonk.local.cluster import DEFAULT_STATE_DIR
+
+    local = commands.add_parser("local", help="run the chart's pods on this machine (root)")
+    local_sub = local.add_subparsers(dest="local_command", required=True)
+
+    def sub(name: str, help_text: str) -> argparse.ArgumentParser:
+        parser = local_sub.add_parser(name, help=help_text)
+        parser.add_argument(
+            "--state-dir",
+            type=Path,
+            default=DEFAULT_STATE_DIR,
+            help=f"where the cluster's state lives (default: {DEFAULT_STATE_DIR})",
+        )
+        parser.set_defaults(run=_local)
+        return parser
+
+    up = sub("up", "render the chart, start every pod, wait until all nodes are idle")
+    up.add_argument(
+        "-f",
+        "--values",
+        action="append",
+        type=Path,
+        default=[],
+        help="a values file over local mode's defaults; later files win",
+    )
+    sub("down", "stop every pod, remove namespaces; volumes and secrets kept").add_argument(
+        "--purge", action="store_true", help="remove the state directory too"
+    )
+    sub("status", "pods, their processes and Slurm's node states")
+    sub("restart", "stop a pod and start it again, as a new container").add_argument("pod")
+    sub("stop", "stop a pod (SIGTERM, then SIGKILL)").add_argument("pod")
+    sub("exec", "run a command in a pod: exec POD -- CMD...").add_argument("pod")
+    sub("ssh", "ssh to the login pod as USER (-- CMD... runs a command)").add_argument("user")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,14 +146,29 @@ def build_parser() -> argparse.ArgumentParser:
     render.add_argument("--cluster", type=Path, required=True, help="the cluster.yaml spec")
     render.add_argument("--out", type=Path, required=True, help="directory to write into")
     render.set_defaults(run=_render_config)
+
+    init = commands.add_parser("init", help="a pod's entrypoint: prepare files, exec s6-svscan")
+    init.add_argument("--role", required=True, choices=ROLES)
+    init.set_defaults(run=_init)
+
+    watch = commands.add_parser("watch-config", help="apply ConfigMap changes (runs under s6)")
+    watch.add_argument("--role", required=True, choices=ROLES)
+    watch.add_argument("--interval", type=float, default=1.0, help="seconds between checks")
+    watch.set_defaults(run=_watch_config)
+
+    _add_local(commands)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    # Everything after the first `--` is a command to run (exec, ssh), never slonk's options.
+    split = argv.index("--") if "--" in argv else len(argv)
+    args = build_parser().parse_args(argv[:split])
+    args.command = argv[split + 1 :]
     try:
         return args.run(args)
-    except (chart.ChartError, SpecError) as err:
+    except (chart.ChartError, SpecError, LocalModeError) as err:
         print(f"slonk: error: {err}", file=sys.stderr)
         return 1
 

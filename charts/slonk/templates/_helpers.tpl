@@ -177,6 +177,7 @@ Checks the schema cannot express. Each failure names the values key, as the sche
   "nodepools" $pools
   "partitions" .Values.partitions
   "users" .Values.users
+  "groups" .Values.groups
   "hooks" .Values.hooks
   "health" .Values.health
 -}}

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -12,6 +10,7 @@ import hostlist
 import jinja2
 
 from slonk.config.spec import ClusterSpec, NodePool
+from slonk.files import write_atomically
 
 CONFIG_FILES = ("slurm.conf", "topology.conf", "gres.conf", "cgroup.conf")
 
@@ -178,19 +177,6 @@ def render(spec: ClusterSpec) -> dict[str, str]:
         "cgroup": cgroup_settings(spec),
     }
     return {name: _env.get_template(f"{name}.j2").render(context) for name in CONFIG_FILES}
-
-
-def write_atomically(path: Path, text: str, mode: int = 0o644) -> None:
-    """Replace `path` in one rename, so a reader never sees a half-written file."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as out:
-            out.write(text)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
 
 
 def write_config(spec: ClusterSpec, out_dir: Path) -> list[Path]:

@@ -7,7 +7,7 @@ dataclasses and refuses anything inconsistent with an error naming the offending
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,11 +20,17 @@ SPEC_VERSION = 1
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS_LABEL_MAX = 63
 SLURM_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+ACCOUNT_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 CONF_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
 # Settings slonk derives from the spec: overriding them by hand would desynchronize
 # slurm.conf from the pods, so they are refused in `slurmConf` and `extraLines`.
 MANAGED_KEYS = frozenset(
     {"ClusterName", "SlurmctldHost", "NodeName", "NodeSet", "PartitionName", "Include"}
+)
+SPEC_KEYS = frozenset(
+    "version clusterName release namespace clusterDomain slurmctldPort slurmdPort nodepools "
+    "partitions confinement topology slurmConf cgroupConf extraLines users groups hooks "
+    "health".split()
 )
 CONFINEMENTS = ("cgroup", "none")
 TOPOLOGY_PLUGINS = ("tree", "block", "none")
@@ -77,6 +83,12 @@ class Partition:
 
 
 @dataclass(frozen=True)
+class Group:
+    name: str
+    gid: int
+
+
+@dataclass(frozen=True)
 class User:
     name: str
     uid: int
@@ -102,6 +114,7 @@ class ClusterSpec:
     cgroup_conf: Mapping[str, Any] = field(default_factory=dict)
     extra_lines: tuple[str, ...] = ()
     users: tuple[User, ...] = ()
+    groups: tuple[Group, ...] = ()
     hooks: Mapping[str, Any] = field(default_factory=dict)
     health: Mapping[str, Any] = field(default_factory=dict)
 
@@ -133,7 +146,7 @@ class ClusterSpec:
 class _Reader:
     """Typed access to one mapping of the document, errors naming `path.key`."""
 
-    def __init__(self, data: Any, path: str, known: set[str]) -> None:
+    def __init__(self, data: Any, path: str, known: Collection[str]) -> None:
         if not isinstance(data, Mapping):
             raise SpecError(f"{path or '<root>'}: expected a mapping, got {_kind(data)}")
         unknown = sorted(set(data) - known)
@@ -314,16 +327,30 @@ def _partition(data: Any, path: str, pools: set[str]) -> Partition:
     )
 
 
-def _user(data: Any, path: str) -> User:
-    r = _Reader(data, path, {"name", "uid", "gid", "groups", "sshKeys", "shell"})
+def _account_name(r: _Reader, what: str) -> str:
     name = r.require("name", str)
-    if not re.match(r"^[a-z_][a-z0-9_-]{0,31}$", name):
-        raise SpecError(f"{r.at('name')}: {name!r} is not a valid user name")
+    if not ACCOUNT_NAME.match(name):
+        raise SpecError(f"{r.at('name')}: {name!r} is not a valid {what} name")
+    return name
+
+
+def _group(data: Any, path: str) -> Group:
+    r = _Reader(data, path, {"name", "gid"})
+    return Group(name=_account_name(r, "group"), gid=r.count("gid", minimum=1))
+
+
+def _user(data: Any, path: str, groups: set[str]) -> User:
+    r = _Reader(data, path, {"name", "uid", "gid", "groups", "sshKeys", "shell"})
+    name = _account_name(r, "user")
+    member_of = r.strings("groups")
+    for i, group in enumerate(member_of):
+        if group not in groups:
+            raise SpecError(f"{r.at('groups')}[{i}]: unknown group {group!r}: declare it in groups")
     return User(
         name=name,
         uid=r.count("uid", minimum=1),
         gid=r.count("gid", minimum=1),
-        groups=r.strings("groups"),
+        groups=member_of,
         ssh_keys=r.strings("sshKeys"),
         shell=r.get("shell", str, "/bin/bash"),
     )
@@ -339,29 +366,7 @@ def _unique(names: list[str], path: str, what: str) -> None:
 
 def parse_spec(data: Any) -> ClusterSpec:
     """Validate a parsed `cluster.yaml` document and build the spec."""
-    r = _Reader(
-        data,
-        "",
-        {
-            "version",
-            "clusterName",
-            "release",
-            "namespace",
-            "clusterDomain",
-            "slurmctldPort",
-            "slurmdPort",
-            "nodepools",
-            "partitions",
-            "confinement",
-            "topology",
-            "slurmConf",
-            "cgroupConf",
-            "extraLines",
-            "users",
-            "hooks",
-            "health",
-        },
-    )
+    r = _Reader(data, "", SPEC_KEYS)
     version = r.get("version", int, SPEC_VERSION)
     if version != SPEC_VERSION:
         raise SpecError(f"version: unsupported spec version {version} (this slonk reads 1)")
@@ -388,7 +393,10 @@ def parse_spec(data: Any) -> ClusterSpec:
     defaults = [i for i, p in enumerate(partitions) if p.default]
     if len(defaults) > 1:
         raise SpecError(f"partitions[{defaults[1]}].default: only one partition can be the default")
-    users = [_user(u, f"users[{i}]") for i, u in enumerate(r.get("users", list, []))]
+    groups = [_group(g, f"groups[{i}]") for i, g in enumerate(r.get("groups", list, []))]
+    _unique([g.name for g in groups], "groups", "group")
+    group_names = {g.name for g in groups}
+    users = [_user(u, f"users[{i}]", group_names) for i, u in enumerate(r.get("users", list, []))]
     _unique([u.name for u in users], "users", "user")
     confinement = r.get("confinement", str, "cgroup")
     if confinement not in CONFINEMENTS:
@@ -412,6 +420,7 @@ def parse_spec(data: Any) -> ClusterSpec:
         cgroup_conf=_conf_map(r, "cgroupConf"),
         extra_lines=tuple(_extra_line(line, f"extraLines[{i}]") for i, line in enumerate(extra)),
         users=tuple(users),
+        groups=tuple(groups),
         hooks=r.get("hooks", dict, {}),
         health=r.get("health", dict, {}),
     )

@@ -1,0 +1,99 @@
+"""`slonk init --role R`: prepare the pod's files, then hand over to s6.
+
+The steps are plain functions run in order; each logs one line. Any failure exits with a
+message naming the file or key, before a daemon starts with a half-made configuration.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from slonk import paths, secrets, services
+from slonk.config.render import write_config
+from slonk.config.spec import ClusterSpec, SpecError, load_spec
+from slonk.files import make_dir
+from slonk.users.files import make_homes, write_accounts, write_authorized_keys
+
+
+class InitError(RuntimeError):
+    """The pod cannot start as configured; the message says what to fix."""
+
+
+def log(message: str) -> None:
+    print(f"slonk init: {message}", file=sys.stderr, flush=True)
+
+
+def pod_name() -> str:
+    return os.environ.get("POD_NAME") or socket.gethostname()
+
+
+def check_identity(spec: ClusterSpec, role: str, name: str) -> None:
+    """The pod must be what cluster.yaml says it is: Slurm knows nodes by these names."""
+    if role == "controller" and name != spec.controller_name:
+        raise InitError(
+            f"pod {name!r} runs the controller, cluster.yaml names {spec.controller_name!r}"
+        )
+    if role == "worker" and spec.pool_of(name) is None:
+        pools = ", ".join(p.name for p in spec.nodepools) or "none"
+        raise InitError(f"pod {name!r} is not a node of cluster.yaml (pools: {pools})")
+
+
+def prepare_dirs(role: str) -> None:
+    make_dir(paths.MUNGE_KEY.parent, 0o700, owner="munge")
+    for path in ("/run/munge", "/var/lib/munge", "/var/log/munge"):
+        make_dir(Path(path), 0o755 if path == "/run/munge" else 0o700, owner="munge")
+    if role == "controller":
+        make_dir(Path("/var/spool/slurmctld"), 0o700, owner="slurm")
+    if role == "worker":
+        make_dir(Path("/var/spool/slurmd"), 0o755)
+    if role == "login":
+        make_dir(Path("/run/sshd"), 0o755)
+
+
+def register_users(spec: ClusterSpec, role: str) -> str:
+    write_accounts(spec.users, spec.groups)
+    if role == "login":
+        write_authorized_keys(spec.users)
+    made = make_homes(spec.users, paths.HOME)
+    return f"{len(spec.users)} users, {len(spec.groups)} groups" + (
+        f", made homes for {', '.join(made)}" if made else ""
+    )
+
+
+def run(role: str) -> None:
+    """Every step of a pod's start, then exec s6-svscan (never returns on success)."""
+    started = time.perf_counter()
+
+    def step(what: str, action: Callable[[], object]) -> object:
+        t = time.perf_counter()
+        result = action()
+        detail = f": {result}" if isinstance(result, str) else ""
+        log(f"{what}{detail} ({(time.perf_counter() - t) * 1000:.1f} ms)")
+        return result
+
+    name = pod_name()
+    spec = step(f"read {paths.CLUSTER_SPEC}", lambda: load_spec(paths.CLUSTER_SPEC))
+    check_identity(spec, role, name)
+    step(f"rendered {paths.SLURM_CONF_DIR}", lambda: write_config(spec, paths.SLURM_CONF_DIR))
+    step("installed the munge key", secrets.install_munge_key)
+    if role == "login":
+        step("installed ssh host keys", lambda: ", ".join(secrets.install_ssh_host_keys()))
+    step("prepared state directories", lambda: prepare_dirs(role))
+    step("registered users", lambda: register_users(spec, role))
+    step("wrote s6 services", lambda: services.write_scan_dir(role))
+    log(f"{role} {name} ready in {(time.perf_counter() - started) * 1000:.0f} ms; exec s6-svscan")
+    services.exec_svscan(role)
+
+
+def main(role: str) -> int:
+    try:
+        run(role)
+    except (InitError, SpecError, secrets.MissingSecret) as err:
+        log(f"error: {err}")
+        return 1
+    return 0

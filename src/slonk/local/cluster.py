@@ -1,0 +1,375 @@
+"""`slonk local`: render the chart, run every StatefulSet replica as a pod, manage them.
+
+State directory layout (everything local mode makes lives here or in /run/netns):
+  cluster.json             the pods `up` made: address, role, network namespace
+  ssh/                     the local client key and the login pods' known host keys
+  configmaps/<name>/       projected ConfigMaps (kubelet's ..data layout)
+  secrets/<name>/          projected Secrets, kept across `down` like Helm's kept Secrets
+  volumes/<claim>/         PersistentVolumeClaims, kept across `down`
+  pods/<pod>/              pod.json, log, pid, and the pod's writable layers
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from slonk import chart, paths
+from slonk.local import pod as pods
+from slonk.local.manifests import LocalModeError, Plan, hosts_file, plan, state_path
+from slonk.local.network import NETNS_DIR, Network, is_mount_point, pod_address, processes_in
+from slonk.local.projection import project
+
+RELEASE = "slonk"
+NAMESPACE = "default"
+LOCAL_VALUES = Path(__file__).with_name("values.yaml")
+DEFAULT_STATE_DIR = Path(os.environ.get("SLONK_STATE_DIR", "/var/lib/slonk/local"))
+STOP_GRACE_SECONDS = 15.0
+IDLE_TIMEOUT_SECONDS = 120.0
+POD_PATH = ":".join(
+    [
+        str(Path(sys.executable).parent),
+        "/usr/local/sbin",
+        "/usr/local/bin",
+        "/usr/sbin",
+        "/usr/bin",
+        "/sbin",
+        "/bin",
+    ]
+)
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """A local cluster, known by its state directory."""
+
+    state_dir: Path
+
+    @property
+    def network(self) -> Network:
+        return Network.for_state_dir(self.state_dir)
+
+    @property
+    def client_key(self) -> Path:
+        return self.state_dir / "ssh" / "id_ed25519"
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.state_dir / "ssh" / "known_hosts"
+
+    @property
+    def record_file(self) -> Path:
+        return self.state_dir / "cluster.json"
+
+    def pod_dir(self, name: str) -> Path:
+        return self.state_dir / "pods" / name
+
+    def record(self) -> dict[str, Any]:
+        try:
+            return json.loads(self.record_file.read_text())
+        except FileNotFoundError:
+            raise LocalModeError(
+                f"no local cluster in {self.state_dir}: run `slonk local up`"
+            ) from None
+
+    def pod_names(self, role: str | None = None) -> list[str]:
+        return [n for n, p in self.record()["pods"].items() if role in (None, p["role"])]
+
+    def address(self, name: str) -> str:
+        return self.record()["pods"][name]["address"]
+
+    def pid(self, name: str) -> int | None:
+        return pods.running_pid(self.pod_dir(name), self.network.pod_netns(name))
+
+    def enter(self, name: str, command: Sequence[str]) -> list[str]:
+        """argv running `command` in pod `name`, with the pod's environment."""
+        pid = self.pid(name)
+        if pid is None:
+            raise LocalModeError(f"pod {name} is not running")
+        env = json.loads((self.pod_dir(name) / "pod.json").read_text())["env"]
+        return pods.enter(pid, command, env)
+
+    def run(self, name: str, command: Sequence[str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            self.enter(name, command), capture_output=True, text=True, check=False, cwd="/"
+        )
+
+    def ssh(self, user: str, command: Sequence[str] = ()) -> list[str]:
+        """argv for ssh to the first login pod as `user`, from the cluster's network."""
+        login = self.pod_names("login")
+        if not login:
+            raise LocalModeError("this cluster has no login pod (login.replicas is 0)")
+        return [
+            "nsenter",
+            f"--net={NETNS_DIR / self.network.switch}",
+            "--",
+            "ssh",
+            "-i",
+            str(self.client_key),
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            f"UserKnownHostsFile={self.known_hosts}",
+            "-o",
+            "LogLevel=ERROR",
+            f"{user}@{self.address(login[0])}",
+            *command,
+        ]
+
+
+def _require_root() -> None:
+    if os.geteuid() != 0:
+        raise LocalModeError("slonk local needs root: it makes network namespaces and mounts")
+
+
+def _client_key(cluster: Cluster) -> str:
+    if not cluster.client_key.exists():
+        cluster.client_key.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        subprocess.run(
+            [
+                "ssh-keygen",
+                "-q",
+                "-t",
+                "ed25519",
+                "-N",
+                "",
+                "-C",
+                "slonk-local",
+                "-f",
+                str(cluster.client_key),
+            ],
+            check=True,
+        )
+    return cluster.client_key.with_suffix(".pub").read_text().strip()
+
+
+def values(cluster: Cluster, files: Sequence[Path]) -> dict[str, Any]:
+    """Chart values for local mode: its defaults, then the user's files; users without keys
+    get the local client key so that `slonk local ssh USER` works."""
+    merged = chart.user_values([LOCAL_VALUES, *files])
+    key = _client_key(cluster)
+    merged["users"] = [{"sshKeys": [key], **u} for u in merged.get("users", [])]
+    return merged
+
+
+def _project_objects(cluster: Cluster, objects: Plan) -> None:
+    for name, files in objects.configmaps.items():
+        project(cluster.state_dir / "configmaps" / name, files)
+    for name, files in objects.secrets.items():
+        target = cluster.state_dir / "secrets" / name
+        if not (target / "..data").exists():  # like the chart's `lookup`: made once, kept
+            project(target, files, mode=0o400)
+
+
+def _known_hosts(cluster: Cluster, objects: Plan, addresses: dict[str, str]) -> None:
+    lines = []
+    for pod in objects.pods:
+        for mount in pod.mounts:
+            if mount.kind == "secret" and mount.target == str(paths.SSH_SECRET_DIR):
+                for key in sorted(state_path(cluster.state_dir, mount, pod.name).glob("*_key")):
+                    public = subprocess.run(
+                        ["ssh-keygen", "-y", "-f", str(key)],
+                        check=True,
+                        capture_output=True,
+                        text=True,
+                    ).stdout.strip()
+                    lines.append(f"{addresses[pod.name]} {public}")
+    cluster.known_hosts.write_text("".join(f"{line}\n" for line in lines))
+
+
+def _pod_spec(cluster: Cluster, pod: Any, hosts: str) -> dict[str, Any]:
+    layers = cluster.pod_dir(pod.name) / "layers"
+    rootfs = paths.rootfs_dir()
+    if rootfs is None:
+        raise LocalModeError("cannot find the images' rootfs/ (set SLONK_ROOTFS)")
+
+    def writable(target: str, lower: list[str]) -> dict[str, Any]:
+        name = target.strip("/")
+        return {
+            "target": target,
+            "lower": lower,
+            "upper": str(layers / f"{name}.upper"),
+            "work": str(layers / f"{name}.work"),
+        }
+
+    binds = []
+    for mount in pod.mounts:
+        source = state_path(cluster.state_dir, mount, pod.name)
+        source.mkdir(parents=True, exist_ok=True)
+        binds.append({"source": str(source), "target": mount.target, "readOnly": mount.read_only})
+    return {
+        "hostname": pod.name,
+        "command": list(pod.command),
+        "env": {"PATH": POD_PATH, "HOME": "/root", "LANG": "C.UTF-8", **pod.env},
+        "overlays": [
+            writable("/etc", [str(rootfs / "etc"), "/etc"]),
+            writable("/var", ["/var"]),
+            {"target": "/usr", "lower": [str(rootfs / "usr"), "/usr"]},
+        ],
+        "tmpfs": {"/run": "0755", "/tmp": "1777"},
+        "binds": binds,
+        "files": {"/etc/hosts": hosts, "/etc/hostname": f"{pod.name}\n"},
+    }
+
+
+def _launch(cluster: Cluster, name: str, spec: dict[str, Any]) -> int:
+    """Start a pod with fresh writable layers, as a new container would have."""
+    pod_dir = cluster.pod_dir(name)
+    shutil.rmtree(pod_dir / "layers", ignore_errors=True)
+    shutil.rmtree(pod_dir / "scratch", ignore_errors=True)
+    for layer in spec["overlays"]:
+        for key in ("upper", "work"):
+            if key in layer:
+                Path(layer[key]).mkdir(parents=True)
+    for volume in spec["binds"]:
+        Path(volume["source"]).mkdir(parents=True, exist_ok=True)
+    return pods.start(pod_dir, cluster.network.pod_netns(name), spec)
+
+
+def node_states(cluster: Cluster) -> dict[str, str]:
+    """Slurm's state of every node, as the controller sees it ({} while it does not answer)."""
+    controller = cluster.pod_names("controller")
+    if not controller or cluster.pid(controller[0]) is None:
+        return {}
+    result = cluster.run(controller[0], ["sinfo", "--noheader", "--Node", "--format=%N %T"])
+    if result.returncode != 0:
+        return {}
+    return dict(line.split() for line in result.stdout.splitlines() if line.strip())
+
+
+def wait_idle(
+    cluster: Cluster, timeout: float = IDLE_TIMEOUT_SECONDS, progress: Callable[[str], None] = print
+) -> float:
+    """Wait until every worker pod is an idle Slurm node; returns the seconds it took."""
+    started = time.monotonic()
+    expected = set(cluster.pod_names("worker"))
+    last = None
+    while True:
+        for name in cluster.pod_names():
+            if cluster.pid(name) is None:
+                log = (cluster.pod_dir(name) / "log").read_text().splitlines()[-15:]
+                raise LocalModeError(f"pod {name} stopped while starting:\n" + "\n".join(log))
+        states = node_states(cluster)
+        idle = {n for n, s in states.items() if s == "idle"}
+        summary = ", ".join(f"{n} {states.get(n, 'not registered')}" for n in sorted(expected))
+        if summary != last:
+            progress(f"  nodes: {summary or 'none'}")
+            last = summary
+        if expected <= idle:
+            return time.monotonic() - started
+        if time.monotonic() - started > timeout:
+            raise LocalModeError(f"nodes not idle after {timeout:.0f} s: {summary}")
+        time.sleep(0.05)
+
+
+def up(
+    state_dir: Path, value_files: Sequence[Path] = (), progress: Callable[[str], None] = print
+) -> Cluster:
+    _require_root()
+    cluster = Cluster(state_dir.resolve())
+    if cluster.record_file.exists() and any(cluster.pid(n) for n in cluster.pod_names()):
+        raise LocalModeError(f"a cluster is already up in {state_dir}: `slonk local down` first")
+    cluster.state_dir.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    rendered = chart.render(chart.default_chart(), values(cluster, value_files), RELEASE, NAMESPACE)
+    docs = [d for d in yaml.load_all(chart.manifest(rendered), Loader=yaml.CSafeLoader) if d]
+    objects = plan(docs, NAMESPACE)
+    spec = yaml.safe_load(objects.configmaps[f"{RELEASE}-cluster"]["cluster.yaml"])
+    progress(f"slonk local: {len(objects.pods)} pods from the chart, state in {cluster.state_dir}")
+
+    _project_objects(cluster, objects)
+    network = cluster.network
+    addresses = {p.name: pod_address(i) for i, p in enumerate(objects.pods)}
+    # Written before anything is made, so that `down` can undo even a partial `up`.
+    previous = cluster.record() if cluster.record_file.exists() else {}
+    record = {
+        "prefix": network.prefix,
+        "made_netns_mount": previous.get("made_netns_mount") or not is_mount_point(NETNS_DIR),
+        "pods": {p.name: {"role": p.role, "address": addresses[p.name]} for p in objects.pods},
+    }
+    cluster.record_file.write_text(json.dumps(record, indent=1))
+    network.create_switch()
+    for i, p in enumerate(objects.pods):
+        network.add_pod(p.name, i)
+    _known_hosts(cluster, objects, addresses)
+    hosts = hosts_file(objects, addresses, spec["clusterDomain"])
+    for p in objects.pods:
+        cluster.pod_dir(p.name).mkdir(parents=True, exist_ok=True)
+        _launch(cluster, p.name, _pod_spec(cluster, p, hosts))
+        progress(f"  started {p.name} ({p.role}) at {addresses[p.name]}")
+    wait_idle(cluster, progress=progress)
+    progress(f"slonk local: cluster up in {time.monotonic() - started:.2f} s")
+    return cluster
+
+
+def restart(state_dir: Path, name: str, stop_only: bool = False) -> None:
+    """Stop a pod (as kubelet would: SIGTERM, then SIGKILL) and start it again."""
+    _require_root()
+    cluster = Cluster(state_dir.resolve())
+    if name not in cluster.pod_names():
+        raise LocalModeError(f"no pod {name!r}: pods are {', '.join(cluster.pod_names())}")
+    pid = cluster.pid(name)
+    if pid is not None:
+        pods.stop(pid, STOP_GRACE_SECONDS)
+    if not stop_only:
+        spec = json.loads((cluster.pod_dir(name) / "pod.json").read_text())
+        _launch(cluster, name, spec)
+
+
+def down(state_dir: Path, purge: bool = False, progress: Callable[[str], None] = print) -> None:
+    """Stop every pod and remove every namespace, even after a partial `up`. Idempotent."""
+    _require_root()
+    cluster = Cluster(state_dir.resolve())
+    network = cluster.network
+    record = cluster.record() if cluster.record_file.exists() else {"pods": {}}
+    for name in record["pods"]:
+        pid = cluster.pid(name)
+        if pid is not None:
+            pods.stop(pid, STOP_GRACE_SECONDS)
+            progress(f"  stopped {name}")
+    for netns in network.namespaces():
+        for pid in processes_in(netns):  # a pod that never finished starting, an ssh session
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    network.destroy(made_netns_mount=record.get("made_netns_mount", False))
+    if purge:
+        shutil.rmtree(cluster.state_dir, ignore_errors=True)
+    else:
+        shutil.rmtree(cluster.state_dir / "pods", ignore_errors=True)
+        shutil.rmtree(cluster.state_dir / "configmaps", ignore_errors=True)
+        cluster.record_file.unlink(missing_ok=True)
+    progress(f"slonk local: down ({'state removed' if purge else 'volumes and secrets kept'})")
+
+
+def status(state_dir: Path) -> str:
+    cluster = Cluster(state_dir.resolve())
+    rows = [f"{'POD':24} {'ROLE':10} {'ADDRESS':12} {'STATE':8} PROCESSES"]
+    for name, info in cluster.record()["pods"].items():
+        pid = cluster.pid(name)
+        procs = []
+        if pid is not None:
+            for p in sorted(processes_in(cluster.network.pod_netns(name))):
+                try:
+                    procs.append(Path(f"/proc/{p}/comm").read_text().strip())
+                except OSError:
+                    continue
+        state = "Running" if pid else "Stopped"
+        rows.append(f"{name:24} {info['role']:10} {info['address']:12} {state:8} {' '.join(procs)}")
+    states = node_states(cluster)
+    rows.append("")
+    rows.append("Slurm nodes: " + (", ".join(f"{n} {s}" for n, s in states.items()) or "unknown"))
+    return "\n".join(rows)

@@ -1,0 +1,163 @@
+"""From the chart's rendered objects to what local mode runs: pods, their files and names."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+COMPONENT = "app.kubernetes.io/component"
+POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"
+
+
+class LocalModeError(RuntimeError):
+    """The rendered chart asks for something local mode cannot provide."""
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A volume as the pod sees it: `kind` is configmap, secret, claim or scratch."""
+
+    kind: str
+    name: str
+    target: str
+    read_only: bool = False
+
+
+@dataclass(frozen=True)
+class Pod:
+    name: str
+    role: str
+    labels: Mapping[str, str]
+    command: tuple[str, ...]
+    env: Mapping[str, str]
+    mounts: tuple[Mount, ...]
+    subdomain: str
+
+
+@dataclass
+class Plan:
+    """Everything `slonk local up` makes, from one rendering of the chart."""
+
+    namespace: str
+    pods: list[Pod] = field(default_factory=list)
+    configmaps: dict[str, dict[str, bytes]] = field(default_factory=dict)
+    secrets: dict[str, dict[str, bytes]] = field(default_factory=dict)
+    services: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    def pod(self, name: str) -> Pod:
+        for pod in self.pods:
+            if pod.name == name:
+                return pod
+        raise LocalModeError(f"no pod {name!r}: pods are {', '.join(p.name for p in self.pods)}")
+
+    def service_pods(self, name: str) -> list[Pod]:
+        selector = self.services[name]
+        return [p for p in self.pods if all(p.labels.get(k) == v for k, v in selector.items())]
+
+
+def _env(container: Mapping[str, Any], pod: str, namespace: str) -> dict[str, str]:
+    fields = {"metadata.name": pod, "metadata.namespace": namespace}
+    env = {}
+    for var in container.get("env", []):
+        if "value" in var:
+            env[var["name"]] = str(var["value"])
+        else:
+            path = var["valueFrom"]["fieldRef"]["fieldPath"]
+            if path not in fields:
+                raise LocalModeError(f"env {var['name']}: local mode knows no field {path}")
+            env[var["name"]] = fields[path]
+    return env
+
+
+def _mounts(sts: Mapping[str, Any], pod: str) -> tuple[Mount, ...]:
+    spec = sts["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in spec.get("volumes", [])}
+    templates = {t["metadata"]["name"] for t in sts["spec"].get("volumeClaimTemplates", [])}
+    mounts = []
+    for m in spec["containers"][0].get("volumeMounts", []):
+        name, target, read_only = m["name"], m["mountPath"], bool(m.get("readOnly"))
+        if name in templates:
+            # The PVC a StatefulSet makes for this replica: <template>-<pod>.
+            mounts.append(Mount("claim", f"{name}-{pod}", target, read_only))
+            continue
+        volume = volumes[name]
+        if "configMap" in volume:
+            mounts.append(Mount("configmap", volume["configMap"]["name"], target, True))
+        elif "secret" in volume:
+            mounts.append(Mount("secret", volume["secret"]["secretName"], target, True))
+        elif "persistentVolumeClaim" in volume:
+            claim = volume["persistentVolumeClaim"]["claimName"]
+            mounts.append(Mount("claim", claim, target, read_only))
+        elif "emptyDir" in volume:
+            mounts.append(Mount("scratch", name, target, read_only))
+        else:
+            kind = next(k for k in volume if k != "name")
+            raise LocalModeError(
+                f"pod {pod}: volume {name!r} is {kind}, which local mode cannot mount; "
+                "use a persistentVolumeClaim (local mode keeps it in the state directory)"
+            )
+    return tuple(mounts)
+
+
+def _decode(data: Mapping[str, str] | None) -> dict[str, bytes]:
+    return {k: base64.b64decode(v) for k, v in (data or {}).items()}
+
+
+def plan(documents: Iterable[Mapping[str, Any]], namespace: str) -> Plan:
+    result = Plan(namespace=namespace)
+    for doc in documents:
+        kind, meta = doc["kind"], doc["metadata"]
+        if kind == "ConfigMap":
+            result.configmaps[meta["name"]] = {k: v.encode() for k, v in doc["data"].items()}
+        elif kind == "Secret":
+            result.secrets[meta["name"]] = _decode(doc.get("data"))
+        elif kind == "Service":
+            result.services[meta["name"]] = dict(doc["spec"].get("selector", {}))
+        elif kind == "StatefulSet":
+            template = doc["spec"]["template"]
+            container = template["spec"]["containers"][0]
+            for ordinal in range(int(doc["spec"]["replicas"])):
+                name = f"{meta['name']}-{ordinal}"
+                labels = {**template["metadata"]["labels"], POD_NAME_LABEL: name}
+                result.pods.append(
+                    Pod(
+                        name=name,
+                        role=labels[COMPONENT],
+                        labels=labels,
+                        command=tuple(container["command"]),
+                        env=_env(container, name, namespace),
+                        mounts=_mounts(doc, name),
+                        subdomain=doc["spec"]["serviceName"],
+                    )
+                )
+    return result
+
+
+def hosts_file(plan: Plan, addresses: Mapping[str, str], cluster_domain: str) -> str:
+    """What cluster DNS would answer: every single-pod Service and every pod's own name."""
+    names: dict[str, list[str]] = {pod: [] for pod in addresses}
+    suffix = f"{plan.namespace}.svc.{cluster_domain}"
+    for pod in plan.pods:
+        names[pod.name] += [pod.name, f"{pod.name}.{pod.subdomain}.{suffix}"]
+    for service in plan.services:
+        matched = plan.service_pods(service)
+        if len(matched) == 1 and service != matched[0].name:
+            names[matched[0].name] += [service, f"{service}.{suffix}"]
+        elif len(matched) == 1:
+            names[service].append(f"{service}.{suffix}")
+    lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
+    lines += [f"{addresses[pod]}\t{' '.join(dict.fromkeys(n))}" for pod, n in names.items()]
+    return "\n".join(lines) + "\n"
+
+
+def state_path(root: Path, mount: Mount, pod: str) -> Path:
+    """Where a mount's source lives in the state directory."""
+    return {
+        "configmap": root / "configmaps" / mount.name,
+        "secret": root / "secrets" / mount.name,
+        "claim": root / "volumes" / mount.name,
+        "scratch": root / "pods" / pod / "scratch" / mount.name,
+    }[mount.kind]

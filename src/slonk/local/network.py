@@ -1,0 +1,123 @@
+"""A local cluster's private network: a bridge in a namespace of its own, a veth per pod.
+
+Nothing touches the host's network. Every name starts with a prefix derived from the state
+directory, so two clusters on one machine never collide; the addresses may repeat, since
+each cluster's bridge lives in its own namespace.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+NETNS_DIR = Path("/run/netns")
+SUBNET = "10.73.0"
+PREFIX_LEN = 24
+BRIDGE_ADDRESS = f"{SUBNET}.1"
+FIRST_POD_HOST = 10
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
+
+
+def pod_address(index: int) -> str:
+    if index > 250 - FIRST_POD_HOST:
+        raise ValueError("local mode runs at most 240 pods")
+    return f"{SUBNET}.{FIRST_POD_HOST + index}"
+
+
+def is_mount_point(path: Path) -> bool:
+    return any(line.split()[4] == str(path) for line in Path("/proc/self/mountinfo").open())
+
+
+def netns_inode(name: str) -> int | None:
+    try:
+        return os.stat(NETNS_DIR / name).st_ino
+    except OSError:
+        return None
+
+
+def processes_in(name: str) -> list[int]:
+    """Host pids of every process whose network namespace is `name`."""
+    inode = netns_inode(name)
+    if inode is None:
+        return []
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if os.stat(entry / "ns" / "net").st_ino == inode:
+                    pids.append(int(entry.name))
+            except OSError:
+                continue  # exited meanwhile, or a kernel thread
+    return pids
+
+
+@dataclass(frozen=True)
+class Network:
+    prefix: str
+
+    @classmethod
+    def for_state_dir(cls, state_dir: Path) -> Network:
+        digest = hashlib.sha256(str(Path(state_dir).resolve()).encode()).hexdigest()
+        return cls(prefix=f"slk{digest[:8]}")
+
+    @property
+    def switch(self) -> str:
+        return f"{self.prefix}-switch"
+
+    def pod_netns(self, pod: str) -> str:
+        return f"{self.prefix}-{pod}"
+
+    def namespaces(self) -> list[str]:
+        """Every namespace of this cluster, whichever step made it."""
+        if not NETNS_DIR.is_dir():
+            return []
+        return sorted(p.name for p in NETNS_DIR.iterdir() if p.name.startswith(f"{self.prefix}-"))
+
+    def create_switch(self) -> None:
+        if netns_inode(self.switch) is not None:
+            return
+        _ip("netns", "add", self.switch)
+        _ip("-n", self.switch, "link", "set", "lo", "up")
+        _ip("-n", self.switch, "link", "add", "br0", "type", "bridge")
+        _ip("-n", self.switch, "addr", "add", f"{BRIDGE_ADDRESS}/{PREFIX_LEN}", "dev", "br0")
+        _ip("-n", self.switch, "link", "set", "br0", "up")
+
+    def add_pod(self, pod: str, index: int) -> str:
+        """A namespace for the pod with eth0 on the bridge; returns its address."""
+        netns, address, port = self.pod_netns(pod), pod_address(index), f"p{index}"
+        if netns_inode(netns) is None:
+            _ip("netns", "add", netns)
+            _ip("-n", netns, "link", "set", "lo", "up")
+            _ip(
+                "-n",
+                self.switch,
+                "link",
+                "add",
+                port,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "eth0",
+                "netns",
+                netns,
+            )
+            _ip("-n", self.switch, "link", "set", port, "master", "br0", "up")
+            _ip("-n", netns, "addr", "add", f"{address}/{PREFIX_LEN}", "dev", "eth0")
+            _ip("-n", netns, "link", "set", "eth0", "up")
+        return address
+
+    def destroy(self, made_netns_mount: bool = False) -> None:
+        """Delete every namespace of this cluster (their veths go with them). iproute2 makes
+        /run/netns a mount point with the machine's first namespace: when that was this
+        cluster's doing and no namespace is left, undo it too."""
+        for netns in self.namespaces():
+            _ip("netns", "delete", netns)
+        if made_netns_mount and is_mount_point(NETNS_DIR) and not any(NETNS_DIR.iterdir()):
+            subprocess.run(["umount", str(NETNS_DIR)], check=True)

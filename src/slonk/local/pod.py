@@ -1,0 +1,119 @@
+"""Start, stop and enter local pods: namespaces on the host, s6-svscan as each one's PID 1."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from slonk.local.network import NETNS_DIR, netns_inode
+
+
+class PodError(RuntimeError):
+    pass
+
+
+def _child_of(pid: int, timeout: float = 5.0) -> int:
+    """The first child of `pid`: unshare --fork's child is PID 1 of the new namespace."""
+    deadline = time.monotonic() + timeout
+    children = Path(f"/proc/{pid}/task/{pid}/children")
+    while time.monotonic() < deadline:
+        try:
+            found = children.read_text().split()
+        except OSError:
+            found = []
+        if found:
+            return int(found[0])
+        time.sleep(0.005)
+    raise PodError(f"pod launcher {pid} started no process")
+
+
+def start(pod_dir: Path, netns: str, spec: Mapping[str, Any]) -> int:
+    """Launch a pod from its spec (see podinit); returns the host pid of its PID 1."""
+    spec_file = pod_dir / "pod.json"
+    spec_file.write_text(json.dumps(spec, indent=1))
+    with open(pod_dir / "log", "ab") as log:
+        launcher = subprocess.Popen(
+            [
+                "nsenter",
+                f"--net={NETNS_DIR / netns}",
+                "--",
+                "unshare",
+                "--mount",
+                "--uts",
+                "--ipc",
+                "--pid",
+                "--fork",
+                "--mount-proc",
+                "--propagation",
+                "private",
+                "--",
+                sys.executable,
+                "-m",
+                "slonk.local.podinit",
+                str(spec_file),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    pid = _child_of(launcher.pid)
+    (pod_dir / "pid").write_text(f"{pid}\n")
+    return pid
+
+
+def running_pid(pod_dir: Path, netns: str) -> int | None:
+    """The pod's PID 1 if it is alive, and really ours (not a recycled pid)."""
+    try:
+        pid = int((pod_dir / "pid").read_text())
+        alive = os.stat(f"/proc/{pid}/ns/net").st_ino == netns_inode(netns)
+    except (OSError, ValueError):
+        return None
+    return pid if alive else None
+
+
+def _wait_gone(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not Path(f"/proc/{pid}").exists():
+            return True
+        time.sleep(0.02)
+    return not Path(f"/proc/{pid}").exists()
+
+
+def stop(pid: int, grace: float) -> None:
+    """SIGTERM to PID 1 (s6 stops the services), SIGKILL after `grace` seconds. When a
+    PID namespace's first process dies the kernel kills every other process in it."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+        if not _wait_gone(pid, grace):
+            os.kill(pid, signal.SIGKILL)
+            _wait_gone(pid, 5.0)
+    except ProcessLookupError:
+        pass
+
+
+def enter(pid: int, command: Sequence[str], env: Mapping[str, str]) -> list[str]:
+    """The argv that runs `command` inside a running pod."""
+    return [
+        "nsenter",
+        "-t",
+        str(pid),
+        "--mount",
+        "--uts",
+        "--ipc",
+        "--net",
+        "--pid",
+        "--",
+        "env",
+        "-i",
+        *(f"{k}={v}" for k, v in env.items()),
+        *command,
+    ]

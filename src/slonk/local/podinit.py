@@ -1,0 +1,57 @@
+"""Inside a new local pod's namespaces: lay out its filesystem, then exec its command.
+
+Run by `slonk local` as PID 1 of a fresh PID, mount and UTS namespace (already joined to
+the pod's network namespace). The host's root is the pod's image, with the image's own
+files (rootfs/) layered over /etc and /usr, and a writable layer per pod over /etc and /var,
+as a container runtime would do. Every mount dies with the pod's mount namespace.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+
+def _mount(*args: str) -> None:
+    subprocess.run(["mount", *args], check=True)
+
+
+def overlay(target: str, lower: list[str], upper: str | None, work: str | None) -> None:
+    options = f"lowerdir={':'.join(lower)}"
+    if upper and work:
+        options += f",upperdir={upper},workdir={work}"
+    _mount("-t", "overlay", "overlay", "-o", options, target)
+
+
+def bind(source_fd: int, target: str, read_only: bool) -> None:
+    Path(target).mkdir(parents=True, exist_ok=True)
+    _mount("--bind", f"/proc/{os.getpid()}/fd/{source_fd}", target)
+    if read_only:
+        _mount("-o", "remount,bind,ro", target)
+
+
+def main(spec_path: str) -> None:
+    spec = json.loads(Path(spec_path).read_text())
+    # Hold every volume's source before the pod's own /tmp or /run can hide it.
+    sources = [os.open(v["source"], os.O_PATH | os.O_DIRECTORY) for v in spec["binds"]]
+    for layer in spec["overlays"]:
+        overlay(layer["target"], layer["lower"], layer.get("upper"), layer.get("work"))
+    for target, mode in spec["tmpfs"].items():
+        _mount("-t", "tmpfs", "-o", f"mode={mode}", "tmpfs", target)
+    for fd, volume in zip(sources, spec["binds"], strict=True):
+        bind(fd, volume["target"], volume["readOnly"])
+        os.close(fd)
+    for path, text in spec["files"].items():
+        Path(path).write_text(text)
+    socket.sethostname(spec["hostname"])
+    os.chdir("/")
+    command = spec["command"]
+    os.execvpe(command[0], command, spec["env"])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

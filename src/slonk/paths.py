@@ -1,0 +1,39 @@
+"""Where things are: inside a pod (the chart's mount paths) and in a slonk installation."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+# Mounted by the chart (charts/slonk/templates/_helpers.tpl, login.yaml, controller.yaml).
+CLUSTER_SPEC = Path("/etc/slonk/cluster.yaml")
+MUNGE_SECRET = Path("/var/run/secrets/slonk/munge/munge.key")
+SSH_SECRET_DIR = Path("/var/run/secrets/slonk/ssh")
+HOME = Path("/home")
+
+# Written by `slonk init` inside the pod.
+SLURM_CONF_DIR = Path("/etc/slurm")
+MUNGE_KEY = Path("/etc/munge/munge.key")
+SCAN_DIR = Path("/run/slonk/service")
+
+# Shipped in every image from rootfs/.
+SHARE = Path("/usr/share/slonk")
+
+_REPO = Path(__file__).resolve().parents[2]
+
+
+def _installed(env: str, in_repo: Path, in_image: Path, marker: str) -> Path | None:
+    for candidate in (os.environ.get(env), in_repo, in_image):
+        if candidate and (Path(candidate) / marker).exists():
+            return Path(candidate)
+    return None
+
+
+def chart_dir() -> Path | None:
+    """The chart slonk ships: $SLONK_CHART, the source checkout's, or the image's copy."""
+    return _installed("SLONK_CHART", _REPO / "charts" / "slonk", SHARE / "chart", "Chart.yaml")
+
+
+def rootfs_dir() -> Path | None:
+    """The files every image carries (rootfs/), for local mode to layer over the host."""
+    return _installed("SLONK_ROOTFS", _REPO / "rootfs", Path("/"), "usr/share/slonk/services")

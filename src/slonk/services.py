@@ -1,0 +1,31 @@
+"""The role's s6 services: copy their directories into the scan dir, then become s6-svscan."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from slonk import paths
+
+ROLE_SERVICES = {
+    "controller": ("munged", "slurmctld", "config-watch"),
+    "worker": ("munged", "slurmd", "config-watch"),
+    "login": ("munged", "sshd", "config-watch"),
+}
+
+
+def write_scan_dir(role: str, share: Path = paths.SHARE, scan_dir: Path = paths.SCAN_DIR) -> None:
+    """Fresh service dirs on every start: supervise state from a previous life must not linger."""
+    if scan_dir.exists():
+        shutil.rmtree(scan_dir)
+    scan_dir.mkdir(parents=True)
+    for service in ROLE_SERVICES[role]:
+        shutil.copytree(share / "services" / service, scan_dir / service, symlinks=True)
+    shutil.copytree(share / "svscan", scan_dir / ".s6-svscan", symlinks=True)
+
+
+def exec_svscan(role: str, scan_dir: Path = paths.SCAN_DIR) -> None:
+    """Replace this process with s6-svscan: it is PID 1 from here on."""
+    os.environ["SLONK_ROLE"] = role
+    os.execvp("s6-svscan", ["s6-svscan", str(scan_dir)])
