@@ -52,6 +52,9 @@ def _local(args: argparse.Namespace) -> int:
         if login:
             print(f"Log in:  slonk local ssh demo --state-dir {local.state_dir}")
         return 0
+    if args.local_command == "upgrade":
+        cluster.upgrade(state, args.values)
+        return 0
     if args.local_command == "down":
         cluster.down(state, purge=args.purge)
         return 0
@@ -88,15 +91,14 @@ def _add_local(commands: argparse._SubParsersAction) -> None:
         parser.set_defaults(run=_local)
         return parser
 
-    up = sub("up", "render the chart, start every pod, wait until all nodes are idle")
-    up.add_argument(
-        "-f",
-        "--values",
-        action="append",
-        type=Path,
-        default=[],
-        help="a values file over local mode's defaults; later files win",
-    )
+    for name, help_text in [
+        ("up", "render the chart, start every pod, wait until all nodes are idle"),
+        ("upgrade", "render again and update the mounted ConfigMaps, like helm upgrade"),
+    ]:
+        sub(name, help_text).add_argument(
+            "-f", "--values", action="append", type=Path, default=[],
+            help="a values file over local mode's defaults; later files win",
+        )
     sub("down", "stop every pod, remove namespaces; volumes and secrets kept").add_argument(
         "--purge", action="store_true", help="remove the state directory too"
     )

@@ -276,6 +276,28 @@ def wait_idle(
         time.sleep(0.05)
 
 
+def _render(cluster: Cluster, value_files: Sequence[Path]) -> Plan:
+    rendered = chart.render(chart.default_chart(), values(cluster, value_files), RELEASE, NAMESPACE)
+    docs = [d for d in yaml.load_all(chart.manifest(rendered), Loader=yaml.CSafeLoader) if d]
+    return plan(docs, NAMESPACE)
+
+
+def upgrade(
+    state_dir: Path, value_files: Sequence[Path] = (), progress: Callable[[str], None] = print
+) -> None:
+    """Like `helm upgrade`: render again and update the ConfigMaps the pods mount (kubelet's
+    atomic swap); each pod's watcher applies the change. Pods are neither added nor removed."""
+    _require_root()
+    cluster = Cluster(state_dir.resolve())
+    objects = _render(cluster, value_files)
+    running = set(cluster.pod_names())
+    if {p.name for p in objects.pods} != running:
+        progress("slonk local: the new values change the set of pods; `down` and `up` to apply it")
+    for name, files in objects.configmaps.items():
+        project(cluster.state_dir / "configmaps" / name, files)
+        progress(f"  updated ConfigMap {name}")
+
+
 def up(
     state_dir: Path, value_files: Sequence[Path] = (), progress: Callable[[str], None] = print
 ) -> Cluster:
@@ -285,9 +307,7 @@ def up(
         raise LocalModeError(f"a cluster is already up in {state_dir}: `slonk local down` first")
     cluster.state_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    rendered = chart.render(chart.default_chart(), values(cluster, value_files), RELEASE, NAMESPACE)
-    docs = [d for d in yaml.load_all(chart.manifest(rendered), Loader=yaml.CSafeLoader) if d]
-    objects = plan(docs, NAMESPACE)
+    objects = _render(cluster, value_files)
     spec = yaml.safe_load(objects.configmaps[f"{RELEASE}-cluster"]["cluster.yaml"])
     progress(f"slonk local: {len(objects.pods)} pods from the chart, state in {cluster.state_dir}")
 
