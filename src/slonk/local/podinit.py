@@ -29,7 +29,9 @@ def overlay(target: str, lower: list[str], upper: str | None, work: str | None) 
 
 def bind(source_fd: int, target: str, read_only: bool) -> None:
     Path(target).mkdir(parents=True, exist_ok=True)
-    _mount("--bind", f"/proc/{os.getpid()}/fd/{source_fd}", target)
+    # --no-canonicalize: mount would otherwise resolve the fd back to its path name, which
+    # inside the pod may now name the overlay's copy (a state dir under /var) instead.
+    _mount("--no-canonicalize", "--bind", f"/proc/{os.getpid()}/fd/{source_fd}", target)
     if read_only:
         _mount("-o", "remount,bind,ro", target)
 
