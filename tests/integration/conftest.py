@@ -1,0 +1,157 @@
+"""A real local cluster for the integration tests: slurmctld, slurmd, munged and sshd under
+s6 in namespaced pods, started by `slonk local up` and driven through the `slonk` CLI.
+
+Pods are testinfra hosts: commands reach them through `slonk local exec` (as root in the pod)
+or `slonk local ssh USER` (as a user, through the login pod's sshd).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import testinfra.host
+from testinfra.backend import base
+
+from slonk.local.cluster import Cluster
+
+SLONK = [sys.executable, "-m", "slonk.cli"]
+
+pytestmark = pytest.mark.integration
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    reason = None
+    if os.geteuid() != 0:
+        reason = "integration tests need root (network namespaces, mounts)"
+    elif not shutil.which("slurmctld") or not shutil.which("s6-svscan"):
+        reason = "Slurm and s6 are not installed: run scripts/setup"
+    for item in items:
+        if "integration" in str(item.fspath) and reason:
+            item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def slonk(*args: str, check: bool = True, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [*SLONK, *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(f"slonk {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+class _SlonkBackend(base.BaseBackend):
+    """testinfra backend running commands through a `slonk local` subcommand."""
+
+    def __init__(self, target: str, state_dir: Path, **kwargs: Any) -> None:
+        self.target, self.state_dir = target, state_dir
+        super().__init__(target, **kwargs)
+
+    def prefix(self) -> list[str]:
+        raise NotImplementedError
+
+    def run(self, command: str, *args: str, **kwargs: Any) -> base.CommandResult:
+        cmd = self.get_command(command, *args)
+        out = self.run_local(" ".join(["%s"] * len(self.prefix())) + " %s", *self.prefix(), cmd)
+        out.command = self.encode(cmd)
+        return out
+
+
+class PodBackend(_SlonkBackend):
+    NAME = "slonk-pod"
+
+    def prefix(self) -> list[str]:
+        return [*SLONK, "local", "exec", self.target, "--state-dir", str(self.state_dir),
+                "--", "/bin/sh", "-c"]
+
+
+class UserBackend(_SlonkBackend):
+    """As a user, over ssh to the login pod: ssh hands the command to the user's shell."""
+
+    NAME = "slonk-ssh"
+
+    def prefix(self) -> list[str]:
+        return [*SLONK, "local", "ssh", self.target, "--state-dir", str(self.state_dir), "--"]
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
+    """Poll until `check()` is truthy; fail naming `what` and the last value."""
+    deadline = time.monotonic() + timeout
+    value = None
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {value!r})")
+
+
+class LocalCluster:
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+
+    def pod(self, name: str) -> testinfra.host.Host:
+        return testinfra.host.Host(PodBackend(name, self.state_dir))
+
+    def user(self, name: str = "demo") -> testinfra.host.Host:
+        return testinfra.host.Host(UserBackend(name, self.state_dir))
+
+    def slonk(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return slonk("local", *args, "--state-dir", str(self.state_dir), check=check)
+
+    def log(self, pod: str) -> str:
+        return (self.state_dir / "pods" / pod / "log").read_text()
+
+    def nodes(self) -> dict[str, tuple[str, str]]:
+        """{node: (state, reason)} as the controller sees it."""
+        out = self.pod("slonk-controller-0").run("sinfo --noheader --Node --format='%N|%T|%E'")
+        rows = [line.split("|") for line in out.stdout.splitlines() if line]
+        return {node: (state, reason) for node, state, reason in rows} if out.rc == 0 else {}
+
+    def jobs(self) -> dict[str, str]:
+        """{job id: state} of every job in the queue."""
+        out = self.pod("slonk-controller-0").run("squeue --noheader --format='%i %T'")
+        return dict(line.split() for line in out.stdout.splitlines()) if out.rc == 0 else {}
+
+    def wait_idle(self, nodes: tuple[str, ...] = ("slonk-cpu-0", "slonk-cpu-1")) -> None:
+        wait_for(
+            f"{', '.join(nodes)} idle",
+            lambda: all(self.nodes().get(n, ("",))[0] == "idle" for n in nodes),
+        )
+
+    def submit(self, *sbatch_args: str, user: str = "demo") -> str:
+        out = self.user(user).check_output("sbatch --parsable " + shlex.join(sbatch_args))
+        return out.strip()
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    state_dir = tmp_path_factory.mktemp("local-cluster")
+    local = LocalCluster(state_dir)
+    try:
+        slonk("local", "up", "--state-dir", str(state_dir))
+        yield local
+    finally:
+        slonk("local", "down", "--purge", "--state-dir", str(state_dir), check=False)
+
+
+@pytest.fixture
+def healthy(cluster: LocalCluster) -> Iterator[LocalCluster]:
+    """The cluster, idle before the test and made idle again after it, whatever it did."""
+    cluster.wait_idle()
+    yield cluster
+    local = Cluster(cluster.state_dir)
+    for name in local.pod_names():
+        if local.pid(name) is None:  # a test that stopped a pod and failed before starting it
+            cluster.slonk("restart", name)
+    wait_for("the controller", lambda: cluster.jobs() is not None and cluster.nodes())
+    cluster.pod("slonk-controller-0").run("scancel --user=demo")
+    cluster.wait_idle()
