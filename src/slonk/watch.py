@@ -63,6 +63,7 @@ def apply(
     if new == old:
         return "no change to the Slurm configuration"
     restart = _nodes(new["slurm.conf"]) != _nodes(old.get("slurm.conf", ""))
+    conf_dir.mkdir(parents=True, exist_ok=True)
     for name, text in new.items():
         write_atomically(conf_dir / name, text)
     try:

@@ -1,0 +1,99 @@
+"""The init layer's pieces: identity, secrets, s6 services, and applying config changes."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+import yaml
+
+from slonk import paths, services
+from slonk.config.spec import SpecError, parse_spec
+from slonk.init import InitError, check_identity
+from slonk.secrets import MissingSecret, install_munge_key, install_ssh_host_keys
+from slonk.watch import apply, fingerprint
+
+
+def test_identity(demo_spec):
+    spec = parse_spec(demo_spec)
+    check_identity(spec, "controller", "slonk-controller-0")
+    check_identity(spec, "worker", "slonk-gpu-3")
+    with pytest.raises(InitError, match=r"pod 'slonk-gpu-4' is not a node of cluster\.yaml"):
+        check_identity(spec, "worker", "slonk-gpu-4")
+    with pytest.raises(InitError, match=r"cluster\.yaml names 'slonk-controller-0'"):
+        check_identity(spec, "controller", "other-controller-0")
+
+
+def test_munge_key_is_installed_for_munge_only(tmp_path):
+    source = tmp_path / "secret" / "munge.key"
+    with pytest.raises(MissingSecret, match="no munge key; mount the Secret <release>-munge"):
+        install_munge_key(source, tmp_path / "etc" / "munge.key")
+    source.parent.mkdir()
+    source.write_bytes(b"short")
+    with pytest.raises(MissingSecret, match="munge key is 5 bytes"):
+        install_munge_key(source, tmp_path / "etc" / "munge.key")
+    source.write_bytes(os.urandom(1024))
+    target = tmp_path / "etc" / "munge.key"
+    try:
+        install_munge_key(source, target)
+    except KeyError:
+        pytest.skip("no munge user here: run scripts/setup")
+    info = target.stat()
+    assert stat.S_IMODE(info.st_mode) == 0o400
+    assert target.read_bytes() == source.read_bytes()
+    import pwd
+
+    assert info.st_uid == pwd.getpwnam("munge").pw_uid
+
+
+def test_ssh_host_keys_replace_the_images(tmp_path):
+    secret, etc = tmp_path / "secret", tmp_path / "ssh"
+    secret.mkdir()
+    etc.mkdir()
+    (etc / "ssh_host_rsa_key").write_text("image key")
+    with pytest.raises(MissingSecret, match="no ssh_host_\\*_key files"):
+        install_ssh_host_keys(secret, etc)
+    (secret / "ssh_host_ecdsa_key").write_text("from the secret")
+    assert install_ssh_host_keys(secret, etc) == ["ssh_host_ecdsa_key"]
+    assert sorted(p.name for p in etc.iterdir()) == ["ssh_host_ecdsa_key"]
+    assert stat.S_IMODE((etc / "ssh_host_ecdsa_key").stat().st_mode) == 0o600
+
+
+@pytest.mark.parametrize("role", sorted(services.ROLE_SERVICES))
+def test_scan_dir_has_the_roles_services(tmp_path, role):
+    share = paths.rootfs_dir() / "usr/share/slonk"
+    services.write_scan_dir(role, share, tmp_path / "scan")
+    names = sorted(p.name for p in (tmp_path / "scan").iterdir())
+    assert names == sorted([".s6-svscan", *services.ROLE_SERVICES[role]])
+    for service in services.ROLE_SERVICES[role]:
+        assert os.access(tmp_path / "scan" / service / "run", os.X_OK)
+    assert os.access(tmp_path / "scan" / ".s6-svscan" / "SIGTERM", os.X_OK)
+
+
+def test_apply_refuses_an_invalid_spec_and_keeps_files(tmp_path, demo_spec):
+    spec_file, conf = tmp_path / "cluster.yaml", tmp_path / "slurm"
+    spec_file.write_text(yaml.safe_dump(demo_spec))
+    assert apply("login", spec_file, conf) == (
+        "rewrote cgroup.conf, gres.conf, slurm.conf, topology.conf; "
+        "restarted for new node definitions")
+    before = (conf / "slurm.conf").read_text()
+    demo_spec["partitions"][0]["pools"] = ["nope"]
+    spec_file.write_text(yaml.safe_dump(demo_spec))
+    with pytest.raises(SpecError, match=r"partitions\[0\].pools\[0\]: unknown nodepool 'nope'"):
+        apply("login", spec_file, conf)
+    assert (conf / "slurm.conf").read_text() == before
+
+
+def test_apply_tells_a_node_change_from_a_setting_change(tmp_path, demo_spec):
+    spec_file, conf = tmp_path / "cluster.yaml", tmp_path / "slurm"
+    spec_file.write_text(yaml.safe_dump(demo_spec))
+    apply("login", spec_file, conf)
+    assert apply("login", spec_file, conf) == "no change to the Slurm configuration"
+    demo_spec["partitions"][1]["maxTime"] = 60
+    spec_file.write_text(yaml.safe_dump(demo_spec))
+    assert apply("login", spec_file, conf) == "rewrote slurm.conf"
+    demo_spec["nodepools"][0]["replicas"] = 3
+    spec_file.write_text(yaml.safe_dump(demo_spec))
+    assert apply("login", spec_file, conf).endswith("restarted for new node definitions")
+    assert fingerprint(tmp_path / "missing") is None

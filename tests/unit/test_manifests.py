@@ -1,0 +1,57 @@
+"""From rendered chart objects to local pods, their mounts and cluster DNS names."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from slonk import chart
+from slonk.local.manifests import LocalModeError, hosts_file, plan
+
+
+def _plan(values: dict | None = None):
+    rendered = chart.render(chart.default_chart(), values or {})
+    return plan([d for d in yaml.safe_load_all(chart.manifest(rendered)) if d], "default")
+
+
+def test_every_replica_is_a_pod_with_its_role_and_mounts():
+    objects = _plan()
+    assert [(p.name, p.role) for p in objects.pods] == [
+        ("slonk-controller-0", "controller"), ("slonk-login-0", "login"),
+        ("slonk-cpu-0", "worker"), ("slonk-cpu-1", "worker")]
+    controller = objects.pod("slonk-controller-0")
+    assert controller.env == {"POD_NAME": "slonk-controller-0", "POD_NAMESPACE": "default"}
+    mounts = {m.target: (m.kind, m.name, m.read_only) for m in controller.mounts}
+    assert mounts == {
+        "/etc/slonk": ("configmap", "slonk-cluster", True),
+        "/var/run/secrets/slonk/munge": ("secret", "slonk-munge", True),
+        "/home": ("claim", "slonk-home", False),
+        "/var/spool/slurmctld": ("claim", "state-slonk-controller-0", False),
+    }
+    assert set(objects.secrets) == {"slonk-munge", "slonk-ssh-host-keys"}
+    assert len(objects.secrets["slonk-munge"]["munge.key"]) == 1024
+
+
+def test_nfs_home_is_refused_with_a_reason():
+    with pytest.raises(LocalModeError, match="volume 'home' is nfs, which local mode cannot mount"):
+        _plan({"home": {"nfs": {"server": "nfs", "path": "/export"}}})
+
+
+def test_hosts_file_answers_like_cluster_dns():
+    objects = _plan()
+    addresses = {p.name: f"10.0.0.{i}" for i, p in enumerate(objects.pods)}
+    hosts = dict(
+        (line.split()[0], line.split()[1:]) for line in hosts_file(
+            objects, addresses, "cluster.local").splitlines()
+    )
+    assert hosts["10.0.0.0"] == [
+        "slonk-controller-0", "slonk-controller-0.slonk-pods.default.svc.cluster.local",
+        "slonk-controller", "slonk-controller.default.svc.cluster.local"]
+    assert hosts["10.0.0.2"] == [
+        "slonk-cpu-0", "slonk-cpu-0.slonk-pods.default.svc.cluster.local",
+        "slonk-cpu-0.default.svc.cluster.local"]
+
+
+def test_unknown_pod():
+    with pytest.raises(LocalModeError, match="no pod 'x': pods are slonk-controller-0"):
+        _plan().pod("x")
