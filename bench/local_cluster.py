@@ -1,0 +1,123 @@
+"""slonk local against a bare slurmctld/slurmd pair, in one run. Prints one JSON document.
+
+- cold start: `slonk local up` to every node idle, split into the init layer (what
+  `slonk init` reports per pod) and the rest (namespaces, daemons starting, registration);
+  Slonk's public images start with fixed `sleep 10` steps.
+- job latency (sbatch to completion, sequential) and throughput of 500 trivial jobs, through
+  the local cluster's login pod and on the bare pair; the ratio is the figure.
+Like for like: both sides are one controller and one 8-CPU node.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bare_pair import BarePair
+
+from slonk.local import cluster as local
+
+JOBS = 500
+LATENCY_RUNS = 20
+
+# Run by `sh` where the jobs are submitted: sequential latencies, then a burst of JOBS.
+WORKLOAD = """\
+now() { date +%s%N; }
+drain() { while [ -n "$(squeue --noheader --format=%i 2>/dev/null)" ]; do sleep 0.01; done; }
+for i in $(seq LATENCY_RUNS); do
+  t0=$(now)
+  j=$(sbatch --parsable --output=/dev/null --wrap true)
+  while [ -n "$(squeue --noheader --jobs "$j" --format=%i 2>/dev/null)" ]; do sleep 0.01; done
+  echo "latency_ms $(( ($(now) - t0) / 1000000 ))"
+done
+t0=$(now)
+for i in $(seq JOBS); do sbatch --parsable --output=/dev/null --wrap true >/dev/null; done
+echo "submitted_ms $(( ($(now) - t0) / 1000000 ))"
+drain
+echo "throughput_total_ms $(( ($(now) - t0) / 1000000 ))"
+""".replace("LATENCY_RUNS", str(LATENCY_RUNS)).replace("JOBS", str(JOBS))
+
+
+def workload(argv: list[str]) -> dict:
+    out = subprocess.run(argv, input=WORKLOAD, capture_output=True, text=True, check=True).stdout
+    latencies = [int(v) for k, v in (line.split() for line in out.splitlines()) if k == "latency_ms"]
+    total = int(re.search(r"throughput_total_ms (\d+)", out).group(1))
+    return {
+        "latency_ms_median": statistics.median(latencies),
+        "latency_ms_p90": sorted(latencies)[int(len(latencies) * 0.9) - 1],
+        "jobs": JOBS,
+        "throughput_seconds": total / 1000,
+        "jobs_per_second": round(JOBS / (total / 1000), 1),
+        "submit_seconds": int(re.search(r"submitted_ms (\d+)", out).group(1)) / 1000,
+    }
+
+
+ONE_NODE = """\
+nodepools: [{name: cpu, replicas: 1, cpus: 8, memoryMiB: 1024}]
+"""
+
+
+def local_cluster(state_dir: Path) -> dict:
+    values = state_dir.parent / "values.yaml"
+    values.write_text(ONE_NODE)
+    events: list[tuple[float, str]] = []
+    started = time.perf_counter()
+    cluster = local.up(
+        state_dir, [values], progress=lambda m: events.append((time.perf_counter(), m))
+    )
+    up_seconds = time.perf_counter() - started
+    pod_started = {
+        m.split()[1]: t for t, m in events if m.strip().startswith("started ")
+    }
+    init_ms = {}
+    for name in pod_started:
+        log = (cluster.pod_dir(name) / "log").read_text()
+        init_ms[name] = float(re.search(r"ready in (\d+) ms", log).group(1))
+    launched = min(pod_started.values())
+    init_done = max(pod_started[n] + init_ms[n] / 1000 for n in pod_started)
+    idle_at = events[-1][0]
+    result = {
+        "up_to_idle_seconds": round(up_seconds, 3),
+        "render_and_setup_seconds": round(launched - started, 3),
+        "init_layer_ms_per_pod": init_ms,
+        "init_layer_seconds": round(init_done - launched, 3),
+        "daemons_to_idle_seconds": round(idle_at - init_done, 3),
+    }
+    result.update(workload(cluster.ssh("demo", ["sh", "-s"])))
+    return result
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory(prefix="slonk-bench-") as tmp:
+        state_dir = Path(tmp) / "state"
+        try:
+            ours = local_cluster(state_dir)
+        finally:
+            local.down(state_dir, purge=True, progress=lambda m: None)
+    bare = BarePair(cpus=8)
+    try:
+        baseline = {"up_to_idle_seconds": round(bare.start(), 3)}
+        baseline.update(workload(bare.argv("sh -s")))
+    finally:
+        bare.stop()
+    print(json.dumps({
+        "benchmark": "local_cluster",
+        "slots": 8,
+        "public_slonk_fixed_sleep_seconds": 10,
+        "slonk_local": ours,
+        "bare_pair": baseline,
+        "ratio_latency_median": round(ours["latency_ms_median"] / baseline["latency_ms_median"], 2),
+        "ratio_throughput_seconds": round(
+            ours["throughput_seconds"] / baseline["throughput_seconds"], 2),
+    }, indent=2))
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).parent))
+    main()
