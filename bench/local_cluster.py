@@ -46,7 +46,8 @@ echo "throughput_total_ms $(( ($(now) - t0) / 1000000 ))"
 
 def workload(argv: list[str]) -> dict:
     out = subprocess.run(argv, input=WORKLOAD, capture_output=True, text=True, check=True).stdout
-    latencies = [int(v) for k, v in (line.split() for line in out.splitlines()) if k == "latency_ms"]
+    rows = [line.split() for line in out.splitlines()]
+    latencies = [int(value) for key, value in rows if key == "latency_ms"]
     total = int(re.search(r"throughput_total_ms (\d+)", out).group(1))
     return {
         "latency_ms_median": statistics.median(latencies),
