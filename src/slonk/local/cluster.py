@@ -38,6 +38,7 @@ LOCAL_VALUES = Path(__file__).with_name("values.yaml")
 DEFAULT_STATE_DIR = Path(os.environ.get("SLONK_STATE_DIR", "/var/lib/slonk/local"))
 STOP_GRACE_SECONDS = 15.0
 IDLE_TIMEOUT_SECONDS = 120.0
+POD_TMPFS = {"/run": "0755", "/tmp": "1777"}
 POD_PATH = ":".join(
     [
         str(Path(sys.executable).parent),
@@ -191,6 +192,15 @@ def _known_hosts(cluster: Cluster, objects: Plan, addresses: dict[str, str]) -> 
     cluster.known_hosts.write_text("".join(f"{line}\n" for line in lines))
 
 
+def _hidden_install_paths(tmpfs: dict[str, str]) -> list[Path]:
+    """Where slonk and its Python live, when a pod's own /tmp or /run would hide them (a
+    checkout under /tmp): the pod binds them back at the same path."""
+    import slonk
+
+    needed = {Path(sys.prefix), Path(sys.base_prefix), Path(slonk.__file__).parents[1]}
+    return sorted(p for p in needed if any(p.is_relative_to(t) for t in tmpfs))
+
+
 def _pod_spec(cluster: Cluster, pod: Any, hosts: str) -> dict[str, Any]:
     layers = cluster.pod_dir(pod.name) / "layers"
     rootfs = paths.rootfs_dir()
@@ -206,7 +216,10 @@ def _pod_spec(cluster: Cluster, pod: Any, hosts: str) -> dict[str, Any]:
             "work": str(layers / f"{name}.work"),
         }
 
-    binds = []
+    binds = [
+        {"source": str(path), "target": str(path), "readOnly": True}
+        for path in _hidden_install_paths(POD_TMPFS)
+    ]
     for mount in pod.mounts:
         source = state_path(cluster.state_dir, mount, pod.name)
         source.mkdir(parents=True, exist_ok=True)
@@ -220,7 +233,7 @@ def _pod_spec(cluster: Cluster, pod: Any, hosts: str) -> dict[str, Any]:
             writable("/var", ["/var"]),
             {"target": "/usr", "lower": [str(rootfs / "usr"), "/usr"]},
         ],
-        "tmpfs": {"/run": "0755", "/tmp": "1777"},
+        "tmpfs": POD_TMPFS,
         "binds": binds,
         "files": {"/etc/hosts": hosts, "/etc/hostname": f"{pod.name}\n"},
     }
