@@ -194,8 +194,10 @@ def test_down_after_a_partial_up(tmp_path: Path):
     values.write_text(yaml.safe_dump({"nodepools": [
         {"name": "cpu", "replicas": 1, "cpus": 1, "memoryMiB": 256}], "login": {"replicas": 0},
         "munge": {"existingSecret": "not-there"}}))
-    result = slonk("local", "up", "-f", str(values), "--state-dir", str(state_dir), check=False)
-    assert result.returncode == 1
-    assert "no munge key" in result.stderr
-    slonk("local", "down", "--state-dir", str(state_dir))
+    try:
+        result = slonk("local", "up", "-f", str(values), "--state-dir", str(state_dir), check=False)
+        assert result.returncode == 1
+        assert "no munge key" in result.stderr
+    finally:
+        slonk("local", "down", "--state-dir", str(state_dir))
     assert _leftovers(state_dir, Network.for_state_dir(state_dir).prefix) == []
