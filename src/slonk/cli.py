@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from slonk import __version__, chart
+from slonk import __version__, chart, paths
 from slonk.config.render import write_config
 from slonk.config.spec import SpecError, load_spec
 from slonk.local.manifests import LocalModeError
@@ -40,6 +40,15 @@ def _watch_config(args: argparse.Namespace) -> int:
 
     watch.watch(args.role, interval=args.interval)
     return 0
+
+
+def _users_sync(args: argparse.Namespace) -> int:
+    from slonk.users import sync
+
+    if args.loop:
+        sync.run_forever(lambda: load_spec(args.cluster))
+        return 0
+    return 0 if sync.run_once(load_spec(args.cluster), force=args.force) else 1
 
 
 def _local(args: argparse.Namespace) -> int:
@@ -96,7 +105,11 @@ def _add_local(commands: argparse._SubParsersAction) -> None:
         ("upgrade", "render again and update the mounted ConfigMaps, like helm upgrade"),
     ]:
         sub(name, help_text).add_argument(
-            "-f", "--values", action="append", type=Path, default=[],
+            "-f",
+            "--values",
+            action="append",
+            type=Path,
+            default=[],
             help="a values file over local mode's defaults; later files win",
         )
     sub("down", "stop every pod, remove namespaces; volumes and secrets kept").add_argument(
@@ -157,6 +170,18 @@ def build_parser() -> argparse.ArgumentParser:
     watch.add_argument("--role", required=True, choices=ROLES)
     watch.add_argument("--interval", type=float, default=1.0, help="seconds between checks")
     watch.set_defaults(run=_watch_config)
+
+    users = commands.add_parser("users", help="users and groups on this node")
+    users_sub = users.add_subparsers(dest="users_command", required=True)
+    users_sync = users_sub.add_parser("sync", help="write static and LDAP users into local files")
+    users_sync.add_argument("--cluster", type=Path, default=paths.CLUSTER_SPEC)
+    users_sync.add_argument(
+        "--force", action="store_true", help="accept a sync that removes more users than allowed"
+    )
+    users_sync.add_argument(
+        "--loop", action="store_true", help="sync every ldap.syncIntervalSeconds (the s6 service)"
+    )
+    users_sync.set_defaults(run=_users_sync)
 
     _add_local(commands)
     return parser

@@ -11,13 +11,15 @@ import socket
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from slonk import paths, secrets, services
 from slonk.config.render import write_config
 from slonk.config.spec import ClusterSpec, SpecError, load_spec
 from slonk.files import make_dir
-from slonk.users.files import make_homes, write_accounts, write_authorized_keys
+from slonk.users import sync as users_sync
+from slonk.users.directory import DirectoryError
 
 
 class InitError(RuntimeError):
@@ -55,14 +57,17 @@ def prepare_dirs(role: str) -> None:
         make_dir(Path("/run/sshd"), 0o755)
 
 
-def register_users(spec: ClusterSpec, role: str) -> str:
-    write_accounts(spec.users, spec.groups)
-    if role == "login":
-        write_authorized_keys(spec.users)
-    made = make_homes(spec.users, paths.HOME)
-    return f"{len(spec.users)} users, {len(spec.groups)} groups" + (
-        f", made homes for {', '.join(made)}" if made else ""
-    )
+def register_users(spec: ClusterSpec) -> str:
+    """Static and LDAP users into local files. A directory that does not answer at boot does
+    not stop the pod: it starts with the static users and the periodic sync catches up."""
+    try:
+        result = users_sync.sync(spec)
+    except (DirectoryError, users_sync.SyncRefused) as err:
+        log(f"LDAP sync failed, starting with static users only: {err}")
+        result = users_sync.sync(replace(spec, ldap=None))
+    for warning in result.warnings:
+        log(f"users: {warning}")
+    return f"{len(result.users)} users, {len(result.groups)} groups"
 
 
 def run(role: str) -> None:
@@ -84,8 +89,9 @@ def run(role: str) -> None:
     if role == "login":
         step("installed ssh host keys", lambda: ", ".join(secrets.install_ssh_host_keys()))
     step("prepared state directories", lambda: prepare_dirs(role))
-    step("registered users", lambda: register_users(spec, role))
-    step("wrote s6 services", lambda: services.write_scan_dir(role))
+    step("registered users", lambda: register_users(spec))
+    extra = ("users-sync",) if spec.ldap else ()
+    step("wrote s6 services", lambda: services.write_scan_dir(role, extra))
     log(f"{role} {name} ready in {(time.perf_counter() - started) * 1000:.0f} ms; exec s6-svscan")
     services.exec_svscan(role)
 

@@ -15,12 +15,17 @@ ROLE_SERVICES = {
 }
 
 
-def write_scan_dir(role: str, share: Path = paths.SHARE, scan_dir: Path = paths.SCAN_DIR) -> None:
+def write_scan_dir(
+    role: str,
+    extra: tuple[str, ...] = (),
+    share: Path = paths.SHARE,
+    scan_dir: Path = paths.SCAN_DIR,
+) -> None:
     """Fresh service dirs on every start: supervise state from a previous life must not linger."""
     if scan_dir.exists():
         shutil.rmtree(scan_dir)
     scan_dir.mkdir(parents=True)
-    for service in ROLE_SERVICES[role]:
+    for service in (*ROLE_SERVICES[role], *extra):
         shutil.copytree(share / "services" / service, scan_dir / service, symlinks=True)
     shutil.copytree(share / "svscan", scan_dir / ".s6-svscan", symlinks=True)
 

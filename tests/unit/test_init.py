@@ -63,7 +63,7 @@ def test_ssh_host_keys_replace_the_images(tmp_path):
 @pytest.mark.parametrize("role", sorted(services.ROLE_SERVICES))
 def test_scan_dir_has_the_roles_services(tmp_path, role):
     share = paths.rootfs_dir() / "usr/share/slonk"
-    services.write_scan_dir(role, share, tmp_path / "scan")
+    services.write_scan_dir(role, share=share, scan_dir=tmp_path / "scan")
     names = sorted(p.name for p in (tmp_path / "scan").iterdir())
     assert names == sorted([".s6-svscan", *services.ROLE_SERVICES[role]])
     for service in services.ROLE_SERVICES[role]:

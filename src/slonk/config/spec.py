@@ -29,7 +29,7 @@ MANAGED_KEYS = frozenset(
 )
 SPEC_KEYS = frozenset(
     "version clusterName release namespace clusterDomain slurmctldPort slurmdPort nodepools "
-    "partitions confinement topology slurmConf cgroupConf extraLines users groups hooks "
+    "partitions confinement topology slurmConf cgroupConf extraLines users groups ldap hooks "
     "health".split()
 )
 CONFINEMENTS = ("cgroup", "none")
@@ -96,6 +96,43 @@ class User:
     groups: tuple[str, ...] = ()
     ssh_keys: tuple[str, ...] = ()
     shell: str = "/bin/bash"
+    home: str = ""
+
+    @property
+    def home_dir(self) -> str:
+        return self.home or f"/home/{self.name}"
+
+
+# RFC 2307 attribute names, overridable per directory.
+LDAP_ATTRIBUTES = {
+    "uid": "uid",
+    "uidNumber": "uidNumber",
+    "gidNumber": "gidNumber",
+    "homeDirectory": "homeDirectory",
+    "loginShell": "loginShell",
+    "sshPublicKey": "sshPublicKey",
+    "groupName": "cn",
+    "groupMember": "memberUid",
+}
+LDAP_TLS = ("none", "ldaps", "starttls")
+
+
+@dataclass(frozen=True)
+class LdapSettings:
+    uris: tuple[str, ...]
+    user_base: str
+    group_base: str
+    user_filter: str = "(objectClass=posixAccount)"
+    group_filter: str = "(objectClass=posixGroup)"
+    attributes: Mapping[str, str] = field(default_factory=lambda: dict(LDAP_ATTRIBUTES))
+    bind_dn: str | None = None
+    bind_password_file: str | None = None
+    tls: str = "none"
+    ca_file: str | None = None
+    timeout_seconds: float = 5.0
+    sync_interval_seconds: int = 60
+    max_removal_percent: int = 10
+    min_uid: int = 1000
 
 
 @dataclass(frozen=True)
@@ -115,6 +152,7 @@ class ClusterSpec:
     extra_lines: tuple[str, ...] = ()
     users: tuple[User, ...] = ()
     groups: tuple[Group, ...] = ()
+    ldap: LdapSettings | None = None
     hooks: Mapping[str, Any] = field(default_factory=dict)
     health: Mapping[str, Any] = field(default_factory=dict)
 
@@ -356,6 +394,53 @@ def _user(data: Any, path: str, groups: set[str]) -> User:
     )
 
 
+def _ldap(data: Any, path: str) -> LdapSettings | None:
+    if data is None:
+        return None
+    r = _Reader(
+        data,
+        path,
+        set(
+            "uris userBase groupBase userFilter groupFilter attributes bindDN bindPasswordFile "
+            "tls caFile timeoutSeconds syncIntervalSeconds maxRemovalPercent minUid".split()
+        ),
+    )
+    uris = r.strings("uris")
+    if not uris:
+        raise SpecError(f"{r.at('uris')}: at least one ldap:// or ldaps:// URI")
+    for i, uri in enumerate(uris):
+        if not uri.startswith(("ldap://", "ldaps://")):
+            raise SpecError(f"{r.at('uris')}[{i}]: {uri!r} is not an ldap:// or ldaps:// URI")
+    attributes = dict(LDAP_ATTRIBUTES)
+    overrides = _Reader(r.get("attributes", dict, {}), r.at("attributes"), set(LDAP_ATTRIBUTES))
+    attributes.update({k: overrides.get(k, str) for k in overrides.data})
+    tls = r.get("tls", str, "none")
+    if tls not in LDAP_TLS:
+        raise SpecError(f"{r.at('tls')}: must be one of {', '.join(LDAP_TLS)}")
+    percent = r.count("maxRemovalPercent", default=10)
+    if percent > 100:
+        raise SpecError(f"{r.at('maxRemovalPercent')}: must be <= 100, got {percent}")
+    timeout = r.get("timeoutSeconds", (int, float), 5)
+    if timeout <= 0:
+        raise SpecError(f"{r.at('timeoutSeconds')}: must be > 0")
+    return LdapSettings(
+        uris=uris,
+        user_base=r.require("userBase", str),
+        group_base=r.require("groupBase", str),
+        user_filter=r.get("userFilter", str, "(objectClass=posixAccount)"),
+        group_filter=r.get("groupFilter", str, "(objectClass=posixGroup)"),
+        attributes=attributes,
+        bind_dn=r.get("bindDN", str) or None,
+        bind_password_file=r.get("bindPasswordFile", str) or None,
+        tls=tls,
+        ca_file=r.get("caFile", str) or None,
+        timeout_seconds=float(timeout),
+        sync_interval_seconds=r.count("syncIntervalSeconds", default=60, minimum=1),
+        max_removal_percent=percent,
+        min_uid=r.count("minUid", default=1000),
+    )
+
+
 def _unique(names: list[str], path: str, what: str) -> None:
     seen: set[str] = set()
     for i, name in enumerate(names):
@@ -421,6 +506,7 @@ def parse_spec(data: Any) -> ClusterSpec:
         extra_lines=tuple(_extra_line(line, f"extraLines[{i}]") for i, line in enumerate(extra)),
         users=tuple(users),
         groups=tuple(groups),
+        ldap=_ldap(r.data.get("ldap"), "ldap"),
         hooks=r.get("hooks", dict, {}),
         health=r.get("health", dict, {}),
     )

@@ -1,0 +1,150 @@
+"""The development directory: a real slapd, seeded from values, for trying slonk without an
+LDAP of your own. Not for production: anyone on the cluster network may read it."""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from slonk import paths
+from slonk.config.spec import Group, User
+
+SCHEMAS = ("core", "cosine", "nis", "inetorgperson")
+
+
+@dataclass(frozen=True)
+class Tls:
+    certificate: Path
+    key: Path
+    ca: Path
+
+
+@dataclass(frozen=True)
+class DevDirectory:
+    suffix: str
+    admin_password: str
+    data_dir: Path
+    conf_dir: Path
+    tls: Tls | None = None
+    schema_dir: Path = Path("/etc/ldap/schema")
+    lpk_schema: Path = paths.SHARE / "ldap" / "openssh-lpk.schema"
+
+    @property
+    def admin_dn(self) -> str:
+        return f"cn=admin,{self.suffix}"
+
+    @property
+    def conf_file(self) -> Path:
+        return self.conf_dir / "slapd.conf"
+
+    def config(self) -> str:
+        lines = [f"include {self.schema_dir / name}.schema" for name in SCHEMAS]
+        lines += [
+            f"include {self.lpk_schema}",
+            f"pidfile {self.conf_dir / 'slapd.pid'}",
+            "modulepath /usr/lib/ldap",
+            "moduleload back_mdb",
+        ]
+        if self.tls:
+            lines += [
+                f"TLSCertificateFile {self.tls.certificate}",
+                f"TLSCertificateKeyFile {self.tls.key}",
+                f"TLSCACertificateFile {self.tls.ca}",
+            ]
+        lines += [
+            "database mdb",
+            "maxsize 1073741824",
+            f'suffix "{self.suffix}"',
+            f'rootdn "{self.admin_dn}"',
+            f"rootpw {self.admin_password}",
+            f"directory {self.data_dir}",
+            "index objectClass eq",
+            "index uid,uidNumber,gidNumber,memberUid,cn eq",
+            # Development only: the directory is readable by anyone who can reach it.
+            "access to attrs=userPassword by anonymous auth by * none",
+            "access to * by * read",
+        ]
+        return "\n".join(lines) + "\n"
+
+    def prepare(self, seed: str, owner: str | None = None) -> bool:
+        """Write slapd.conf; load the seed into an empty database. True when it seeded."""
+        self.conf_dir.mkdir(parents=True, exist_ok=True)
+        self.conf_file.write_text(self.config())
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        seeded = False
+        if not (self.data_dir / "data.mdb").exists():
+            subprocess.run(
+                ["slapadd", "-q", "-f", str(self.conf_file)],
+                input=seed,
+                text=True,
+                check=True,
+                capture_output=True,
+            )
+            seeded = True
+        if owner:
+            subprocess.run(
+                ["chown", "-R", f"{owner}:{owner}", str(self.data_dir), str(self.conf_dir)],
+                check=True,
+            )
+        return seeded
+
+
+def _entry(dn: str, attributes: Iterable[tuple[str, str]]) -> str:
+    lines = [f"dn: {dn}"]
+    for name, value in attributes:
+        if value.isascii() and not value.startswith((" ", ":", "<")):
+            lines.append(f"{name}: {value}")
+        else:
+            lines.append(f"{name}:: {base64.b64encode(value.encode()).decode()}")
+    return "\n".join(lines) + "\n"
+
+
+def user_entry(user: User, people: str) -> str:
+    attributes = [
+        ("objectClass", "inetOrgPerson"),
+        ("objectClass", "posixAccount"),
+        ("objectClass", "ldapPublicKey"),
+        ("uid", user.name),
+        ("cn", user.name),
+        ("sn", user.name),
+        ("uidNumber", str(user.uid)),
+        ("gidNumber", str(user.gid)),
+        ("homeDirectory", user.home_dir),
+        ("loginShell", user.shell),
+    ]
+    attributes += [("sshPublicKey", key) for key in user.ssh_keys]
+    return _entry(f"uid={user.name},{people}", attributes)
+
+
+def group_entry(group: Group, members: Iterable[str], groups: str) -> str:
+    attributes = [("objectClass", "posixGroup"), ("cn", group.name), ("gidNumber", str(group.gid))]
+    attributes += [("memberUid", m) for m in members]
+    return _entry(f"cn={group.name},{groups}", attributes)
+
+
+def seed_ldif(suffix: str, users: Iterable[User], groups: Iterable[Group]) -> str:
+    """The base entries (organization, ou=people, ou=groups) and the given accounts."""
+    users = list(users)
+    first = suffix.split(",")[0].split("=", 1)[1]
+    entries = [
+        _entry(
+            suffix,
+            [
+                ("objectClass", "dcObject"),
+                ("objectClass", "organization"),
+                ("dc", first),
+                ("o", first),
+            ],
+        ),
+        _entry(f"ou=people,{suffix}", [("objectClass", "organizationalUnit"), ("ou", "people")]),
+        _entry(f"ou=groups,{suffix}", [("objectClass", "organizationalUnit"), ("ou", "groups")]),
+    ]
+    entries += [user_entry(u, f"ou=people,{suffix}") for u in users]
+    entries += [
+        group_entry(g, [u.name for u in users if g.name in u.groups], f"ou=groups,{suffix}")
+        for g in groups
+    ]
+    return "\n".join(entries)
