@@ -18,8 +18,11 @@ from slonk import paths, secrets, services
 from slonk.config.render import write_config
 from slonk.config.spec import ClusterSpec, SpecError, load_spec
 from slonk.files import make_dir
+from slonk.ldapdev import DevDirectory, seed_ldif
 from slonk.users import sync as users_sync
 from slonk.users.directory import DirectoryError
+
+BOOT_LDAP_WAIT_SECONDS = 5.0
 
 
 class InitError(RuntimeError):
@@ -58,16 +61,45 @@ def prepare_dirs(role: str) -> None:
 
 
 def register_users(spec: ClusterSpec) -> str:
-    """Static and LDAP users into local files. A directory that does not answer at boot does
-    not stop the pod: it starts with the static users and the periodic sync catches up."""
-    try:
-        result = users_sync.sync(spec)
-    except (DirectoryError, users_sync.SyncRefused) as err:
-        log(f"LDAP sync failed, starting with static users only: {err}")
+    """Static and LDAP users into local files. The directory may be starting beside this pod:
+    it gets a few seconds; after that the pod starts with the static users and the periodic
+    sync catches up."""
+    deadline = time.monotonic() + BOOT_LDAP_WAIT_SECONDS
+    while True:
+        try:
+            result = users_sync.sync(spec)
+            break
+        except DirectoryError as err:
+            if time.monotonic() < deadline:
+                time.sleep(0.2)
+                continue
+            log(f"LDAP sync failed, starting with static users only: {err}")
+        except users_sync.SyncRefused as err:
+            log(f"LDAP sync refused, starting with static users only: {err}")
         result = users_sync.sync(replace(spec, ldap=None))
+        break
     for warning in result.warnings:
         log(f"users: {warning}")
     return f"{len(result.users)} users, {len(result.groups)} groups"
+
+
+def prepare_directory(spec: ClusterSpec) -> str:
+    """The development directory's slapd.conf, and its seed on first start."""
+    if spec.ldap_server is None:
+        raise InitError("role ldap needs ldapServer in cluster.yaml (ldap.dev in values)")
+    if not paths.LDAP_ADMIN_SECRET.is_file():
+        raise secrets.MissingSecret(
+            f"{paths.LDAP_ADMIN_SECRET}: no admin password; mount <release>-ldap-admin there"
+        )
+    server = spec.ldap_server
+    directory = DevDirectory(
+        suffix=server.suffix,
+        admin_password=paths.LDAP_ADMIN_SECRET.read_text().strip(),
+        data_dir=paths.LDAP_DATA,
+        conf_dir=Path("/etc/ldap/slonk"),
+    )
+    seeded = directory.prepare(seed_ldif(server.suffix, server.users, server.groups), "openldap")
+    return f"seeded {len(server.users)} users" if seeded else "kept its data"
 
 
 def run(role: str) -> None:
@@ -84,6 +116,11 @@ def run(role: str) -> None:
     name = pod_name()
     spec = step(f"read {paths.CLUSTER_SPEC}", lambda: load_spec(paths.CLUSTER_SPEC))
     check_identity(spec, role, name)
+    if role == "ldap":
+        step("prepared the development directory", lambda: prepare_directory(spec))
+        step("wrote s6 services", lambda: services.write_scan_dir(role))
+        log(f"ldap {name} ready in {(time.perf_counter() - started) * 1000:.0f} ms")
+        services.exec_svscan(role)
     step(f"rendered {paths.SLURM_CONF_DIR}", lambda: write_config(spec, paths.SLURM_CONF_DIR))
     step("installed the munge key", secrets.install_munge_key)
     if role == "login":

@@ -73,6 +73,7 @@ class DevDirectory:
         """Write slapd.conf; load the seed into an empty database. True when it seeded."""
         self.conf_dir.mkdir(parents=True, exist_ok=True)
         self.conf_file.write_text(self.config())
+        self.conf_file.chmod(0o600)  # it holds the admin password
         self.data_dir.mkdir(parents=True, exist_ok=True)
         seeded = False
         if not (self.data_dir / "data.mdb").exists():

@@ -9,6 +9,10 @@ from pathlib import Path
 CLUSTER_SPEC = Path("/etc/slonk/cluster.yaml")
 MUNGE_SECRET = Path("/var/run/secrets/slonk/munge/munge.key")
 SSH_SECRET_DIR = Path("/var/run/secrets/slonk/ssh")
+LDAP_ADMIN_SECRET = Path("/var/run/secrets/slonk/ldap-admin/password")
+LDAP_BIND_SECRET = Path("/var/run/secrets/slonk/ldap-bind/password")
+LDAP_CA_SECRET = Path("/var/run/secrets/slonk/ldap-ca/ca.crt")
+LDAP_DATA = Path("/var/lib/ldap")
 HOME = Path("/home")
 
 # Written by `slonk init` inside the pod.

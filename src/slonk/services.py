@@ -12,6 +12,7 @@ ROLE_SERVICES = {
     "controller": ("munged", "slurmctld", "config-watch"),
     "worker": ("munged", "slurmd", "config-watch"),
     "login": ("munged", "sshd", "config-watch"),
+    "ldap": ("slapd",),
 }
 
 

@@ -80,12 +80,26 @@ slonk.io/nodepool: {{ . }}
 {{- else }}
   persistentVolumeClaim: {claimName: {{ .Release.Name }}-home}
 {{- end }}
+{{- with .Values.ldap.bindPasswordSecret }}
+- name: ldap-bind
+  secret: {secretName: {{ . }}, defaultMode: 0400}
+{{- end }}
+{{- with .Values.ldap.caSecret }}
+- name: ldap-ca
+  secret: {secretName: {{ . }}}
+{{- end }}
 {{- end }}
 
 {{- define "slonk.commonMounts" -}}
 - {name: cluster, mountPath: /etc/slonk, readOnly: true}
 - {name: munge-key, mountPath: /var/run/secrets/slonk/munge, readOnly: true}
 - {name: home, mountPath: /home}
+{{- if .Values.ldap.bindPasswordSecret }}
+- {name: ldap-bind, mountPath: /var/run/secrets/slonk/ldap-bind, readOnly: true}
+{{- end }}
+{{- if .Values.ldap.caSecret }}
+- {name: ldap-ca, mountPath: /var/run/secrets/slonk/ldap-ca, readOnly: true}
+{{- end }}
 {{- end }}
 
 {{- define "slonk.imagePullSecrets" -}}
@@ -144,6 +158,14 @@ Checks the schema cannot express. Each failure names the values key, as the sche
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- $ldap := .Values.ldap -}}
+{{- if and $ldap.enabled (not $ldap.dev.enabled) -}}
+{{- range $key := list "uris" "userBase" "groupBase" -}}
+{{- if not (index $ldap $key) -}}
+{{- fail (printf "ldap.%s: required when ldap.enabled is true (or enable ldap.dev)" $key) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- if not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$" .Release.Name) -}}
 {{- fail (printf "release name %q: must be a DNS-1123 label (it prefixes every Slurm node name)" .Release.Name) -}}
 {{- end -}}
@@ -181,5 +203,30 @@ Checks the schema cannot express. Each failure names the values key, as the sche
   "hooks" .Values.hooks
   "health" .Values.health
 -}}
+{{- $ldap := .Values.ldap -}}
+{{- if or $ldap.enabled $ldap.dev.enabled -}}
+{{- $suffix := $ldap.dev.suffix -}}
+{{- $dev := $ldap.dev.enabled -}}
+{{- $settings := dict
+  "uris" ($ldap.uris | default (list (printf "ldap://%s-ldap" .Release.Name)))
+  "userBase" ($ldap.userBase | default (ternary (printf "ou=people,%s" $suffix) "" $dev))
+  "groupBase" ($ldap.groupBase | default (ternary (printf "ou=groups,%s" $suffix) "" $dev))
+  "userFilter" $ldap.userFilter
+  "groupFilter" $ldap.groupFilter
+  "attributes" $ldap.attributes
+  "tls" $ldap.tls
+  "timeoutSeconds" $ldap.timeoutSeconds
+  "syncIntervalSeconds" (int $ldap.syncIntervalSeconds)
+  "maxRemovalPercent" (int $ldap.maxRemovalPercent)
+  "minUid" (int $ldap.minUid)
+-}}
+{{- with $ldap.bindDN }}{{ $_ := set $settings "bindDN" . }}{{ end -}}
+{{- if $ldap.bindPasswordSecret }}{{ $_ := set $settings "bindPasswordFile" "/var/run/secrets/slonk/ldap-bind/password" }}{{ end -}}
+{{- if $ldap.caSecret }}{{ $_ := set $settings "caFile" "/var/run/secrets/slonk/ldap-ca/ca.crt" }}{{ end -}}
+{{- $_ := set $spec "ldap" $settings -}}
+{{- end -}}
+{{- if $ldap.dev.enabled -}}
+{{- $_ := set $spec "ldapServer" (dict "suffix" $ldap.dev.suffix "users" $ldap.dev.users "groups" $ldap.dev.groups) -}}
+{{- end -}}
 {{ toYaml $spec }}
 {{- end }}

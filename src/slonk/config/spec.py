@@ -29,7 +29,8 @@ MANAGED_KEYS = frozenset(
 )
 SPEC_KEYS = frozenset(
     "version clusterName release namespace clusterDomain slurmctldPort slurmdPort nodepools "
-    "partitions confinement topology slurmConf cgroupConf extraLines users groups ldap hooks "
+    "partitions confinement topology slurmConf cgroupConf extraLines users groups ldap ldapServer "
+    "hooks "
     "health".split()
 )
 CONFINEMENTS = ("cgroup", "none")
@@ -136,6 +137,15 @@ class LdapSettings:
 
 
 @dataclass(frozen=True)
+class LdapServer:
+    """The development directory's contents (its own pod; see slonk.ldapdev)."""
+
+    suffix: str
+    users: tuple[User, ...] = ()
+    groups: tuple[Group, ...] = ()
+
+
+@dataclass(frozen=True)
 class ClusterSpec:
     cluster_name: str
     release: str
@@ -153,6 +163,7 @@ class ClusterSpec:
     users: tuple[User, ...] = ()
     groups: tuple[Group, ...] = ()
     ldap: LdapSettings | None = None
+    ldap_server: LdapServer | None = None
     hooks: Mapping[str, Any] = field(default_factory=dict)
     health: Mapping[str, Any] = field(default_factory=dict)
 
@@ -441,6 +452,27 @@ def _ldap(data: Any, path: str) -> LdapSettings | None:
     )
 
 
+def _accounts(r: _Reader) -> tuple[list[User], list[Group]]:
+    """`users` and `groups` of a mapping; users' groups must be among its groups."""
+    groups = [_group(g, r.at(f"groups[{i}]")) for i, g in enumerate(r.get("groups", list, []))]
+    _unique([g.name for g in groups], r.at("groups"), "group")
+    names = {g.name for g in groups}
+    users = [_user(u, r.at(f"users[{i}]"), names) for i, u in enumerate(r.get("users", list, []))]
+    _unique([u.name for u in users], r.at("users"), "user")
+    return users, groups
+
+
+def _ldap_server(data: Any, path: str) -> LdapServer | None:
+    if data is None:
+        return None
+    r = _Reader(data, path, {"suffix", "users", "groups"})
+    suffix = r.require("suffix", str)
+    if not re.match(r"^dc=[^,=]+(,dc=[^,=]+)*$", suffix):
+        raise SpecError(f"{r.at('suffix')}: {suffix!r} must be dc=...,dc=...")
+    users, groups = _accounts(r)
+    return LdapServer(suffix=suffix, users=tuple(users), groups=tuple(groups))
+
+
 def _unique(names: list[str], path: str, what: str) -> None:
     seen: set[str] = set()
     for i, name in enumerate(names):
@@ -507,6 +539,7 @@ def parse_spec(data: Any) -> ClusterSpec:
         users=tuple(users),
         groups=tuple(groups),
         ldap=_ldap(r.data.get("ldap"), "ldap"),
+        ldap_server=_ldap_server(r.data.get("ldapServer"), "ldapServer"),
         hooks=r.get("hooks", dict, {}),
         health=r.get("health", dict, {}),
     )

@@ -159,11 +159,18 @@ def _client_key(cluster: Cluster) -> str:
 
 
 def values(cluster: Cluster, files: Sequence[Path]) -> dict[str, Any]:
-    """Chart values for local mode: its defaults, then the user's files; users without keys
-    get the local client key so that `slonk local ssh USER` works."""
+    """Chart values for local mode: its defaults, then the user's files. Users without keys,
+    static or in the development directory, get the local client key for `slonk local ssh`."""
     merged = chart.user_values([LOCAL_VALUES, *files])
     key = _client_key(cluster)
-    merged["users"] = [{"sshKeys": [key], **u} for u in merged.get("users", [])]
+
+    def with_key(users: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{"sshKeys": [key], **u} for u in users]
+
+    merged["users"] = with_key(merged.get("users", []))
+    dev = merged.get("ldap", {}).get("dev", {})
+    if dev.get("users"):
+        dev["users"] = with_key(dev["users"])
     return merged
 
 
