@@ -6,6 +6,7 @@ directory's schema (an INTEGER uidNumber and a string one read the same).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import ssl
 from dataclasses import dataclass
@@ -90,7 +91,7 @@ def _read(settings: LdapSettings, uri: str, tls: ldap3.Tls | None) -> Directory:
     try:
         conn.open()
         if settings.tls == "starttls":
-            conn.start_tls()
+            conn.start_tls(read_server_info=False)  # else a failed handshake hides its cause
         conn.bind()
         users = _search(
             conn,
@@ -112,7 +113,8 @@ def _read(settings: LdapSettings, uri: str, tls: ldap3.Tls | None) -> Directory:
             [a["groupName"], a["gidNumber"], a["groupMember"]],
         )
     finally:
-        conn.unbind()
+        with contextlib.suppress(LDAPException, OSError):  # never hide why it failed
+            conn.unbind()
     return Directory(users=users, groups=groups, server=uri)
 
 
