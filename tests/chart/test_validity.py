@@ -14,7 +14,8 @@ from slonk import chart
 
 from .conftest import VALUES
 
-VALUE_SETS = [[], ["gpu-pools.yaml"], ["existing.yaml"], ["nfs-home.yaml"]]
+VALUE_SETS = [[], ["gpu-pools.yaml"], ["existing.yaml"], ["nfs-home.yaml"], ["ldap.yaml"],
+              ["ldap-dev.yaml"]]
 
 
 def _values(files: list[str]) -> dict:
@@ -73,6 +74,9 @@ def _template_error(*args: str) -> str:
                    "partitions[0].name=a,partitions[0].pools={cpu},partitions[0].default=true"],
          "partitions[1].default: only one partition can be the default"),
         (["--name", "Slonk"], "release name \"Slonk\": must be a DNS-1123 label"),
+        (["--set", "ldap.enabled=true"], "ldap.uris: required when ldap.enabled is true"),
+        (["--set", "ldap.tls=ssl"], "at '/ldap/tls'"),
+        (["--set", "ldap.maxRemovalPercent=150"], "at '/ldap/maxRemovalPercent'"),
     ],
 )
 def test_bad_values_fail_with_the_key_path(args, message):
