@@ -47,6 +47,8 @@ class DevDirectory:
             f"pidfile {self.conf_dir / 'slapd.pid'}",
             "modulepath /usr/lib/ldap",
             "moduleload back_mdb",
+            # slapd stops any search at 500 entries by default, paged or not.
+            "sizelimit unlimited",
         ]
         if self.tls:
             lines += [

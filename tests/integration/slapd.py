@@ -62,12 +62,29 @@ class Slapd:
              "-w", PASSWORD], input=ldif, text=True, check=True, capture_output=True)
 
 
+@dataclass(frozen=True)
+class TestDirectory(DevDirectory):
+    """The development directory, optionally with searches that stop after `size_limit`
+    entries, as many sites' do."""
+
+    size_limit: int | None = None
+
+    def config(self) -> str:
+        text = super().config()
+        if self.size_limit is None:
+            return text
+        return text.replace("sizelimit unlimited", f"sizelimit {self.size_limit}")
+
+
 @contextmanager
-def running_slapd(workdir: Path, seed: str, tls: Tls | None = None) -> Iterator[Slapd]:
-    directory = DevDirectory(
+def running_slapd(
+    workdir: Path, seed: str, tls: Tls | None = None, size_limit: int | None = None
+) -> Iterator[Slapd]:
+    directory = TestDirectory(
         suffix=SUFFIX, admin_password=PASSWORD, data_dir=workdir / "data",
         conf_dir=workdir / "conf", tls=tls,
         lpk_schema=paths.rootfs_dir() / "usr/share/slonk/ldap/openssh-lpk.schema",
+        size_limit=size_limit,
     )
     directory.prepare(seed)
     ldap_port = free_port()

@@ -77,3 +77,11 @@ def test_bind_with_a_password_file(tls_slapd, tmp_path):
     password.write_text("wrong\n")
     with pytest.raises(DirectoryError, match=r"LDAPInvalidCredentialsResult"):
         read_directory(settings)
+
+
+def test_a_truncated_search_is_refused_not_synced(tmp_path):
+    """A server size limit ends a search quietly; syncing that partial list would drop users."""
+    seed = seed_ldif(SUFFIX, [User(f"u{i}", 3000 + i, 3000) for i in range(12)], [])
+    refused = pytest.raises(DirectoryError, match="ended with sizeLimitExceeded after 5 entries")
+    with running_slapd(tmp_path, seed, size_limit=5) as server, refused:
+        read_directory(_settings([server.ldap_uri]))

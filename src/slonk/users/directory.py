@@ -67,6 +67,14 @@ def _search(conn: ldap3.Connection, base: str, query: str, attributes: list[str]
         entry = {k: [v.decode("utf-8", "replace") for v in values] for k, values in raw.items()}
         entry["dn"] = [item["dn"]]
         entries.append(entry)
+    # A server limit ends a search early without an exception: a partial list must never
+    # be taken for the directory (its missing users would be removed).
+    if conn.result and conn.result.get("result") != 0:
+        raise DirectoryError(
+            f"search under {base} ended with {conn.result.get('description')} after "
+            f"{len(entries)} entries; nothing synced (allow this account more results for "
+            "paged searches, e.g. slapd's sizelimit / limits size.pr)"
+        )
     return entries
 
 
