@@ -48,7 +48,7 @@ def test_a_user_submits_jobs_through_the_login_pod(healthy: LocalCluster):
 
 def test_nodes_and_pods_agree_on_users(healthy: LocalCluster):
     ids = healthy.user("demo").check_output("srun --nodes=2 id </dev/null").splitlines()
-    assert ids == ["uid=5000(demo) gid=5000(demo) groups=5000(demo)"] * 2
+    assert ids == ["uid=5000(demo) gid=5000(demo) groups=5000(demo),5100(research)"] * 2
 
 
 def test_root_and_passwords_cannot_log_in(healthy: LocalCluster):
