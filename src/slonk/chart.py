@@ -7,8 +7,6 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import helm_python
-
 from slonk import paths
 
 # Helm's install order (pkg/release/util/kind_sorter.go): `helm template` prints in this order.
@@ -50,6 +48,8 @@ def user_values(
     files: Iterable[Path] = (), sets: Iterable[str] = (), set_strings: Iterable[str] = ()
 ) -> dict[str, Any]:
     """Values as `helm template -f ... --set ... --set-string ...` composes them."""
+    import helm_python  # Helm's Go library: loaded only when rendering (pods start faster)
+
     values: dict[str, Any] = {}
     try:
         for path in files:
@@ -71,6 +71,8 @@ def render(
     chart: Path, values: Mapping[str, Any], release: str = "slonk", namespace: str = "default"
 ) -> dict[str, str]:
     """Every template's output, by template path (NOTES.txt included)."""
+    import helm_python
+
     try:
         with helm_python.Chart.load(chart) as loaded:
             return loaded.render(dict(values), name=release, namespace=namespace, is_install=True)

@@ -7,7 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from slonk import __version__, chart, paths
+from slonk import paths
+from slonk.chart import ChartError
 from slonk.config.render import write_config
 from slonk.config.spec import SpecError, load_spec
 from slonk.local.manifests import LocalModeError
@@ -17,6 +18,8 @@ ROLES = tuple(ROLE_SERVICES)
 
 
 def _chart_template(args: argparse.Namespace) -> int:
+    from slonk import chart
+
     values = chart.user_values(args.values, args.set, args.set_string)
     rendered = chart.render(args.chart or chart.default_chart(), values, args.name, args.namespace)
     sys.stdout.write(chart.manifest(rendered))
@@ -122,9 +125,18 @@ def _add_local(commands: argparse._SubParsersAction) -> None:
     sub("ssh", "ssh to the login pod as USER (-- CMD... runs a command)").add_argument("user")
 
 
+class _Version(argparse.Action):
+    """Looks the version up only when asked: package metadata costs start-up time."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
+        from importlib.metadata import version
+
+        parser.exit(message=f"slonk {version('slonk')}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="slonk", description="Slurm on Kubernetes")
-    parser.add_argument("--version", action="version", version=f"slonk {__version__}")
+    parser.add_argument("--version", action=_Version, nargs=0, help="print the version")
     commands = parser.add_subparsers(dest="command", required=True)
 
     chart_cmd = commands.add_parser("chart", help="the Helm chart, through Helm's Go library")
@@ -195,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     args.command = argv[split + 1 :]
     try:
         return args.run(args)
-    except (chart.ChartError, SpecError, LocalModeError) as err:
+    except (ChartError, SpecError, LocalModeError) as err:
         print(f"slonk: error: {err}", file=sys.stderr)
         return 1
 
