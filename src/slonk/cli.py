@@ -10,7 +10,7 @@ from pathlib import Path
 from slonk import paths
 from slonk.chart import ChartError
 from slonk.config.render import write_config
-from slonk.config.spec import SpecError, load_spec
+from slonk.config.spec import HOOK_PHASES, SpecError, load_spec
 from slonk.local.manifests import LocalModeError
 from slonk.services import ROLE_SERVICES
 
@@ -52,6 +52,22 @@ def _users_sync(args: argparse.Namespace) -> int:
         sync.run_forever(lambda: load_spec(args.cluster))
         return 0
     return 0 if sync.run_once(load_spec(args.cluster), force=args.force) else 1
+
+
+def _hooks(args: argparse.Namespace) -> int:
+    from slonk.hooks import dispatch, revision
+
+    if args.hooks_command == "run":
+        return dispatch.run(args.phase)
+    if args.hooks_command == "watch":
+        revision.watch(lambda: load_spec(args.cluster))
+        return 0
+    status = revision.read_status()
+    active, refused = status.get("active"), status.get("refused")
+    print(f"active:  {active['revision']} since {active['since']}" if active else "active:  none")
+    if refused:
+        print(f"refused: {refused['revision']} at {refused['at']}: {refused['reason']}")
+    return 0
 
 
 def _local(args: argparse.Namespace) -> int:
@@ -194,6 +210,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--loop", action="store_true", help="sync every ldap.syncIntervalSeconds (the s6 service)"
     )
     users_sync.set_defaults(run=_users_sync)
+
+    hooks = commands.add_parser("hooks", help="job hooks from git")
+    hooks_sub = hooks.add_subparsers(dest="hooks_command", required=True)
+    hooks_run = hooks_sub.add_parser("run", help="run the active revision's scripts for a phase")
+    hooks_run.add_argument("phase", choices=HOOK_PHASES)
+    hooks_sub.add_parser("status", help="the active revision, and the last refused one")
+    hooks_sub.add_parser("watch", help="check and activate new revisions (the s6 service)")
+    hooks.add_argument("--cluster", type=Path, default=paths.CLUSTER_SPEC)
+    hooks.set_defaults(run=_hooks)
 
     _add_local(commands)
     return parser

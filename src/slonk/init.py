@@ -18,6 +18,7 @@ from slonk import paths, secrets, services
 from slonk.config.render import write_config
 from slonk.config.spec import ClusterSpec, SpecError, load_spec
 from slonk.files import make_dir
+from slonk.hooks import revision
 from slonk.ldapdev import DevDirectory, seed_ldif
 from slonk.users import sync as users_sync
 from slonk.users.directory import DirectoryError
@@ -83,6 +84,17 @@ def register_users(spec: ClusterSpec) -> str:
     return f"{len(result.users)} users, {len(result.groups)} groups"
 
 
+def install_hook_wrappers(spec: ClusterSpec) -> str:
+    """The programs slurm.conf names as Prolog/Epilog: this interpreter, the dispatcher."""
+    paths.HOOK_BIN.mkdir(parents=True, exist_ok=True)
+    for phase in spec.hooks.phases:
+        wrapper = paths.HOOK_BIN / phase
+        wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} -m slonk.hooks.dispatch {phase}\n")
+        wrapper.chmod(0o755)
+    revision.write_settings(spec.hooks)
+    return ", ".join(spec.hooks.phases)
+
+
 def prepare_directory(spec: ClusterSpec) -> str:
     """The development directory's slapd.conf, and its seed on first start."""
     if spec.ldap_server is None:
@@ -127,7 +139,10 @@ def run(role: str) -> None:
         step("installed ssh host keys", lambda: ", ".join(secrets.install_ssh_host_keys()))
     step("prepared state directories", lambda: prepare_dirs(role))
     step("registered users", lambda: register_users(spec))
-    extra = ("users-sync",) if spec.ldap else ()
+    extra: tuple[str, ...] = ("users-sync",) if spec.ldap else ()
+    if role == "worker" and spec.hooks:
+        step("installed job hooks", lambda: install_hook_wrappers(spec))
+        extra += ("hooks",)
     step("wrote s6 services", lambda: services.write_scan_dir(role, extra))
     log(f"{role} {name} ready in {(time.perf_counter() - started) * 1000:.0f} ms; exec s6-svscan")
     services.exec_svscan(role)

@@ -15,6 +15,12 @@ LDAP_CA_SECRET = Path("/var/run/secrets/slonk/ldap-ca/ca.crt")
 LDAP_DATA = Path("/var/lib/ldap")
 HOME = Path("/home")
 
+# Job hooks: git-sync's root (a volume shared with its sidecar), slonk's checked revisions,
+# and the wrappers slurm.conf names as Prolog/Epilog.
+GIT_ROOT = Path("/var/lib/slonk/git")
+HOOKS_STATE = Path("/var/lib/slonk/hooks")
+HOOK_BIN = Path("/run/slonk/bin")
+
 # Written by `slonk init` inside the pod.
 SLURM_CONF_DIR = Path("/etc/slurm")
 MUNGE_KEY = Path("/etc/munge/munge.key")

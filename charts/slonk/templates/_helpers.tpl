@@ -166,6 +166,9 @@ Checks the schema cannot express. Each failure names the values key, as the sche
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- if and .Values.hooks.enabled (not .Values.hooks.git.repo) -}}
+{{- fail "hooks.git.repo: required when hooks.enabled is true" -}}
+{{- end -}}
 {{- if not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$" .Release.Name) -}}
 {{- fail (printf "release name %q: must be a DNS-1123 label (it prefixes every Slurm node name)" .Release.Name) -}}
 {{- end -}}
@@ -200,7 +203,6 @@ Checks the schema cannot express. Each failure names the values key, as the sche
   "partitions" .Values.partitions
   "users" .Values.users
   "groups" .Values.groups
-  "hooks" .Values.hooks
   "health" .Values.health
 -}}
 {{- $ldap := .Values.ldap -}}
@@ -225,8 +227,38 @@ Checks the schema cannot express. Each failure names the values key, as the sche
 {{- if $ldap.caSecret }}{{ $_ := set $settings "caFile" "/var/run/secrets/slonk/ldap-ca/ca.crt" }}{{ end -}}
 {{- $_ := set $spec "ldap" $settings -}}
 {{- end -}}
+{{- $hooks := .Values.hooks -}}
+{{- if $hooks.enabled -}}
+{{- $_ := set $spec "hooks" (dict "link" "hooks" "prolog" $hooks.prolog "epilog" $hooks.epilog "taskProlog" $hooks.taskProlog "taskEpilog" $hooks.taskEpilog "timeoutSeconds" (int $hooks.timeoutSeconds) "maxFileBytes" (int $hooks.maxFileBytes)) -}}
+{{- end -}}
 {{- if $ldap.dev.enabled -}}
 {{- $_ := set $spec "ldapServer" (dict "suffix" $ldap.dev.suffix "users" $ldap.dev.users "groups" $ldap.dev.groups) -}}
 {{- end -}}
 {{ toYaml $spec }}
+{{- end }}
+
+{{/* The git-sync sidecar that publishes the hooks repository into the shared volume. */}}
+{{- define "slonk.gitSync" -}}
+{{- $git := .Values.hooks.git }}
+- name: git-sync
+  image: {{ $git.image }}
+  env:
+    - {name: GITSYNC_REPO, value: {{ $git.repo | quote }}}
+    - {name: GITSYNC_REF, value: {{ $git.ref | quote }}}
+    - {name: GITSYNC_PERIOD, value: "{{ $git.periodSeconds }}s"}
+    - {name: GITSYNC_DEPTH, value: {{ $git.depth | quote }}}
+    - {name: GITSYNC_ROOT, value: /var/lib/slonk/git}
+    - {name: GITSYNC_LINK, value: hooks}
+    {{- with $git.credentialsSecret }}
+    - name: GITSYNC_USERNAME
+      valueFrom: {secretKeyRef: {name: {{ . }}, key: username}}
+    - {name: GITSYNC_PASSWORD_FILE, value: /var/run/secrets/slonk/git/password}
+    {{- end }}
+  resources: {{- toYaml $git.resources | nindent 4 }}
+  securityContext: {runAsUser: 65533, runAsGroup: 65533, allowPrivilegeEscalation: false}
+  volumeMounts:
+    - {name: hooks, mountPath: /var/lib/slonk/git}
+    {{- if $git.credentialsSecret }}
+    - {name: git-credentials, mountPath: /var/run/secrets/slonk/git, readOnly: true}
+    {{- end }}
 {{- end }}

@@ -11,6 +11,7 @@ import jinja2
 
 from slonk.config.spec import ClusterSpec, NodePool
 from slonk.files import write_atomically
+from slonk.paths import HOOK_BIN
 
 CONFIG_FILES = ("slurm.conf", "topology.conf", "gres.conf", "cgroup.conf")
 
@@ -72,6 +73,13 @@ def slurm_settings(spec: ClusterSpec) -> dict[str, str]:
         defaults["TopologyPlugin"] = f"topology/{spec.topology}"
     if any(p.gpus for p in spec.nodepools):
         defaults["GresTypes"] = "gpu"
+    if spec.hooks:
+        # Job hooks from git (slonk.hooks). A failing prolog drains its node; the job is
+        # requeued to run elsewhere rather than held.
+        defaults["SchedulerParameters"] += ",nohold_on_prolog_fail"
+        for phase in spec.hooks.phases:
+            key = "".join(part.capitalize() for part in phase.split("-"))
+            defaults[key] = str(HOOK_BIN / phase)
     return _merge(defaults, spec.slurm_conf)
 
 

@@ -136,6 +136,19 @@ class LdapSettings:
     min_uid: int = 1000
 
 
+HOOK_PHASES = ("prolog", "epilog", "task-prolog", "task-epilog")
+
+
+@dataclass(frozen=True)
+class HookSettings:
+    """Job hooks from git: where git-sync publishes, and which repo directory each phase runs."""
+
+    link: str = "hooks"
+    phases: Mapping[str, str] = field(default_factory=dict)  # phase -> directory in the repo
+    timeout_seconds: int = 30
+    max_file_bytes: int = 1024 * 1024
+
+
 @dataclass(frozen=True)
 class LdapServer:
     """The development directory's contents (its own pod; see slonk.ldapdev)."""
@@ -164,7 +177,7 @@ class ClusterSpec:
     groups: tuple[Group, ...] = ()
     ldap: LdapSettings | None = None
     ldap_server: LdapServer | None = None
-    hooks: Mapping[str, Any] = field(default_factory=dict)
+    hooks: HookSettings | None = None
     health: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -473,6 +486,39 @@ def _ldap_server(data: Any, path: str) -> LdapServer | None:
     return LdapServer(suffix=suffix, users=tuple(users), groups=tuple(groups))
 
 
+def _hooks(data: Any, path: str) -> HookSettings | None:
+    if not data:
+        return None
+    keys = {
+        "link",
+        "timeoutSeconds",
+        "maxFileBytes",
+        "prolog",
+        "epilog",
+        "taskProlog",
+        "taskEpilog",
+    }
+    r = _Reader(data, path, keys)
+    phases = {}
+    for phase, key in zip(
+        HOOK_PHASES, ("prolog", "epilog", "taskProlog", "taskEpilog"), strict=True
+    ):
+        directory = r.get(key, str)
+        if directory:
+            if directory.startswith("/") or ".." in directory.split("/"):
+                raise SpecError(f"{r.at(key)}: {directory!r} must be a path inside the repository")
+            phases[phase] = directory.strip("/")
+    link = r.get("link", str, "hooks")
+    if "/" in link or not link:
+        raise SpecError(f"{r.at('link')}: {link!r} must be a plain name")
+    return HookSettings(
+        link=link,
+        phases=phases,
+        timeout_seconds=r.count("timeoutSeconds", default=30, minimum=1),
+        max_file_bytes=r.count("maxFileBytes", default=1024 * 1024, minimum=1),
+    )
+
+
 def _unique(names: list[str], path: str, what: str) -> None:
     seen: set[str] = set()
     for i, name in enumerate(names):
@@ -540,7 +586,7 @@ def parse_spec(data: Any) -> ClusterSpec:
         groups=tuple(groups),
         ldap=_ldap(r.data.get("ldap"), "ldap"),
         ldap_server=_ldap_server(r.data.get("ldapServer"), "ldapServer"),
-        hooks=r.get("hooks", dict, {}),
+        hooks=_hooks(r.data.get("hooks"), "hooks"),
         health=r.get("health", dict, {}),
     )
 

@@ -243,7 +243,50 @@ def _pod_spec(cluster: Cluster, pod: Any, hosts: str) -> dict[str, Any]:
         "tmpfs": POD_TMPFS,
         "binds": binds,
         "files": {"/etc/hosts": hosts, "/etc/hostname": f"{pod.name}\n"},
+        "sidecars": _sidecar_specs(cluster, pod),
     }
+
+
+# Sidecar images local mode can stand in for, and the module that does it (see its docstring).
+SIDECAR_STAND_INS = {"git-sync": "slonk.local.gitsync"}
+
+
+def _sidecar_specs(cluster: Cluster, pod: Any) -> list[dict[str, Any]]:
+    """Each sidecar as a local stand-in process: its env, with volume paths made host paths."""
+    specs = []
+    for sidecar in pod.sidecars:
+        module = next((m for image, m in SIDECAR_STAND_INS.items() if image in sidecar.image), None)
+        if module is None:
+            raise LocalModeError(
+                f"pod {pod.name}: local mode cannot run sidecar {sidecar.name} ({sidecar.image})"
+            )
+        env = dict(sidecar.env)
+        for mount in sidecar.mounts:
+            host = str(state_path(cluster.state_dir, mount, pod.name))
+            env = {k: v.replace(mount.target, host) for k, v in env.items()}
+        specs.append({"name": sidecar.name, "module": module, "env": env})
+    return specs
+
+
+def _start_sidecars(cluster: Cluster, name: str, sidecars: list[dict[str, Any]]) -> None:
+    """Sidecars run in the pod's network namespace: `down` and `restart` stop them with it."""
+    for sidecar in sidecars:
+        with open(cluster.pod_dir(name) / f"{sidecar['name']}.log", "ab") as log:
+            subprocess.Popen(
+                [
+                    "nsenter",
+                    f"--net={NETNS_DIR / cluster.network.pod_netns(name)}",
+                    "--",
+                    sys.executable,
+                    "-m",
+                    sidecar["module"],
+                ],
+                env={"PATH": POD_PATH, **sidecar["env"]},
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
 
 
 def _launch(cluster: Cluster, name: str, spec: dict[str, Any]) -> int:
@@ -257,7 +300,9 @@ def _launch(cluster: Cluster, name: str, spec: dict[str, Any]) -> int:
                 Path(layer[key]).mkdir(parents=True)
     for volume in spec["binds"]:
         Path(volume["source"]).mkdir(parents=True, exist_ok=True)
-    return pods.start(pod_dir, cluster.network.pod_netns(name), spec)
+    pid = pods.start(pod_dir, cluster.network.pod_netns(name), spec)
+    _start_sidecars(cluster, name, spec["sidecars"])
+    return pid
 
 
 def node_states(cluster: Cluster) -> dict[str, str]:
@@ -365,9 +410,16 @@ def restart(state_dir: Path, name: str, stop_only: bool = False) -> None:
     pid = cluster.pid(name)
     if pid is not None:
         pods.stop(pid, STOP_GRACE_SECONDS)
+    _kill_all(cluster.network.pod_netns(name))  # its sidecars
     if not stop_only:
         spec = json.loads((cluster.pod_dir(name) / "pod.json").read_text())
         _launch(cluster, name, spec)
+
+
+def _kill_all(netns: str) -> None:
+    for pid in processes_in(netns):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def down(state_dir: Path, purge: bool = False, progress: Callable[[str], None] = print) -> None:
@@ -382,9 +434,7 @@ def down(state_dir: Path, purge: bool = False, progress: Callable[[str], None] =
             pods.stop(pid, STOP_GRACE_SECONDS)
             progress(f"  stopped {name}")
     for netns in network.namespaces():
-        for pid in processes_in(netns):  # a pod that never finished starting, an ssh session
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        _kill_all(netns)  # sidecars, a pod that never finished starting, an ssh session
     network.destroy(made_netns_mount=record.get("made_netns_mount", False))
     if purge:
         shutil.rmtree(cluster.state_dir, ignore_errors=True)

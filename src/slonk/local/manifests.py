@@ -27,6 +27,16 @@ class Mount:
 
 
 @dataclass(frozen=True)
+class Sidecar:
+    """A pod's further container; local mode runs a stand-in chosen by its image."""
+
+    name: str
+    image: str
+    env: Mapping[str, str]
+    mounts: tuple[Mount, ...]
+
+
+@dataclass(frozen=True)
 class Pod:
     name: str
     role: str
@@ -35,6 +45,7 @@ class Pod:
     env: Mapping[str, str]
     mounts: tuple[Mount, ...]
     subdomain: str
+    sidecars: tuple[Sidecar, ...] = ()
 
 
 @dataclass
@@ -72,12 +83,12 @@ def _env(container: Mapping[str, Any], pod: str, namespace: str) -> dict[str, st
     return env
 
 
-def _mounts(sts: Mapping[str, Any], pod: str) -> tuple[Mount, ...]:
+def _mounts(sts: Mapping[str, Any], pod: str, container: Mapping[str, Any]) -> tuple[Mount, ...]:
     spec = sts["spec"]["template"]["spec"]
     volumes = {v["name"]: v for v in spec.get("volumes", [])}
     templates = {t["metadata"]["name"] for t in sts["spec"].get("volumeClaimTemplates", [])}
     mounts = []
-    for m in spec["containers"][0].get("volumeMounts", []):
+    for m in container.get("volumeMounts", []):
         name, target, read_only = m["name"], m["mountPath"], bool(m.get("readOnly"))
         if name in templates:
             # The PVC a StatefulSet makes for this replica: <template>-<pod>.
@@ -118,7 +129,7 @@ def plan(documents: Iterable[Mapping[str, Any]], namespace: str) -> Plan:
             result.services[meta["name"]] = dict(doc["spec"].get("selector", {}))
         elif kind == "StatefulSet":
             template = doc["spec"]["template"]
-            container = template["spec"]["containers"][0]
+            container, *others = template["spec"]["containers"]
             for ordinal in range(int(doc["spec"]["replicas"])):
                 name = f"{meta['name']}-{ordinal}"
                 labels = {**template["metadata"]["labels"], POD_NAME_LABEL: name}
@@ -129,8 +140,17 @@ def plan(documents: Iterable[Mapping[str, Any]], namespace: str) -> Plan:
                         labels=labels,
                         command=tuple(container["command"]),
                         env=_env(container, name, namespace),
-                        mounts=_mounts(doc, name),
+                        mounts=_mounts(doc, name, container),
                         subdomain=doc["spec"]["serviceName"],
+                        sidecars=tuple(
+                            Sidecar(
+                                c["name"],
+                                c["image"],
+                                _env(c, name, namespace),
+                                _mounts(doc, name, c),
+                            )
+                            for c in others
+                        ),
                     )
                 )
     return result

@@ -1,0 +1,1 @@
+"""Job hooks from git: checked revisions, and the dispatcher Slurm runs."""
