@@ -37,9 +37,11 @@ def _syntax(script: Path, interpreter: str) -> str | None:
         name = interpreter.split()[1]
     if name in ("sh", "bash", "dash"):
         result = subprocess.run(
-            ["bash", "-n", str(script)], capture_output=True, text=True, check=False
+            ["bash", "-n", script.name], cwd=script.parent, capture_output=True, text=True,
+            check=False,
         )
-        return result.stderr.strip().splitlines()[0] if result.returncode else None
+        if result.returncode:
+            return result.stderr.strip().splitlines()[0].removeprefix(f"{script.name}: ")
     if name.startswith("python"):
         try:
             compile(script.read_bytes(), str(script), "exec")
