@@ -94,9 +94,42 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {value!r})")
 
 
+class HooksRepo:
+    """The git repository the session cluster's hooks follow (git-sync period: 1 s)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def git(self, *args: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(self.path), "-c", "user.name=test", "-c", "user.email=t@t", *args],
+            check=True, capture_output=True, text=True).stdout.strip()
+
+    def push(self, files: dict[str, str | None]) -> str:
+        """Write (or, for None, delete) files as executables and commit; returns the commit."""
+        for name, text in files.items():
+            path = self.path / name
+            if text is None:
+                path.unlink(missing_ok=True)
+                continue
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            path.chmod(0o755)
+        self.git("add", "--all")
+        self.git("commit", "--quiet", "--allow-empty", "--message", ", ".join(files) or "empty")
+        return self.git("rev-parse", "HEAD")
+
+    def create(self) -> None:
+        self.path.mkdir(parents=True)
+        self.git("init", "--quiet")
+        (self.path / "README").write_text("Job hooks for the test cluster.\n")
+        self.push({})
+
+
 class LocalCluster:
-    def __init__(self, state_dir: Path) -> None:
+    def __init__(self, state_dir: Path, hooks: HooksRepo | None = None) -> None:
         self.state_dir = state_dir
+        self.hooks = hooks
 
     def pod(self, name: str) -> testinfra.host.Host:
         return testinfra.host.Host(PodBackend(name, self.state_dir))
@@ -135,9 +168,14 @@ class LocalCluster:
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     state_dir = tmp_path_factory.mktemp("local-cluster")
-    local = LocalCluster(state_dir)
+    hooks = HooksRepo(tmp_path_factory.mktemp("hooks") / "repo")
+    hooks.create()
+    values = state_dir.parent / "cluster-values.yaml"
+    values.write_text(
+        f"hooks: {{enabled: true, git: {{repo: 'file://{hooks.path}', periodSeconds: 1}}}}\n")
+    local = LocalCluster(state_dir, hooks)
     try:
-        slonk("local", "up", "--state-dir", str(state_dir))
+        slonk("local", "up", "-f", str(values), "--state-dir", str(state_dir))
         yield local
     finally:
         slonk("local", "down", "--purge", "--state-dir", str(state_dir), check=False)
