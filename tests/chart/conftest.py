@@ -23,3 +23,4 @@ existing_manifest = manifest_fixture("existing_manifest", _template("existing.ya
 nfs_manifest = manifest_fixture("nfs_manifest", _template("nfs-home.yaml"))
 ldap_manifest = manifest_fixture("ldap_manifest", _template("ldap.yaml"))
 ldap_dev_manifest = manifest_fixture("ldap_dev_manifest", _template("ldap-dev.yaml"))
+hooks_manifest = manifest_fixture("hooks_manifest", _template("hooks.yaml"))

@@ -15,7 +15,7 @@ from slonk import chart
 from .conftest import VALUES
 
 VALUE_SETS = [[], ["gpu-pools.yaml"], ["existing.yaml"], ["nfs-home.yaml"], ["ldap.yaml"],
-              ["ldap-dev.yaml"]]
+              ["ldap-dev.yaml"], ["hooks.yaml"]]
 
 
 def _values(files: list[str]) -> dict:
@@ -75,6 +75,8 @@ def _template_error(*args: str) -> str:
          "partitions[1].default: only one partition can be the default"),
         (["--name", "Slonk"], "release name \"Slonk\": must be a DNS-1123 label"),
         (["--set", "ldap.enabled=true"], "ldap.uris: required when ldap.enabled is true"),
+        (["--set", "hooks.enabled=true"], "hooks.git.repo: required when hooks.enabled is true"),
+        (["--set", "hooks.prolog=../etc"], "at '/hooks/prolog'"),
         (["--set", "ldap.tls=ssl"], "at '/ldap/tls'"),
         (["--set", "ldap.maxRemovalPercent=150"], "at '/ldap/maxRemovalPercent'"),
     ],
