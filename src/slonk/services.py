@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 from slonk import paths
 
@@ -35,3 +38,11 @@ def exec_svscan(role: str, scan_dir: Path = paths.SCAN_DIR) -> None:
     """Replace this process with s6-svscan: it is PID 1 from here on."""
     os.environ["SLONK_ROLE"] = role
     os.execvp("s6-svscan", ["s6-svscan", str(scan_dir)])
+
+
+def idle(reason: str, log: Callable[[str], None]) -> NoReturn:
+    """Stay up doing nothing: a service whose feature is off must not exit, or s6 restarts
+    it every second."""
+    log(f"{reason}; idle")
+    while True:
+        time.sleep(3600)

@@ -20,6 +20,7 @@ from pathlib import Path
 from slonk import paths
 from slonk.config.spec import ClusterSpec, HookSettings, SpecError
 from slonk.files import write_atomically
+from slonk.services import idle
 
 ACTIVE = "active"
 STATUS = "status.json"
@@ -37,7 +38,10 @@ def _syntax(script: Path, interpreter: str) -> str | None:
         name = interpreter.split()[1]
     if name in ("sh", "bash", "dash"):
         result = subprocess.run(
-            ["bash", "-n", script.name], cwd=script.parent, capture_output=True, text=True,
+            ["bash", "-n", script.name],
+            cwd=script.parent,
+            capture_output=True,
+            text=True,
             check=False,
         )
         if result.returncode:
@@ -145,9 +149,11 @@ def watch(
 ) -> None:
     """Follow git-sync's link; consider each new revision once."""
     spec = load()
+    if spec.hooks is None:
+        idle("hooks are not configured", log)
     seen = None
     log(f"watching {root / spec.hooks.link}")
-    while spec.hooks is not None:
+    while True:
         link = root / spec.hooks.link
         revision = Path(os.readlink(link)).name if link.is_symlink() else None
         if revision and revision != seen:
@@ -155,6 +161,8 @@ def watch(
                 spec = load()
             except SpecError as err:
                 log(f"keeping the last good settings: {err}")
+            if spec.hooks is None:
+                idle("hooks were switched off; a restarted pod drops this service", log)
             write_settings(spec.hooks, state)
             consider(link.resolve(), revision, spec.hooks, state)
             seen = revision

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from slonk.config.spec import ACCOUNT_NAME, ClusterSpec, Group, LdapSettings, SpecError, User
 from slonk.files import write_atomically
+from slonk.services import idle
 from slonk.users.directory import Directory, DirectoryError, Entry, read_directory
 from slonk.users.files import make_homes, write_accounts, write_authorized_keys
 
@@ -251,10 +252,13 @@ def run_forever(load: Callable[[], ClusterSpec]) -> None:
     keeps the last good spec); each warning is logged once, not every interval."""
     reported: set[str] = set()
     spec = load()
-    while spec.ldap is not None:
+    while True:
+        if spec.ldap is None:
+            idle("LDAP is not configured", log)
         time.sleep(spec.ldap.sync_interval_seconds)
         try:
             spec = load()
         except SpecError as err:
             log(f"keeping the last good settings: {err}")
-        run_once(spec, reported=reported)
+        if spec.ldap is not None:
+            run_once(spec, reported=reported)
