@@ -121,7 +121,7 @@ def _add_local(commands: argparse._SubParsersAction) -> None:
 
     for name, help_text in [
         ("up", "render the chart, start every pod, wait until all nodes are idle"),
-        ("upgrade", "render again and update the mounted ConfigMaps, like helm upgrade"),
+        ("upgrade", "render again with up's values and these; update the mounted ConfigMaps"),
     ]:
         sub(name, help_text).add_argument(
             "-f",

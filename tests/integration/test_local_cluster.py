@@ -138,6 +138,7 @@ def test_a_valid_change_is_applied_everywhere(healthy: LocalCluster, tmp_path: P
         wait_for("partition short", lambda: "short" in partitions())
         worker_conf = healthy.pod("slonk-cpu-1").file("/etc/slurm/slurm.conf").content_string
         assert "PartitionName=short" in worker_conf
+        assert "Prolog=/run/slonk/bin/prolog" in worker_conf  # up's values are kept
     finally:
         healthy.slonk("upgrade")
     wait_for("partition short gone", lambda: "short" not in partitions())

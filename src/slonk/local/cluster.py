@@ -71,6 +71,11 @@ class Cluster:
         return self.state_dir / "ssh" / "known_hosts"
 
     @property
+    def values_file(self) -> Path:
+        """The values `up` was given: `upgrade` layers its own over them."""
+        return self.state_dir / "values.yaml"
+
+    @property
     def record_file(self) -> Path:
         return self.state_dir / "cluster.json"
 
@@ -350,11 +355,12 @@ def _render(cluster: Cluster, value_files: Sequence[Path]) -> Plan:
 def upgrade(
     state_dir: Path, value_files: Sequence[Path] = (), progress: Callable[[str], None] = print
 ) -> None:
-    """Like `helm upgrade`: render again and update the ConfigMaps the pods mount (kubelet's
-    atomic swap); each pod's watcher applies the change. Pods are neither added nor removed."""
+    """Like `helm upgrade --reuse-values`: render again with the values `up` was given and
+    then these, and update the ConfigMaps the pods mount (kubelet's atomic swap); each pod's
+    watcher applies the change. Pods are neither added nor removed."""
     _require_root()
     cluster = Cluster(state_dir.resolve())
-    objects = _render(cluster, value_files)
+    objects = _render(cluster, [cluster.values_file, *value_files])
     running = set(cluster.pod_names())
     if {p.name for p in objects.pods} != running:
         progress("slonk local: the new values change the set of pods; `down` and `up` to apply it")
@@ -372,7 +378,8 @@ def up(
         raise LocalModeError(f"a cluster is already up in {state_dir}: `slonk local down` first")
     cluster.state_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    objects = _render(cluster, value_files)
+    cluster.values_file.write_text(yaml.safe_dump(chart.user_values(value_files)))
+    objects = _render(cluster, [cluster.values_file])
     spec = yaml.safe_load(objects.configmaps[f"{RELEASE}-cluster"]["cluster.yaml"])
     progress(f"slonk local: {len(objects.pods)} pods from the chart, state in {cluster.state_dir}")
 
@@ -442,6 +449,7 @@ def down(state_dir: Path, purge: bool = False, progress: Callable[[str], None] =
         shutil.rmtree(cluster.state_dir / "pods", ignore_errors=True)
         shutil.rmtree(cluster.state_dir / "configmaps", ignore_errors=True)
         cluster.record_file.unlink(missing_ok=True)
+        cluster.values_file.unlink(missing_ok=True)
     progress(f"slonk local: down ({'state removed' if purge else 'volumes and secrets kept'})")
 
 
