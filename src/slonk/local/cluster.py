@@ -26,9 +26,10 @@ from typing import Any
 
 import yaml
 
+import slonk
 from slonk import chart, paths
 from slonk.local import pod as pods
-from slonk.local.manifests import LocalModeError, Plan, hosts_file, plan, state_path
+from slonk.local.manifests import LocalModeError, Plan, Pod, hosts_file, plan, state_path
 from slonk.local.network import NETNS_DIR, Network, is_mount_point, pod_address, processes_in
 from slonk.local.projection import project
 
@@ -207,13 +208,11 @@ def _known_hosts(cluster: Cluster, objects: Plan, addresses: dict[str, str]) -> 
 def _hidden_install_paths(tmpfs: dict[str, str]) -> list[Path]:
     """Where slonk and its Python live, when a pod's own /tmp or /run would hide them (a
     checkout under /tmp): the pod binds them back at the same path."""
-    import slonk
-
     needed = {Path(sys.prefix), Path(sys.base_prefix), Path(slonk.__file__).parents[1]}
     return sorted(p for p in needed if any(p.is_relative_to(t) for t in tmpfs))
 
 
-def _pod_spec(cluster: Cluster, pod: Any, hosts: str) -> dict[str, Any]:
+def _pod_spec(cluster: Cluster, pod: Pod, hosts: str) -> dict[str, Any]:
     layers = cluster.pod_dir(pod.name) / "layers"
     rootfs = paths.rootfs_dir()
     if rootfs is None:
@@ -234,7 +233,6 @@ def _pod_spec(cluster: Cluster, pod: Any, hosts: str) -> dict[str, Any]:
     ]
     for mount in pod.mounts:
         source = state_path(cluster.state_dir, mount, pod.name)
-        source.mkdir(parents=True, exist_ok=True)
         binds.append({"source": str(source), "target": mount.target, "readOnly": mount.read_only})
     return {
         "hostname": pod.name,
@@ -256,7 +254,7 @@ def _pod_spec(cluster: Cluster, pod: Any, hosts: str) -> dict[str, Any]:
 SIDECAR_STAND_INS = {"git-sync": "slonk.local.gitsync"}
 
 
-def _sidecar_specs(cluster: Cluster, pod: Any) -> list[dict[str, Any]]:
+def _sidecar_specs(cluster: Cluster, pod: Pod) -> list[dict[str, Any]]:
     """Each sidecar as a local stand-in process: its env, with volume paths made host paths."""
     specs = []
     for sidecar in pod.sidecars:
