@@ -12,6 +12,7 @@ from slonk.chart import ChartError
 from slonk.config.render import write_config
 from slonk.config.spec import HOOK_PHASES, SpecError, load_spec
 from slonk.local.manifests import LocalModeError
+from slonk.local.network import NetworkError
 from slonk.services import ROLE_SERVICES
 
 ROLES = tuple(ROLE_SERVICES)
@@ -147,7 +148,8 @@ class _Version(argparse.Action):
     def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
         from importlib.metadata import version
 
-        parser.exit(message=f"slonk {version('slonk')}\n")
+        print(f"slonk {version('slonk')}")
+        parser.exit()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -232,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     args.command = argv[split + 1 :]
     try:
         return args.run(args)
-    except (ChartError, SpecError, LocalModeError) as err:
+    except (ChartError, SpecError, LocalModeError, NetworkError) as err:
         print(f"slonk: error: {err}", file=sys.stderr)
         return 1
 

@@ -21,7 +21,13 @@ FIRST_POD_HOST = 10
 
 
 def _ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
+    result = subprocess.run(["ip", *args], capture_output=True, text=True, check=False)
+    if result.returncode:
+        raise NetworkError(f"ip {' '.join(args)}: {result.stderr.strip() or 'failed'}")
+
+
+class NetworkError(RuntimeError):
+    """An `ip` command failed; the message carries what it said."""
 
 
 def pod_address(index: int) -> str:
