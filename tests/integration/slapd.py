@@ -91,8 +91,8 @@ def running_slapd(
     urls = [f"ldap://127.0.0.1:{ldap_port}/"]
     ldaps_uri = None
     if tls:
-        ldaps_uri = f"ldaps://localhost:{free_port()}"
-        urls.append(ldaps_uri.replace("localhost", "127.0.0.1") + "/")
+        ldaps_uri = f"ldaps://127.0.0.1:{free_port()}"
+        urls.append(f"{ldaps_uri}/")
     process = subprocess.Popen(
         ["slapd", "-d", "0", "-f", str(directory.conf_file), "-h", " ".join(urls)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -106,7 +106,7 @@ def running_slapd(
                 if process.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"slapd did not start (exit {process.poll()})") from None
                 time.sleep(0.02)
-        yield Slapd(directory, f"ldap://localhost:{ldap_port}", ldaps_uri)
+        yield Slapd(directory, f"ldap://127.0.0.1:{ldap_port}", ldaps_uri)
     finally:
         process.terminate()
         process.wait(timeout=10)
