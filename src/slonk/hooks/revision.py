@@ -155,8 +155,10 @@ def watch(
     log(f"watching {root / spec.hooks.link}")
     while True:
         link = root / spec.hooks.link
-        revision = Path(os.readlink(link)).name if link.is_symlink() else None
-        if revision and revision != seen:
+        # One readlink for both name and tree: git-sync may swap the link at any moment.
+        target = root / os.readlink(link) if link.is_symlink() else None
+        revision = target.name if target else None
+        if target and revision != seen:
             try:
                 spec = load()
             except SpecError as err:
@@ -164,6 +166,6 @@ def watch(
             if spec.hooks is None:
                 idle("hooks were switched off; a restarted pod drops this service", log)
             write_settings(spec.hooks, state)
-            consider(link.resolve(), revision, spec.hooks, state)
+            consider(target, revision, spec.hooks, state)
             seen = revision
         time.sleep(interval)
