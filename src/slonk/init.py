@@ -50,7 +50,7 @@ def check_identity(spec: ClusterSpec, role: str, name: str) -> None:
 
 
 def prepare_dirs(role: str) -> None:
-    make_dir(paths.MUNGE_KEY.parent, 0o700, owner="munge")
+    """What the role's daemons write to (the munge key's directory comes with the key)."""
     for path in ("/run/munge", "/var/lib/munge", "/var/log/munge"):
         make_dir(Path(path), 0o755 if path == "/run/munge" else 0o700, owner="munge")
     if role == "controller":

@@ -21,7 +21,9 @@ def install_munge_key(source: Path = paths.MUNGE_SECRET, target: Path = paths.MU
         )
     key = source.read_bytes()
     if len(key) < MIN_MUNGE_KEY_BYTES:
-        raise MissingSecret(f"{source}: munge key is {len(key)} bytes, munged needs at least 32")
+        raise MissingSecret(
+            f"{source}: munge key is {len(key)} bytes, munged needs at least {MIN_MUNGE_KEY_BYTES}"
+        )
     # munged refuses a key directory or file that anyone but munge (or root) could change.
     make_dir(target.parent, 0o700, owner="munge")
     write_atomically(target, key, mode=0o400, owner="munge")

@@ -258,8 +258,13 @@ def _kind(value: Any) -> str:
 
 def _name(kind: type | tuple[type, ...]) -> str:
     kinds = kind if isinstance(kind, tuple) else (kind,)
-    names = {int: "an integer", str: "a string", bool: "a boolean", list: "a list"}
-    names[dict] = "a mapping"
+    names = {
+        int: "an integer",
+        str: "a string",
+        bool: "a boolean",
+        list: "a list",
+        dict: "a mapping",
+    }
     return " or ".join(names.get(k, k.__name__) for k in kinds)
 
 

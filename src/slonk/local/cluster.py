@@ -394,7 +394,7 @@ def up(
     cluster.record_file.write_text(json.dumps(record, indent=1))
     network.create_switch()
     for i, p in enumerate(objects.pods):
-        network.add_pod(p.name, i)
+        network.add_pod(p.name, i, addresses[p.name])
     _known_hosts(cluster, objects, addresses)
     hosts = hosts_file(objects, addresses, spec["clusterDomain"])
     for p in objects.pods:

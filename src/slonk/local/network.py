@@ -94,9 +94,9 @@ class Network:
         _ip("-n", self.switch, "addr", "add", f"{BRIDGE_ADDRESS}/{PREFIX_LEN}", "dev", "br0")
         _ip("-n", self.switch, "link", "set", "br0", "up")
 
-    def add_pod(self, pod: str, index: int) -> str:
-        """A namespace for the pod with eth0 on the bridge; returns its address."""
-        netns, address, port = self.pod_netns(pod), pod_address(index), f"p{index}"
+    def add_pod(self, pod: str, index: int, address: str) -> None:
+        """A namespace for the pod with eth0 (at `address`) on the bridge's port p<index>."""
+        netns, port = self.pod_netns(pod), f"p{index}"
         if netns_inode(netns) is None:
             _ip("netns", "add", netns)
             _ip("-n", netns, "link", "set", "lo", "up")
@@ -117,7 +117,6 @@ class Network:
             _ip("-n", self.switch, "link", "set", port, "master", "br0", "up")
             _ip("-n", netns, "addr", "add", f"{address}/{PREFIX_LEN}", "dev", "eth0")
             _ip("-n", netns, "link", "set", "eth0", "up")
-        return address
 
     def destroy(self, made_netns_mount: bool = False) -> None:
         """Delete every namespace of this cluster (their veths go with them). iproute2 makes

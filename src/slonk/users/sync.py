@@ -168,6 +168,7 @@ def sync(
     state = _load_state(paths.state)
     static = Result(users=list(spec.users), groups=list(spec.groups))
     result = static
+    ldap_names: set[str] = set()
     if spec.ldap is not None:
         directory = read(spec.ldap)  # DirectoryError: nothing below runs
         if not directory.users:
@@ -184,9 +185,8 @@ def sync(
             _system_accounts(paths.etc / "passwd", managed),
             _system_accounts(paths.etc / "group", managed),
         )
-        static_names = {u.name for u in spec.users}
-        kept = {u.name for u in result.users} - static_names
-        removed = set(state["ldap_users"]) - kept
+        ldap_names = {u.name for u in result.users} - {u.name for u in spec.users}
+        removed = set(state["ldap_users"]) - ldap_names
         limit = spec.ldap.max_removal_percent / 100 * len(state["ldap_users"])
         if removed and len(removed) > limit and not force:
             raise SyncRefused(
@@ -194,7 +194,6 @@ def sync(
                 f"(more than {spec.ldap.max_removal_percent}%): {', '.join(sorted(removed)[:5])}"
                 f"{'...' if len(removed) > 5 else ''}; run `slonk users sync --force` to accept"
             )
-    ldap_names = {u.name for u in result.users} - {u.name for u in spec.users}
     _write(result, state, paths, ldap_names)
     return result
 
