@@ -10,7 +10,7 @@ from pathlib import Path
 from slonk import paths
 from slonk.chart import ChartError
 from slonk.config.render import write_config
-from slonk.config.spec import HOOK_PHASES, SpecError, load_spec
+from slonk.config.spec import HEALTH_PHASES, HOOK_PHASES, SpecError, load_spec
 from slonk.local.manifests import LocalModeError
 from slonk.local.network import NetworkError
 from slonk.services import ROLE_SERVICES
@@ -69,6 +69,17 @@ def _hooks(args: argparse.Namespace) -> int:
     if refused:
         print(f"refused: {refused['revision']} at {refused['at']}: {refused['reason']}")
     return 0
+
+
+def _health(args: argparse.Namespace) -> int:
+    if args.health_command == "recycle":
+        from slonk.health import kube, recycle
+
+        recycle.run_forever(lambda: load_spec(args.cluster), kube.Cluster)
+        return 0
+    from slonk.health import command
+
+    return command.main(args.phase, as_json=args.json, drain=args.drain)
 
 
 def _local(args: argparse.Namespace) -> int:
@@ -221,6 +232,20 @@ def build_parser() -> argparse.ArgumentParser:
     hooks_sub.add_parser("watch", help="check and activate new revisions (the s6 service)")
     hooks.add_argument("--cluster", type=Path, default=paths.CLUSTER_SPEC)
     hooks.set_defaults(run=_hooks)
+
+    health = commands.add_parser("health", help="node health checks")
+    health_sub = health.add_subparsers(dest="health_command", required=True)
+    health_run = health_sub.add_parser("run", help="run a phase's checks on this node")
+    health_run.add_argument("--phase", choices=HEALTH_PHASES, default="interval")
+    health_run.add_argument("--json", action="store_true", help="print one JSON document")
+    health_run.add_argument(
+        "--drain",
+        action="store_true",
+        help="drain the node on failure, resume what slonk drained once it passes",
+    )
+    health_sub.add_parser("recycle", help="restart the pods of drained nodes (the s6 service)")
+    health.add_argument("--cluster", type=Path, default=paths.CLUSTER_SPEC)
+    health.set_defaults(run=_health)
 
     _add_local(commands)
     return parser

@@ -18,12 +18,14 @@ from slonk import paths, secrets, services
 from slonk.config.render import write_config
 from slonk.config.spec import ClusterSpec, SpecError, load_spec
 from slonk.files import make_dir
+from slonk.health import runner as health
 from slonk.hooks import revision
 from slonk.ldapdev import DevDirectory, seed_ldif
 from slonk.users import sync as users_sync
 from slonk.users.directory import DirectoryError
 
 BOOT_LDAP_WAIT_SECONDS = 5.0
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 class InitError(RuntimeError):
@@ -84,15 +86,37 @@ def register_users(spec: ClusterSpec) -> str:
     return f"{len(result.users)} users, {len(result.groups)} groups"
 
 
-def install_hook_wrappers(spec: ClusterSpec) -> str:
-    """The programs slurm.conf names as Prolog/Epilog: this interpreter, the dispatcher."""
+def install_job_programs(spec: ClusterSpec) -> str:
+    """The programs slurm.conf names (Prolog, Epilog, HealthCheckProgram): this interpreter
+    running the dispatcher or the health checks. slurmd gives them no PATH of their own."""
     paths.HOOK_BIN.mkdir(parents=True, exist_ok=True)
-    for phase in spec.hooks.phases:
-        wrapper = paths.HOOK_BIN / phase
-        wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} -m slonk.hooks.dispatch {phase}\n")
+    programs = {phase: f"-m slonk.hooks.dispatch {phase}" for phase in spec.job_phases}
+    if spec.health:
+        programs["health"] = "-m slonk.health.command"
+    for name, arguments in programs.items():
+        wrapper = paths.HOOK_BIN / name
+        wrapper.write_text(
+            f'#!/bin/sh\nexport PATH="${{PATH:-{DEFAULT_PATH}}}"\n'
+            f"exec {sys.executable} {arguments}\n"
+        )
         wrapper.chmod(0o755)
-    revision.write_settings(spec.hooks)
-    return ", ".join(spec.hooks.phases)
+    if spec.hooks:
+        revision.write_settings(spec.hooks)
+    return ", ".join(programs)
+
+
+def boot_checks(plan: health.Plan) -> str:
+    """Before slurmd starts: the results stand for the pod's life, and the first health run
+    (slurmd's, before it registers) drains the node for any failure."""
+    health.write_plan(plan)
+    results = health.run(plan, "boot")
+    health.save_boot_results(results)
+    failed = [r for r in results if not r.ok]
+    for result in failed:
+        log(f"boot check failed: {result.line()}")
+    if failed:
+        return f"{len(failed)} of {len(results)} failed; the node registers drained"
+    return f"{len(results)} passed"
 
 
 def prepare_directory(spec: ClusterSpec) -> str:
@@ -140,9 +164,15 @@ def run(role: str) -> None:
     step("prepared state directories", lambda: prepare_dirs(role))
     step("registered users", lambda: register_users(spec))
     extra: tuple[str, ...] = ("users-sync",) if spec.ldap else ()
+    plan = health.plan_for(spec, name) if role == "worker" else None
+    if plan:
+        step("ran boot health checks", lambda: boot_checks(plan))
+    if role == "worker" and (spec.job_phases or spec.health):
+        step("installed job programs", lambda: install_job_programs(spec))
     if role == "worker" and spec.hooks:
-        step("installed job hooks", lambda: install_hook_wrappers(spec))
         extra += ("hooks",)
+    if role == "controller" and spec.health and spec.health.recycle:
+        extra += ("health-recycle",)
     step("wrote s6 services", lambda: services.write_scan_dir(role, extra))
     log(f"{role} {name} ready in {(time.perf_counter() - started) * 1000:.0f} ms; exec s6-svscan")
     services.exec_svscan(role)

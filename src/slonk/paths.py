@@ -20,6 +20,8 @@ HOME = Path("/home")
 GIT_ROOT = Path("/var/lib/slonk/git")
 HOOKS_STATE = Path("/var/lib/slonk/hooks")
 HOOK_BIN = Path("/run/slonk/bin")
+# Health checks: the node's plan and its boot results (slonk.health.runner).
+HEALTH_STATE = Path("/run/slonk/health")
 
 # Written by `slonk init` inside the pod.
 SLURM_CONF_DIR = Path("/etc/slurm")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from slonk.config.render import render
 
 from .test_objects import _container, _spec, _volume
@@ -41,6 +43,7 @@ def test_slurm_conf_runs_the_dispatcher(hooks_manifest):
         in lines
 
 
-def test_no_hooks_no_prolog(default_manifest):
-    lines = render(_spec(default_manifest))["slurm.conf"].splitlines()
-    assert not any(line.startswith(("Prolog=", "Epilog=")) for line in lines)
+def test_no_hooks_and_no_health_checks_no_prolog(default_manifest):
+    spec = replace(_spec(default_manifest), health=None)
+    lines = render(spec)["slurm.conf"].splitlines()
+    assert not any(line.startswith(("Prolog=", "Epilog=", "HealthCheck")) for line in lines)

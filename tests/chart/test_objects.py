@@ -38,7 +38,7 @@ def test_defaults_render_one_cluster(default_manifest):
     assert _names(m, "Secret") == ["slonk-munge", "slonk-ssh-host-keys"]
     assert _names(m, "PersistentVolumeClaim") == ["slonk-home"]
     assert _names(m, "ConfigMap") == ["slonk-cluster"]
-    assert _names(m, "ServiceAccount") == ["slonk"]
+    assert _names(m, "ServiceAccount") == ["slonk", "slonk-controller"]
     assert _names(m, "PodDisruptionBudget") == ["slonk-cpu"]
     for record in m._records:
         labels = record.manifest["metadata"]["labels"]

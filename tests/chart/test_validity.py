@@ -79,6 +79,12 @@ def _template_error(*args: str) -> str:
         (["--set", "hooks.prolog=../etc"], "at '/hooks/prolog'"),
         (["--set", "ldap.tls=ssl"], "at '/ldap/tls'"),
         (["--set", "ldap.maxRemovalPercent=150"], "at '/ldap/maxRemovalPercent'"),
+        (["--set", "health.checks.gpu.nvidiaSmii=x"],
+         "at '/health/checks/gpu': additional properties 'nvidiaSmii' not allowed"),
+        (["--set", "health.checks.scratch.minFreePercent=101"],
+         "at '/health/checks/scratch/minFreePercent'"),
+        (["--set", "health.checks.dns.phases={always}"], "at '/health/checks/dns/phases/0'"),
+        (["--set", "health.recycle.maxRecycles=0"], "at '/health/recycle/maxRecycles'"),
     ],
 )
 def test_bad_values_fail_with_the_key_path(args, message):

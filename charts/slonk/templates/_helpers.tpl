@@ -8,6 +8,17 @@
 {{ .Values.serviceAccount.name | default .Release.Name }}
 {{- end }}
 
+{{- /* "true" when the controller runs the recycle loop and needs the Kubernetes API. */}}
+{{- define "slonk.recycles" -}}
+{{ and .Values.health.enabled .Values.health.recycle.enabled }}
+{{- end }}
+
+{{- /* The recycler's account: its own unless the operator brings the accounts. */}}
+{{- define "slonk.controllerServiceAccount" -}}
+{{- if .Values.serviceAccount.create }}{{ .Release.Name }}-controller
+{{- else }}{{ include "slonk.serviceAccountName" . }}{{ end }}
+{{- end }}
+
 {{- define "slonk.mungeSecret" -}}
 {{ .Values.munge.existingSecret | default (printf "%s-munge" .Release.Name) }}
 {{- end }}

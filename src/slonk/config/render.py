@@ -73,13 +73,19 @@ def slurm_settings(spec: ClusterSpec) -> dict[str, str]:
         defaults["TopologyPlugin"] = f"topology/{spec.topology}"
     if any(p.gpus for p in spec.nodepools):
         defaults["GresTypes"] = "gpu"
-    if spec.hooks:
-        # Job hooks from git (slonk.hooks). A failing prolog drains its node; the job is
-        # requeued to run elsewhere rather than held.
+    if "prolog" in spec.job_phases:
+        # Health checks and hooks from git around jobs (slonk.hooks.dispatch). A failing
+        # prolog drains its node; the job is requeued to run elsewhere rather than held.
         defaults["SchedulerParameters"] += ",nohold_on_prolog_fail"
-        for phase in spec.hooks.phases:
-            key = "".join(part.capitalize() for part in phase.split("-"))
-            defaults[key] = str(HOOK_BIN / phase)
+    for phase in spec.job_phases:
+        key = "".join(part.capitalize() for part in phase.split("-"))
+        defaults[key] = str(HOOK_BIN / phase)
+    if spec.health:
+        # slurmd also runs it once at start, before registering: a node that failed its boot
+        # checks registers drained (slonk.health).
+        defaults["HealthCheckProgram"] = str(HOOK_BIN / "health")
+        defaults["HealthCheckInterval"] = spec.health.interval_seconds
+        defaults["HealthCheckNodeState"] = "ANY"
     return _merge(defaults, spec.slurm_conf)
 
 

@@ -149,6 +149,66 @@ class HookSettings:
     max_file_bytes: int = 1024 * 1024
 
 
+HEALTH_PHASES = ("boot", "prolog", "epilog", "interval")
+# XIDs that mean the GPU or its memory needs attention (NVIDIA's XID catalogue): a node
+# showing one is drained. Application faults (13, 31, 43, 45) are left to the job.
+CRITICAL_XIDS = (48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 140)
+
+
+@dataclass(frozen=True)
+class CheckSettings:
+    """One health check: when it runs, how long it may take, and its own options."""
+
+    phases: tuple[str, ...]
+    timeout_seconds: float
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+# Every check slonk has, with its defaults; `health.checks.<name>` overrides them. A check
+# that needs the controller or its peers runs only once the node is up (not at boot).
+HEALTH_CHECKS: Mapping[str, CheckSettings] = {
+    "gpu": CheckSettings(
+        ("boot", "prolog", "epilog", "interval"),
+        15,
+        {
+            "nvidiaSmi": "nvidia-smi",
+            "dmesg": "dmesg --kernel",
+            "xids": list(CRITICAL_XIDS),
+            "maxUsedMemoryMiB": 1024,
+            # GPUs every node must show; 0: the pool's GRES count (no GPUs: check skipped).
+            "expectedCount": 0,
+        },
+    ),
+    "interfaces": CheckSettings(("boot", "interval"), 5, {"names": ["eth0"], "rdmaDevices": []}),
+    "controller": CheckSettings(("interval",), 5),
+    "dns": CheckSettings(("interval",), 5),
+    "storage": CheckSettings(("boot", "prolog", "interval"), 10, {"paths": ["/home"]}),
+    "scratch": CheckSettings(
+        ("boot", "prolog", "interval"), 5, {"path": "/tmp", "minFreePercent": 5}
+    ),
+    "munge": CheckSettings(("interval",), 10),
+}
+
+
+@dataclass(frozen=True)
+class RecycleSettings:
+    """Restart the pods of nodes slonk drained, once idle; quarantine repeat offenders."""
+
+    idle_seconds: int
+    period_seconds: int
+    max_recycles: int
+    window_seconds: int
+    taint_nodes: bool
+
+
+@dataclass(frozen=True)
+class HealthSettings:
+    checks: Mapping[str, CheckSettings]  # the enabled ones
+    interval_seconds: int
+    undrain: bool
+    recycle: RecycleSettings | None
+
+
 @dataclass(frozen=True)
 class LdapServer:
     """The development directory's contents (its own pod; see slonk.ldapdev)."""
@@ -178,7 +238,7 @@ class ClusterSpec:
     ldap: LdapSettings | None = None
     ldap_server: LdapServer | None = None
     hooks: HookSettings | None = None
-    health: Mapping[str, Any] = field(default_factory=dict)
+    health: HealthSettings | None = None
 
     @property
     def controller_name(self) -> str:
@@ -188,6 +248,25 @@ class ClusterSpec:
     def controller_address(self) -> str:
         """The controller's Service, fully qualified: reachable from any namespace."""
         return f"{self.release}-controller.{self.namespace}.svc.{self.cluster_domain}"
+
+    @property
+    def job_phases(self) -> tuple[str, ...]:
+        """The Prolog/Epilog (and task) programs Slurm runs: for hooks from git, and for
+        health checks around jobs."""
+        phases = set(self.hooks.phases) if self.hooks else set()
+        for pool in self.nodepools:
+            phases |= {p for c in self.health_checks(pool).values() for p in c.phases}
+        return tuple(p for p in HOOK_PHASES if p in phases)
+
+    def health_checks(self, pool: NodePool) -> dict[str, CheckSettings]:
+        """The checks a pool's nodes run: the GPU check only where there are GPUs to count."""
+        if self.health is None:
+            return {}
+        return {
+            name: check
+            for name, check in self.health.checks.items()
+            if name != "gpu" or check.options["expectedCount"] or pool.gpus
+        }
 
     def pool(self, name: str) -> NodePool:
         return next(p for p in self.nodepools if p.name == name)
@@ -524,6 +603,64 @@ def _hooks(data: Any, path: str) -> HookSettings | None:
     )
 
 
+def _check(name: str, data: Any, path: str) -> CheckSettings | None:
+    """A check's settings over its defaults; each option keeps its default's type."""
+    default = HEALTH_CHECKS[name]
+    r = _Reader(data or {}, path, {"enabled", "phases", "timeoutSeconds", *default.options})
+    if not r.get("enabled", bool, True):
+        return None
+    phases = r.strings("phases") or default.phases
+    for i, phase in enumerate(phases):
+        if phase not in HEALTH_PHASES:
+            raise SpecError(f"{r.at('phases')}[{i}]: must be one of {', '.join(HEALTH_PHASES)}")
+    timeout = r.get("timeoutSeconds", (int, float), default.timeout_seconds)
+    if timeout <= 0:
+        raise SpecError(f"{r.at('timeoutSeconds')}: must be > 0")
+    options = dict(default.options)
+    for key, value in default.options.items():
+        if isinstance(value, list):
+            items = r.get(key, list, value)
+            kind = type(value[0]) if value else str
+            for i, item in enumerate(items):
+                if not isinstance(item, kind) or isinstance(item, bool):
+                    raise SpecError(f"{r.at(key)}[{i}]: expected {_name(kind)}")
+            options[key] = items
+        elif isinstance(value, int):
+            options[key] = r.count(key, default=value)
+        else:
+            options[key] = r.get(key, type(value), value)
+    return CheckSettings(tuple(phases), float(timeout), options)
+
+
+def _health(data: Any, path: str) -> HealthSettings | None:
+    r = _Reader(data or {}, path, {"enabled", "intervalSeconds", "undrain", "checks", "recycle"})
+    if not r.get("enabled", bool, False):
+        return None
+    checks_reader = _Reader(r.get("checks", dict, {}), r.at("checks"), set(HEALTH_CHECKS))
+    checks = {
+        name: settings
+        for name in HEALTH_CHECKS
+        if (settings := _check(name, checks_reader.data.get(name), checks_reader.at(name)))
+    }
+    recycle = None
+    keys = {"enabled", "idleSeconds", "periodSeconds", "maxRecycles", "windowSeconds", "taintNodes"}
+    rr = _Reader(r.get("recycle", dict, {}), r.at("recycle"), keys)
+    if rr.get("enabled", bool, True):
+        recycle = RecycleSettings(
+            idle_seconds=rr.count("idleSeconds", default=300),
+            period_seconds=rr.count("periodSeconds", default=30, minimum=1),
+            max_recycles=rr.count("maxRecycles", default=3, minimum=1),
+            window_seconds=rr.count("windowSeconds", default=3600, minimum=1),
+            taint_nodes=rr.get("taintNodes", bool, True),
+        )
+    return HealthSettings(
+        checks=checks,
+        interval_seconds=r.count("intervalSeconds", default=300, minimum=1),
+        undrain=r.get("undrain", bool, True),
+        recycle=recycle,
+    )
+
+
 def _unique(names: list[str], path: str, what: str) -> None:
     seen: set[str] = set()
     for i, name in enumerate(names):
@@ -592,7 +729,7 @@ def parse_spec(data: Any) -> ClusterSpec:
         ldap=_ldap(r.data.get("ldap"), "ldap"),
         ldap_server=_ldap_server(r.data.get("ldapServer"), "ldapServer"),
         hooks=_hooks(r.data.get("hooks"), "hooks"),
-        health=r.get("health", dict, {}),
+        health=_health(r.data.get("health"), "health"),
     )
 
 

@@ -1,4 +1,5 @@
-"""Slurm's Prolog/Epilog (and task variants): run the active revision's scripts, in order.
+"""Slurm's Prolog/Epilog (and task variants): health checks, then the active revision's
+scripts, in order.
 
 Runs for every job on every node, so it imports nothing beyond the standard library and
 does no work when a phase has no scripts. Each prolog/epilog script's output goes to the
@@ -17,9 +18,10 @@ import sys
 import time
 from pathlib import Path
 
-from slonk.paths import HOOKS_STATE
+from slonk.paths import HEALTH_STATE, HOOKS_STATE
 
 LOGS = Path("/var/log/slonk/hooks")
+HEALTH_PLAN = HEALTH_STATE / "plan.json"
 DRAINING_PHASES = ("prolog", "epilog")
 
 
@@ -45,7 +47,20 @@ def drain(reason: str) -> None:
         print(f"slonk hooks: could not drain {node}: {result.stderr.strip()}", file=sys.stderr)
 
 
+def health_checks(phase: str) -> int:
+    """The node's health checks for this phase, before any script: a bad node drains and the
+    job goes elsewhere (slonk.health)."""
+    if phase not in DRAINING_PHASES or not HEALTH_PLAN.exists():
+        return 0
+    from slonk.health import command
+
+    results, _ = command.check_node(phase, drain=True)
+    return 0 if all(r.ok for r in results) else 1
+
+
 def run(phase: str, state: Path = HOOKS_STATE, logs: Path = LOGS) -> int:
+    if health_checks(phase):
+        return 1
     todo = scripts(state, phase)
     if not todo:
         return 0

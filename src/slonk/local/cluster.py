@@ -7,6 +7,8 @@ State directory layout (everything local mode makes lives here or in /run/netns)
   secrets/<name>/          projected Secrets, kept across `down` like Helm's kept Secrets
   volumes/<claim>/         PersistentVolumeClaims, kept across `down`
   pods/<pod>/              pod.json, log, pid, and the pod's writable layers
+  apiserver/               the fake Kubernetes API server's TLS, tokens, rules, nodes and log
+  serviceaccounts/<name>/  what kubelet mounts at /var/run/secrets/kubernetes.io/serviceaccount
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -30,7 +33,14 @@ import slonk
 from slonk import chart, paths
 from slonk.local import pod as pods
 from slonk.local.manifests import LocalModeError, Plan, Pod, hosts_file, plan, state_path
-from slonk.local.network import NETNS_DIR, Network, is_mount_point, pod_address, processes_in
+from slonk.local.network import (
+    BRIDGE_ADDRESS,
+    NETNS_DIR,
+    Network,
+    is_mount_point,
+    pod_address,
+    processes_in,
+)
 from slonk.local.projection import project
 
 RELEASE = "slonk"
@@ -40,6 +50,8 @@ DEFAULT_STATE_DIR = Path(os.environ.get("SLONK_STATE_DIR", "/var/lib/slonk/local
 STOP_GRACE_SECONDS = 15.0
 IDLE_TIMEOUT_SECONDS = 120.0
 POD_TMPFS = {"/run": "0755", "/tmp": "1777"}
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+API_PORT = 6443
 POD_PATH = ":".join(
     [
         str(Path(sys.executable).parent),
@@ -234,10 +246,15 @@ def _pod_spec(cluster: Cluster, pod: Pod, hosts: str) -> dict[str, Any]:
     for mount in pod.mounts:
         source = state_path(cluster.state_dir, mount, pod.name)
         binds.append({"source": str(source), "target": mount.target, "readOnly": mount.read_only})
+    env = {"PATH": POD_PATH, "HOME": "/root", "LANG": "C.UTF-8", **pod.env}
+    if pod.service_account:
+        account = cluster.state_dir / "serviceaccounts" / pod.service_account
+        binds.append({"source": str(account), "target": SERVICE_ACCOUNT_DIR, "readOnly": True})
+        env |= {"KUBERNETES_SERVICE_HOST": BRIDGE_ADDRESS, "KUBERNETES_SERVICE_PORT": str(API_PORT)}
     return {
         "hostname": pod.name,
         "command": list(pod.command),
-        "env": {"PATH": POD_PATH, "HOME": "/root", "LANG": "C.UTF-8", **pod.env},
+        "env": env,
         "overlays": [
             writable("/etc", [str(rootfs / "etc"), "/etc"]),
             writable("/var", ["/var"]),
@@ -292,6 +309,41 @@ def _start_sidecars(cluster: Cluster, name: str, sidecars: list[dict[str, Any]])
             )
 
 
+def _start_apiserver(cluster: Cluster, objects: Plan) -> None:
+    """The fake Kubernetes API (slonk.local.fake_apiserver) on the bridge's address, with a
+    token for every ServiceAccount a pod mounts and the chart's RBAC rules."""
+    accounts = {p.service_account for p in objects.pods if p.service_account}
+    if not accounts:
+        return
+    folder = cluster.state_dir / "apiserver"
+    folder.mkdir(parents=True, exist_ok=True)
+    cert, key = folder / "tls.crt", folder / "tls.key"
+    if not cert.exists():
+        subprocess.run(
+            ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+             "-nodes", "-days", "3650", "-subj", "/CN=kubernetes", "-keyout", str(key),
+             "-out", str(cert), "-addext", f"subjectAltName=IP:{BRIDGE_ADDRESS}"],
+            check=True, capture_output=True,
+        )  # fmt: skip
+    tokens = {}
+    for account in sorted(accounts):
+        token = secrets.token_urlsafe(32)
+        tokens[token] = account
+        project(
+            cluster.state_dir / "serviceaccounts" / account,
+            {"token": token.encode(), "ca.crt": cert.read_bytes(), "namespace": NAMESPACE.encode()},
+        )
+    config = {"tokens": tokens, "rules": objects.permissions()}
+    (folder / "config.json").write_text(json.dumps(config, indent=1))
+    with open(folder / "log", "ab") as log:
+        subprocess.Popen(
+            ["nsenter", f"--net={NETNS_DIR / cluster.network.switch}", "--", sys.executable,
+             "-m", "slonk.local.fake_apiserver", str(cluster.state_dir), BRIDGE_ADDRESS],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+
+
 def _launch(cluster: Cluster, name: str, spec: dict[str, Any]) -> int:
     """Start a pod with fresh writable layers, as a new container would have."""
     pod_dir = cluster.pod_dir(name)
@@ -322,7 +374,8 @@ def node_states(cluster: Cluster) -> dict[str, str]:
 def wait_idle(
     cluster: Cluster, timeout: float = IDLE_TIMEOUT_SECONDS, progress: Callable[[str], None] = print
 ) -> float:
-    """Wait until every worker pod is an idle Slurm node; returns the seconds it took."""
+    """Wait until every worker pod is an idle Slurm node (or a drained one: a drain outlives
+    the pod, in the controller's saved state); returns the seconds it took."""
     started = time.monotonic()
     expected = set(cluster.pod_names("worker"))
     last = None
@@ -332,7 +385,7 @@ def wait_idle(
                 log = (cluster.pod_dir(name) / "log").read_text().splitlines()[-15:]
                 raise LocalModeError(f"pod {name} stopped while starting:\n" + "\n".join(log))
         states = node_states(cluster)
-        idle = {n for n, s in states.items() if s == "idle"}
+        idle = {n for n, s in states.items() if s in ("idle", "drained")}
         summary = ", ".join(f"{n} {states.get(n, 'not registered')}" for n in sorted(expected))
         if summary != last:
             progress(f"  nodes: {summary or 'none'}")
@@ -396,6 +449,7 @@ def up(
     for i, p in enumerate(objects.pods):
         network.add_pod(p.name, i, addresses[p.name])
     _known_hosts(cluster, objects, addresses)
+    _start_apiserver(cluster, objects)
     hosts = hosts_file(objects, addresses, spec["clusterDomain"])
     for p in objects.pods:
         cluster.pod_dir(p.name).mkdir(parents=True, exist_ok=True)
@@ -446,6 +500,8 @@ def down(state_dir: Path, purge: bool = False, progress: Callable[[str], None] =
     else:
         shutil.rmtree(cluster.state_dir / "pods", ignore_errors=True)
         shutil.rmtree(cluster.state_dir / "configmaps", ignore_errors=True)
+        shutil.rmtree(cluster.state_dir / "apiserver", ignore_errors=True)
+        shutil.rmtree(cluster.state_dir / "serviceaccounts", ignore_errors=True)
         cluster.record_file.unlink(missing_ok=True)
         cluster.values_file.unlink(missing_ok=True)
     progress(f"slonk local: down ({'state removed' if purge else 'volumes and secrets kept'})")

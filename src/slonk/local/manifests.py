@@ -46,6 +46,7 @@ class Pod:
     mounts: tuple[Mount, ...]
     subdomain: str
     sidecars: tuple[Sidecar, ...] = ()
+    service_account: str | None = None  # None: no token mounted (automountServiceAccountToken)
 
 
 @dataclass
@@ -57,6 +58,16 @@ class Plan:
     configmaps: dict[str, dict[str, bytes]] = field(default_factory=dict)
     secrets: dict[str, dict[str, bytes]] = field(default_factory=dict)
     services: dict[str, dict[str, str]] = field(default_factory=dict)
+    roles: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # resource -> verbs
+    bindings: list[tuple[str, str]] = field(default_factory=list)  # (service account, role)
+
+    def permissions(self) -> dict[str, dict[str, list[str]]]:
+        """What each ServiceAccount may do, from the Roles and bindings: resource -> verbs."""
+        granted: dict[str, dict[str, list[str]]] = {}
+        for account, role in self.bindings:
+            for resource, verbs in self.roles.get(role, {}).items():
+                granted.setdefault(account, {}).setdefault(resource, []).extend(verbs)
+        return granted
 
     def pod(self, name: str) -> Pod:
         for pod in self.pods:
@@ -127,8 +138,21 @@ def plan(documents: Iterable[Mapping[str, Any]], namespace: str) -> Plan:
             result.secrets[meta["name"]] = _decode(doc.get("data"))
         elif kind == "Service":
             result.services[meta["name"]] = dict(doc["spec"].get("selector", {}))
+        elif kind in ("Role", "ClusterRole"):
+            result.roles[f"{kind}/{meta['name']}"] = {
+                resource: list(rule["verbs"])
+                for rule in doc.get("rules", [])
+                for resource in rule.get("resources", [])
+            }
+        elif kind in ("RoleBinding", "ClusterRoleBinding"):
+            role = f"{doc['roleRef']['kind']}/{doc['roleRef']['name']}"
+            result.bindings += [
+                (s["name"], role) for s in doc.get("subjects", []) if s["kind"] == "ServiceAccount"
+            ]
         elif kind == "StatefulSet":
             template = doc["spec"]["template"]
+            pod_spec = template["spec"]
+            account = pod_spec.get("serviceAccountName", "default")
             container, *others = template["spec"]["containers"]
             for ordinal in range(int(doc["spec"]["replicas"])):
                 name = f"{meta['name']}-{ordinal}"
@@ -150,6 +174,9 @@ def plan(documents: Iterable[Mapping[str, Any]], namespace: str) -> Plan:
                                 _mounts(doc, name, c),
                             )
                             for c in others
+                        ),
+                        service_account=(
+                            account if pod_spec.get("automountServiceAccountToken", True) else None
                         ),
                     )
                 )

@@ -1,0 +1,1 @@
+"""Node health checks: run them, drain and undrain nodes, recycle the pods of bad ones."""

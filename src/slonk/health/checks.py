@@ -1,0 +1,132 @@
+"""Every health check slonk has: a function from the node's plan and the check's options to
+a short description of what it saw, raising Unhealthy with the problem otherwise."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from slonk.health import gpu
+from slonk.health.probe import Unhealthy, bounded
+
+SYS_NET = Path("/sys/class/net")
+SYS_RDMA = Path("/sys/class/infiniband")
+MOUNTINFO = Path("/proc/self/mountinfo")
+
+
+@dataclass(frozen=True)
+class Node:
+    """What the checks know of the node they run on (from cluster.yaml, written at init)."""
+
+    name: str
+    gpus: int
+    peers: tuple[str, ...]  # every node of this node's pool: their Services must resolve
+
+
+def check_gpu(node: Node, options: Mapping[str, Any], phase: str, timeout: float) -> str:
+    expected = options["expectedCount"] or node.gpus
+    return gpu.check(options, expected, phase, timeout)
+
+
+def check_interfaces(node: Node, options: Mapping[str, Any], phase: str, timeout: float) -> str:
+    problems = []
+    for name in options["names"]:
+        status, output = bounded(["ip", "-json", "address", "show", "dev", name], timeout)
+        if status:
+            problems.append(f"{name} missing")
+            continue
+        (link,) = json.loads(output)
+        if "UP" not in link.get("flags", []) or link.get("operstate") == "DOWN":
+            problems.append(f"{name} down")
+        elif not [a for a in link.get("addr_info", []) if a.get("scope") == "global"]:
+            problems.append(f"{name} has no address")
+    for device in options["rdmaDevices"]:
+        states = [p.read_text() for p in (SYS_RDMA / device / "ports").glob("*/state")]
+        if not any("ACTIVE" in s for s in states):
+            problems.append(f"RDMA device {device} {'not active' if states else 'missing'}")
+    if problems:
+        raise Unhealthy(", ".join(problems))
+    return ", ".join([*options["names"], *options["rdmaDevices"]]) + " up"
+
+
+def check_controller(node: Node, options: Mapping[str, Any], phase: str, timeout: float) -> str:
+    """A real RPC (a bare TCP probe would make slurmctld log an error every interval)."""
+    status, output = bounded(["scontrol", "ping"], timeout)
+    if status or "is UP" not in output:
+        raise Unhealthy(f"slurmctld does not answer: {' '.join(output.split())}")
+    return "slurmctld answers"
+
+
+def check_dns(node: Node, options: Mapping[str, Any], phase: str, timeout: float) -> str:
+    missing = []
+    for name in node.peers:
+        try:
+            socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
+        except OSError:
+            missing.append(name)
+    if missing:
+        raise Unhealthy(f"cannot resolve {len(missing)} node Services: {', '.join(missing[:5])}")
+    return f"{len(node.peers)} node Services resolve"
+
+
+def mount_options(path: str) -> list[str] | None:
+    """The per-mount options of the mount at `path`, None when nothing is mounted there."""
+    found = None
+    for line in MOUNTINFO.read_text().splitlines():
+        fields = line.split()
+        if fields[4] == path:
+            found = fields[5].split(",")  # the last mount on a path is the one seen
+    return found
+
+
+def check_storage(node: Node, options: Mapping[str, Any], phase: str, timeout: float) -> str:
+    """Mounted, writable, and answering in time: a write through the mount, in a child that
+    a hung server cannot take the check down with."""
+    for path in options["paths"]:
+        mounted = mount_options(path)
+        if mounted is None:
+            raise Unhealthy(f"{path} is not mounted")
+        if "ro" in mounted:
+            raise Unhealthy(f"{path} is mounted read-only")
+        probe = f"{path}/.slonk-health-{node.name}"
+        status, output = bounded(["sh", "-c", 'touch "$1" && rm -f "$1"', "probe", probe], timeout)
+        if status:
+            raise Unhealthy(f"{path} is not writable: {output.strip()}")
+    return f"{', '.join(options['paths'])} writable"
+
+
+def check_scratch(node: Node, options: Mapping[str, Any], phase: str, timeout: float) -> str:
+    path = options["path"]
+    status, output = bounded(["stat", "--file-system", "--format=%a %b", path], timeout)
+    if status:
+        raise Unhealthy(f"scratch {path}: {output.strip()}")
+    free, total = (int(n) for n in output.split())
+    percent = 100.0 * free / total if total else 0.0
+    if percent < options["minFreePercent"]:
+        raise Unhealthy(f"scratch {path} {percent:.1f}% free, below {options['minFreePercent']}%")
+    return f"scratch {path} {percent:.0f}% free"
+
+
+def check_munge(node: Node, options: Mapping[str, Any], phase: str, timeout: float) -> str:
+    """Every Slurm RPC needs munged. (Whether slurmd answers is slurmctld's to see: it runs
+    these checks, and marks a node that stops answering NOT_RESPONDING, then DOWN.)"""
+    status, output = bounded(["sh", "-c", "munge -n | unmunge >/dev/null"], timeout)
+    if status:
+        raise Unhealthy(f"munge round trip failed: {output.strip()}")
+    return "munge round trip"
+
+
+Check = Callable[[Node, Mapping[str, Any], str, float], str]
+CHECKS: Mapping[str, Check] = {
+    "gpu": check_gpu,
+    "interfaces": check_interfaces,
+    "controller": check_controller,
+    "dns": check_dns,
+    "storage": check_storage,
+    "scratch": check_scratch,
+    "munge": check_munge,
+}

@@ -1,0 +1,114 @@
+"""Turn check results into Slurm node state: drain with slonk's reason, resume what slonk
+drained once the same check passes, and never touch a drain a person made."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from slonk.health.runner import REASON_PREFIX, Result
+
+SCONTROL_TIMEOUT_SECONDS = 10
+FIELD = re.compile(r"(\w+)=(\S*)")
+REASON_SUFFIX = re.compile(r" \[[^]]*@[^]]*\]$")
+
+
+class SlurmError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class NodeState:
+    name: str
+    state: str  # Slurm's base state, lower case: idle, mixed, allocated, down, ...
+    flags: frozenset[str]
+    reason: str
+    slurmd_started: str = ""  # as Slurm prints it: changes when a new slurmd registers
+
+    @property
+    def drained(self) -> bool:
+        return "DRAIN" in self.flags
+
+    @property
+    def slonk_cause(self) -> str | None:
+        """What slonk drained the node for (`gpu`, `prolog`, `quarantine`), None when slonk
+        did not drain it."""
+        if not self.drained or not self.reason.startswith(REASON_PREFIX):
+            return None
+        return self.reason.removeprefix(REASON_PREFIX).split(":", 1)[0]
+
+
+def scontrol(*args: str) -> str:
+    try:
+        result = subprocess.run(
+            ["scontrol", *args],
+            capture_output=True,
+            text=True,
+            timeout=SCONTROL_TIMEOUT_SECONDS,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise SlurmError(f"scontrol {args[0]} timed out") from None
+    if result.returncode:
+        raise SlurmError(f"scontrol {' '.join(args)}: {result.stderr.strip()}")
+    return result.stdout
+
+
+def parse_nodes(text: str) -> list[NodeState]:
+    """`scontrol --oneliner show node`: `Key=value` fields, the reason (spaces and all) last,
+    ending in `[user@time]`. (Debian's Slurm 22.05 has no --json.)"""
+    nodes = []
+    for line in text.splitlines():
+        head, _, reason = line.partition(" Reason=")
+        fields = dict(FIELD.findall(head))
+        state, *flags = fields["State"].split("+")
+        nodes.append(
+            NodeState(
+                name=fields["NodeName"],
+                state=state.lower(),
+                flags=frozenset(flags),
+                reason=REASON_SUFFIX.sub("", reason),
+                slurmd_started=fields.get("SlurmdStartTime", ""),
+            )
+        )
+    return nodes
+
+
+def read_nodes(*names: str) -> list[NodeState]:
+    """The named nodes, or every node."""
+    return parse_nodes(scontrol("--oneliner", "show", "node", *names))
+
+
+def decide(node: NodeState, results: Sequence[Result], undrain: bool) -> tuple[str, str] | None:
+    """('drain', reason), ('resume', old reason) or None. A drain slonk made for one check is
+    replaced only once that check passes; hooks' and quarantine drains are not health's to lift."""
+    failed = [r for r in results if not r.ok]
+    passed = {r.check for r in results if r.ok}
+    cause = node.slonk_cause
+    if node.drained and cause is None:
+        return None  # a person's drain: theirs to lift
+    if failed:
+        if cause is None or cause in passed:
+            return ("drain", failed[0].reason)
+        return None
+    if undrain and cause in passed:
+        return ("resume", node.reason)
+    return None
+
+
+def apply(name: str, results: Sequence[Result], undrain: bool) -> str:
+    """Act on the node in Slurm; returns what was done, for the log."""
+    (node,) = read_nodes(name)
+    action = decide(node, results, undrain)
+    if action is None:
+        return f"left {node.state}{'+drain' if node.drained else ''}" + (
+            f" ({node.reason})" if node.reason else ""
+        )
+    verb, reason = action
+    if verb == "drain":
+        scontrol("update", f"nodename={name}", "state=drain", f"reason={reason}")
+        return f"drained: {reason}"
+    scontrol("update", f"nodename={name}", "state=resume")
+    return f"resumed (was: {reason})"

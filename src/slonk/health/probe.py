@@ -1,0 +1,35 @@
+"""Run a probe command with a bound on its time, even when it hangs in the kernel."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import Sequence
+
+
+class Unhealthy(Exception):
+    """A check found a problem; the message is the drain reason's detail."""
+
+
+def bounded(argv: Sequence[str], timeout: float) -> tuple[int, str]:
+    """(exit status, stdout and stderr) of `argv`. A probe of a hung NFS mount sits in
+    uninterruptible sleep and survives SIGKILL until the server answers, so on timeout it is
+    killed and left behind, never waited for."""
+    try:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+    except OSError as err:
+        raise Unhealthy(f"cannot run {argv[0]}: {err.strerror}") from err
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise Unhealthy(f"{' '.join(argv[:2])} did not answer within {timeout:g} s") from None
+    return proc.returncode, output

@@ -1,0 +1,128 @@
+"""The controller's recycle loop (the s6 service `health-recycle`).
+
+A node slonk drained that has sat idle for `idleSeconds` gets its pod deleted: Kubernetes
+makes a fresh one, which runs its boot checks and, healthy, is resumed by its first health
+run. A node recycled `maxRecycles` times within `windowSeconds` is not recycled again: it
+stays drained as `slonk:quarantine` and its Kubernetes node is tainted for replacement.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from slonk.config.spec import ClusterSpec, RecycleSettings, SpecError
+from slonk.files import write_atomically
+from slonk.health import node as slurm
+from slonk.health.kube import KubeError
+from slonk.services import idle
+
+HISTORY = Path("/var/lib/slonk/recycle.json")
+QUARANTINE = "quarantine"
+REASON_MAX = 250  # keeps `scontrol show node` readable
+
+
+def log(message: str) -> None:
+    print(f"slonk health-recycle: {message}", file=sys.stderr, flush=True)
+
+
+class Kubernetes(Protocol):
+    def delete_pod(self, name: str) -> None: ...
+    def quarantine_node(self, pod: str, slurm_node: str, reason: str) -> str: ...
+
+
+@dataclass
+class History:
+    """When each drained node was first seen idle, when it was recycled, and the slurmd
+    start time it had then: until a new slurmd registers, the old pod's drain is still
+    showing and the node is not considered again."""
+
+    idle_since: dict[str, float] = field(default_factory=dict)
+    recycles: dict[str, list[float]] = field(default_factory=dict)
+    restarting: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: Path = HISTORY) -> History:
+        try:
+            return cls(**json.loads(path.read_text()))
+        except FileNotFoundError:
+            return cls()
+
+    def save(self, path: Path = HISTORY) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(path, json.dumps(asdict(self)))
+
+
+def due(
+    nodes: list[slurm.NodeState], history: History, settings: RecycleSettings, now: float
+) -> Iterator[tuple[str, slurm.NodeState, int]]:
+    """('recycle' | 'quarantine', node, recent recycles) for every node whose time has come."""
+    for node in nodes:
+        if history.restarting.get(node.name) == node.slurmd_started:
+            continue
+        history.restarting.pop(node.name, None)
+        cause = node.slonk_cause
+        if cause in (None, QUARANTINE) or node.state != "idle":
+            history.idle_since.pop(node.name, None)  # busy, healthy, or a person's drain
+            continue
+        since = history.idle_since.setdefault(node.name, now)
+        if now - since < settings.idle_seconds:
+            continue
+        recent = [
+            t for t in history.recycles.get(node.name, []) if now - t < settings.window_seconds
+        ]
+        history.recycles[node.name] = recent
+        yield (
+            "quarantine" if len(recent) >= settings.max_recycles else "recycle",
+            node,
+            len(recent),
+        )
+
+
+def pass_once(spec: ClusterSpec, kube: Kubernetes, history: History, now: float) -> None:
+    settings = spec.health.recycle
+    for action, node, recent in list(due(slurm.read_nodes(), history, settings, now)):
+        history.idle_since.pop(node.name, None)
+        if action == "recycle":
+            kube.delete_pod(node.name)
+            history.recycles[node.name].append(now)
+            history.restarting[node.name] = node.slurmd_started
+            log(
+                f"recycled {node.name} ({node.reason}); {recent + 1} in {settings.window_seconds} s"
+            )
+            continue
+        window = settings.window_seconds
+        reason = f"slonk:{QUARANTINE}: recycled {recent} times in {window} s; last {node.reason}"
+        reason = reason[:REASON_MAX]
+        slurm.scontrol("update", f"nodename={node.name}", "state=drain", f"reason={reason}")
+        log(f"quarantined {node.name}: {reason}")
+        if settings.taint_nodes:
+            where = kube.quarantine_node(node.name, node.name, reason)
+            log(f"tainted Kubernetes node {where} for {node.name}")
+
+
+def run_forever(load: Callable[[], ClusterSpec], connect: Callable[[str], Kubernetes]) -> None:
+    spec = load()
+    kube: Kubernetes | None = None
+    history = History.load()
+    while True:
+        if spec.health is None or spec.health.recycle is None:
+            idle("node recycling is off", log)
+        time.sleep(spec.health.recycle.period_seconds)
+        try:
+            spec = load()
+        except SpecError as err:
+            log(f"keeping the last good settings: {err}")
+        if spec.health is None or spec.health.recycle is None:
+            continue
+        try:
+            kube = kube or connect(spec.namespace)
+            pass_once(spec, kube, history, time.time())
+        except (slurm.SlurmError, KubeError) as err:
+            log(f"pass skipped: {err}")
+        history.save()

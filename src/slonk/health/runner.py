@@ -1,0 +1,140 @@
+"""Run a phase's checks on this node, in parallel, each within its own time bound.
+
+The node's plan (which checks, their options, what the node is) is written once by
+`slonk init` as JSON, so that checks run by Slurm for every job read no YAML.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from slonk.files import write_atomically
+from slonk.health.checks import CHECKS, Node
+from slonk.health.probe import Unhealthy
+from slonk.paths import HEALTH_STATE
+
+if TYPE_CHECKING:  # job-time callers must not pay for the spec's YAML import
+    from slonk.config.spec import ClusterSpec
+
+PLAN = HEALTH_STATE / "plan.json"
+BOOT_RESULTS = HEALTH_STATE / "boot.json"
+# A check returns within its timeout by itself (its probes are bounded); this is the slack
+# before the runner stops waiting for one that does not.
+JOIN_SLACK_SECONDS = 1.0
+REASON_PREFIX = "slonk:"
+
+
+@dataclass(frozen=True)
+class Result:
+    check: str
+    ok: bool
+    detail: str
+    seconds: float
+
+    @property
+    def reason(self) -> str:
+        """Slurm's drain reason: `slonk:<check>: <detail>`."""
+        return f"{REASON_PREFIX}{self.check}: {self.detail}"
+
+    def line(self) -> str:
+        status = "ok  " if self.ok else "FAIL"
+        return f"{status} {self.check:<10} {self.detail} ({self.seconds * 1000:.0f} ms)"
+
+
+@dataclass(frozen=True)
+class Plan:
+    node: Node
+    undrain: bool
+    checks: Mapping[str, Mapping[str, Any]]  # name -> phases, timeoutSeconds, options
+
+
+def plan_for(spec: ClusterSpec, node_name: str) -> Plan | None:
+    """This node's checks, or None when health checks are off or it is no worker."""
+    pool = spec.pool_of(node_name)
+    if spec.health is None or pool is None:
+        return None
+    node = Node(
+        name=node_name,
+        gpus=pool.gpus.count if pool.gpus else 0,
+        peers=tuple(pool.node_names(spec.release)),
+    )
+    checks = {
+        name: {
+            "phases": list(c.phases),
+            "timeoutSeconds": c.timeout_seconds,
+            "options": dict(c.options),
+        }
+        for name, c in spec.health_checks(pool).items()
+    }
+    return Plan(node=node, undrain=spec.health.undrain, checks=checks)
+
+
+def write_plan(plan: Plan, path: Path = PLAN) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomically(path, json.dumps(asdict(plan), indent=1) + "\n")
+
+
+def load_plan(path: Path = PLAN) -> Plan:
+    data = json.loads(path.read_text())
+    node = data["node"]
+    return Plan(
+        node=Node(**{**node, "peers": tuple(node["peers"])}),
+        undrain=data["undrain"],
+        checks=data["checks"],
+    )
+
+
+def run(plan: Plan, phase: str) -> list[Result]:
+    """Every check of `phase`, started together; results in the plan's order."""
+    selected = {n: c for n, c in plan.checks.items() if phase in c["phases"]}
+    results: dict[str, Result] = {}
+
+    def one(name: str, settings: Mapping[str, Any]) -> None:
+        started = time.perf_counter()
+        try:
+            ok, detail = (
+                True,
+                CHECKS[name](plan.node, settings["options"], phase, settings["timeoutSeconds"]),
+            )
+        except Unhealthy as err:
+            ok, detail = False, str(err)
+        except Exception as err:  # a bug in a check must read as that check failing
+            ok, detail = False, f"check failed to run: {err!r}"
+        results[name] = Result(name, ok, detail, time.perf_counter() - started)
+
+    # Daemon threads: one stuck in the kernel (DNS, a hung mount) must not hold the exit.
+    started = time.monotonic()
+    threads = {
+        n: threading.Thread(target=one, args=(n, c), daemon=True) for n, c in selected.items()
+    }
+    for thread in threads.values():
+        thread.start()
+    for name, thread in threads.items():
+        limit = selected[name]["timeoutSeconds"]
+        thread.join(max(0.0, started + limit + JOIN_SLACK_SECONDS - time.monotonic()))
+        if name not in results:
+            results[name] = Result(name, False, f"timed out after {limit:g} s", limit)
+    return [results[n] for n in selected]
+
+
+def save_boot_results(results: list[Result], path: Path = BOOT_RESULTS) -> None:
+    write_atomically(path, json.dumps([asdict(r) for r in results]) + "\n")
+
+
+def boot_results(path: Path = BOOT_RESULTS) -> list[Result]:
+    try:
+        return [Result(**d) for d in json.loads(path.read_text())]
+    except FileNotFoundError:
+        return []
+
+
+def boot_failures(path: Path = BOOT_RESULTS) -> list[Result]:
+    """Failures found at boot stand until the pod restarts: what was wrong when the node came
+    up (a GPU missing) is not fixed without a new pod."""
+    return [r for r in boot_results(path) if not r.ok]

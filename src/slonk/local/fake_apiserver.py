@@ -1,0 +1,147 @@
+"""A FAKE Kubernetes API server for local mode: the few calls slonk's pods make, nothing more.
+
+Local mode has no Kubernetes, but the controller's recycle loop talks to one through the
+official client. This stand-in serves exactly those calls, over TLS with a ServiceAccount
+token as in a cluster, and refuses what the chart's RBAC rules do not grant, so a Role that
+lacks a verb fails here as it would on Kubernetes:
+  GET    /api/v1/namespaces/<ns>/pods/<name>   the pod, on node `local`
+  DELETE /api/v1/namespaces/<ns>/pods/<name>   restart the pod, as its StatefulSet would
+  GET    /api/v1/nodes/<name>                  the node, with its recorded taints
+  PATCH  /api/v1/nodes/<name>                  record labels, annotations and taints
+Nodes are kept in <state>/apiserver/nodes/<name>.json for tests and people to read.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import ssl
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from slonk.local import cluster as local
+
+NODE = "local"
+ROUTES = [
+    (re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/?]+)"), "pods"),
+    (re.compile(r"^/api/v1/nodes/(?P<name>[^/?]+)"), "nodes"),
+]
+VERBS = {"GET": "get", "DELETE": "delete", "PATCH": "patch"}
+
+
+def pod_object(namespace: str, name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"nodeName": NODE, "containers": []},
+        "status": {"phase": "Running"},
+    }
+
+
+class Handler(BaseHTTPRequestHandler):
+    server: ApiServer
+
+    def _reply(self, status: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _status(self, code: int, message: str) -> None:
+        self._reply(
+            code,
+            {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "status": "Failure",
+                "message": message,
+                "code": code,
+            },
+        )
+
+    def _handle(self) -> None:
+        scheme, _, token = self.headers.get("Authorization", "").partition(" ")
+        account = self.server.tokens.get(token) if scheme.lower() == "bearer" else None
+        if account is None:
+            return self._status(401, "Unauthorized")
+        match, resource = next(
+            ((m, r) for pattern, r in ROUTES if (m := pattern.match(self.path))), (None, "")
+        )
+        verb = VERBS.get(self.command, "")
+        if match is None:
+            return self._status(404, f"the fake API server does not serve {self.path}")
+        if verb not in self.server.rules.get(account, {}).get(resource, []):
+            return self._status(
+                403, f'{account} cannot {verb} resource "{resource}" (forbidden by the chart RBAC)'
+            )
+        if resource == "pods":
+            return self._pods(match["ns"], match["name"], verb)
+        return self._nodes(match["name"], verb)
+
+    def _pods(self, namespace: str, name: str, verb: str) -> None:
+        if name not in local.Cluster(self.server.state_dir).pod_names():
+            return self._status(404, f'pods "{name}" not found')
+        if verb == "delete":
+            threading.Thread(
+                target=local.restart, args=(self.server.state_dir, name), daemon=True
+            ).start()
+            self.log_message("restarting pod %s", name)
+        self._reply(200, pod_object(namespace, name))
+
+    def _nodes(self, name: str, verb: str) -> None:
+        path = self.server.state_dir / "apiserver" / "nodes" / f"{name}.json"
+        node = (
+            json.loads(path.read_text())
+            if path.exists()
+            else {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}, "spec": {}}
+        )
+        if verb == "patch":
+            patch = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            for key in ("labels", "annotations"):
+                node["metadata"].setdefault(key, {}).update(patch.get("metadata", {}).get(key, {}))
+            if "taints" in patch.get("spec", {}):
+                node["spec"]["taints"] = patch["spec"]["taints"]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(node, indent=1))
+            self.log_message("patched node %s", name)
+        self._reply(200, node)
+
+    do_GET = do_DELETE = do_PATCH = _handle
+
+
+class ApiServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(
+        self,
+        state_dir: Path,
+        address: str,
+        tokens: dict[str, str],
+        rules: dict[str, dict[str, list[str]]],
+    ) -> None:
+        super().__init__((address, local.API_PORT), Handler)
+        self.state_dir, self.tokens, self.rules = state_dir, tokens, rules
+
+
+def main() -> None:
+    """<state dir> <address>: serve until killed (local mode's `down` does that)."""
+    state_dir, address = Path(sys.argv[1]), sys.argv[2]
+    config = json.loads((state_dir / "apiserver" / "config.json").read_text())
+    server = ApiServer(state_dir, address, config["tokens"], config["rules"])
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(
+        state_dir / "apiserver" / "tls.crt", state_dir / "apiserver" / "tls.key"
+    )
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    print(f"fake API server on https://{address}:{local.API_PORT}", flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+"""Health values: slurm.conf runs slonk's checks; only the controller may touch the API,
+and only as far as recycling needs."""
+
+from __future__ import annotations
+
+from slonk.config.render import render
+
+from .test_objects import _container, _names, _spec
+
+
+def _rules(manifest, kind, name):
+    return [dict(rule) for rule in manifest.get(f"{kind}/{name}").rules]
+
+
+def test_slurm_runs_the_checks(default_manifest):
+    lines = render(_spec(default_manifest))["slurm.conf"].splitlines()
+    assert "HealthCheckProgram=/run/slonk/bin/health" in lines
+    assert "HealthCheckInterval=300" in lines
+    assert "HealthCheckNodeState=ANY" in lines
+    assert "Prolog=/run/slonk/bin/prolog" in lines  # storage and scratch before every job
+    assert "Epilog=/run/slonk/bin/epilog" not in lines  # only the GPU check runs after jobs
+
+
+def test_gpu_pools_check_gpus_after_jobs_and_may_read_the_kernel_log(gpu_manifest):
+    lines = render(_spec(gpu_manifest))["slurm.conf"].splitlines()
+    assert "Epilog=/run/slonk/bin/epilog" in lines
+    slurmd = _container(gpu_manifest.get("StatefulSet/slonk-h100"))
+    assert "SYSLOG" in slurmd.securityContext.capabilities.add
+
+
+def test_only_the_controller_gets_a_token_and_only_what_recycling_needs(default_manifest):
+    controller = default_manifest.get("StatefulSet/slonk-controller").spec.template.spec
+    assert controller.serviceAccountName == "slonk-controller"
+    assert controller.get("automountServiceAccountToken") is None  # Kubernetes' default: true
+    for name in ("slonk-cpu", "slonk-login"):
+        pod = default_manifest.get(f"StatefulSet/{name}").spec.template.spec
+        assert pod.automountServiceAccountToken is False
+    assert _rules(default_manifest, "Role", "slonk-controller") == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "delete"]}]
+    assert _rules(default_manifest, "ClusterRole", "hpc-slonk-controller") == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]
+    binding = default_manifest.get("ClusterRoleBinding/hpc-slonk-controller")
+    assert dict(binding.subjects[0]) == {
+        "kind": "ServiceAccount", "name": "slonk-controller", "namespace": "hpc"}
+
+
+def test_without_recycling_no_pod_has_api_access(no_recycle_manifest):
+    for kind in ("Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"):
+        assert _names(no_recycle_manifest, kind) == []
+    controller = no_recycle_manifest.get("StatefulSet/slonk-controller").spec.template.spec
+    assert controller.serviceAccountName == "slonk"
+    assert controller.automountServiceAccountToken is False

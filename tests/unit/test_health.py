@@ -1,0 +1,237 @@
+"""Health checks: settings, each check against real probes (and the fake nvidia-smi), the
+drain/resume rules, and the recycle loop's decisions."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from slonk.config.spec import HEALTH_CHECKS, RecycleSettings, SpecError, parse_spec
+from slonk.health import checks, command, gpu, node, recycle, runner
+from slonk.health.probe import Unhealthy, bounded
+
+FAKE_GPU = Path(__file__).parents[1] / "fakes" / "fake-gpu"
+NODE = checks.Node(name="slonk-cpu-0", gpus=2, peers=("localhost",))
+GPU_OPTIONS = {
+    **HEALTH_CHECKS["gpu"].options,
+    "nvidiaSmi": f"{FAKE_GPU} nvidia-smi",
+    "dmesg": f"{FAKE_GPU} dmesg",
+}
+BASE = {
+    "clusterName": "c",
+    "release": "slonk",
+    "nodepools": [{"name": "cpu", "replicas": 2, "cpus": 4, "memoryMiB": 1024}],
+}
+
+
+def _health(health):
+    return parse_spec({**BASE, "health": health}).health
+
+
+def test_health_is_off_unless_enabled():
+    assert _health({}) is None
+    settings = _health({"enabled": True})
+    assert set(settings.checks) == set(HEALTH_CHECKS)
+    assert settings.recycle.idle_seconds == 300
+
+
+@pytest.mark.parametrize(("health", "error"), [
+    ({"enabled": True, "checks": {"gpuu": {}}}, "health.checks.gpuu: unknown key"),
+    ({"enabled": True, "checks": {"gpu": {"xids": ["79"]}}},
+     "health.checks.gpu.xids[0]: expected an integer"),
+    ({"enabled": True, "checks": {"scratch": {"minFreePercent": -1}}},
+     "health.checks.scratch.minFreePercent: must be >= 0"),
+    ({"enabled": True, "checks": {"dns": {"phases": ["always"]}}},
+     "health.checks.dns.phases[0]: must be one of boot, prolog, epilog, interval"),
+    ({"enabled": True, "recycle": {"maxRecycles": 0}}, "health.recycle.maxRecycles: must be >= 1"),
+])
+def test_bad_settings_name_the_key(health, error):
+    with pytest.raises(SpecError, match=error.replace("[", r"\[").replace("]", r"\]")):
+        _health(health)
+
+
+def test_disabled_checks_are_left_out_and_cpu_pools_get_no_gpu_check():
+    spec = parse_spec({**BASE, "health": {"enabled": True, "checks": {"dns": {"enabled": False}}}})
+    plan = runner.plan_for(spec, "slonk-cpu-1")
+    assert "dns" not in plan.checks and "gpu" not in plan.checks
+    assert plan.node.peers == ("slonk-cpu-0", "slonk-cpu-1")
+    assert runner.plan_for(spec, "slonk-login-0") is None
+
+
+@pytest.fixture
+def gpu_state(tmp_path, monkeypatch):
+    state = tmp_path / "scenario"
+    monkeypatch.setenv("FAKE_GPU_SCENARIO", str(state))
+    return state
+
+
+@pytest.mark.parametrize(("scenario", "phase", "problem"), [
+    ("healthy", "epilog", None),
+    ("ecc", "prolog", "GPU 1 (00000000:2A:00.0): 2 uncorrectable ECC errors; "
+                      "GPU 1 (00000000:2A:00.0): row remap pending, needs a reset"),
+    ("remap", "interval", "GPU 0 (00000000:18:00.0): row remap failed"),
+    ("missing", "boot", "1 of 2 GPUs visible"),
+    ("lost", "boot", "Unable to determine the device handle for GPU0000:2A:00.0: Unknown Error"),
+    ("xid", "interval", "XID 79 on PCI:0000:2a:00 (x1)"),
+    ("leftover", "prolog", None),  # memory in use is a problem only after a job
+    ("leftover", "epilog", "GPU 0 (00000000:18:00.0): 40960 MiB still in use; "
+                           "process 48213 (python) left on a GPU with 40958 MiB"),
+])
+def test_gpu_check_reads_nvidia_smi_and_the_kernel_log(gpu_state, scenario, phase, problem):
+    gpu_state.write_text(scenario)
+    if problem is None:
+        assert checks.check_gpu(NODE, GPU_OPTIONS, phase, 5) == "2 GPUs healthy"
+    else:
+        with pytest.raises(Unhealthy) as err:
+            checks.check_gpu(NODE, GPU_OPTIONS, phase, 5)
+        assert str(err.value) == problem
+
+
+def test_an_unreadable_kernel_log_fails_loudly(gpu_state):
+    with pytest.raises(Unhealthy, match="cannot read the kernel log for XIDs"):
+        gpu.xids("sh -c 'echo dmesg: read kernel buffer failed: Operation not permitted; exit 1'",
+                 {79}, 5)
+
+
+def test_a_hung_probe_is_abandoned_at_its_timeout():
+    started = time.monotonic()
+    with pytest.raises(Unhealthy, match=r"did not answer within 0\.2 s"):
+        bounded(["sleep", "30"], 0.2)
+    assert time.monotonic() - started < 5
+
+
+def test_a_hung_check_times_out_and_the_others_still_report(monkeypatch):
+    monkeypatch.setitem(checks.CHECKS, "dns", lambda *a: time.sleep(30))
+    plan = runner.Plan(NODE, True, {
+        "dns": {"phases": ["interval"], "timeoutSeconds": 0.1, "options": {}},
+        "interfaces": {"phases": ["interval"], "timeoutSeconds": 5,
+                       "options": {"names": ["lo"], "rdmaDevices": []}},
+        "munge": {"phases": ["boot"], "timeoutSeconds": 5, "options": {}},
+    })
+    dns, interfaces = runner.run(plan, "interval")
+    assert (dns.ok, dns.detail) == (False, "timed out after 0.1 s")
+    assert interfaces.check == "interfaces"  # lo has no global address
+    assert (interfaces.ok, interfaces.detail) == (False, "lo has no address")
+
+
+def test_storage_and_scratch_checks(tmp_path, monkeypatch):
+    mountinfo = tmp_path / "mountinfo"
+    mountinfo.write_text(
+        f"1 0 8:1 / / rw,relatime - ext4 /dev/sda1 rw\n"
+        f"2 1 0:5 / {tmp_path} rw,nosuid - tmpfs tmpfs rw\n"
+        f"3 1 0:6 / /shared ro,nosuid - nfs4 server:/export rw\n")
+    monkeypatch.setattr(checks, "MOUNTINFO", mountinfo)
+    assert checks.check_storage(NODE, {"paths": [str(tmp_path)]}, "boot", 5).endswith("writable")
+    assert not list(tmp_path.glob(".slonk-health-*"))
+    with pytest.raises(Unhealthy, match="/shared is mounted read-only"):
+        checks.check_storage(NODE, {"paths": ["/shared"]}, "boot", 5)
+    with pytest.raises(Unhealthy, match="/nowhere is not mounted"):
+        checks.check_storage(NODE, {"paths": ["/nowhere"]}, "boot", 5)
+    scratch = {"path": str(tmp_path), "minFreePercent": 0}
+    assert "free" in checks.check_scratch(NODE, scratch, "boot", 5)
+    with pytest.raises(Unhealthy, match=r"below 101%"):
+        checks.check_scratch(NODE, {**scratch, "minFreePercent": 101}, "boot", 5)
+
+
+def test_scontrol_oneliner_is_parsed():
+    text = (
+        "NodeName=a Arch=x86_64 OS=Linux 6.1 #1 SMP  State=IDLE+DRAIN"
+        " SlurmdStartTime=2026-11-22T05:50:00 ExtSensorsTemp=n/s"
+        " Reason=slonk:storage: /home is mounted read-only [root@2026-11-22T05:50:12]\n"
+        "NodeName=b State=MIXED\n"
+    )
+    a, b = node.parse_nodes(text)
+    assert (a.state, a.flags) == ("idle", {"DRAIN"})
+    assert a.reason == "slonk:storage: /home is mounted read-only"
+    assert (a.slonk_cause, a.slurmd_started) == ("storage", "2026-11-22T05:50:00")
+    assert (b.state, b.drained, b.slonk_cause) == ("mixed", False, None)
+
+
+def _node(reason="", drained=True, state="idle", started="t0"):
+    flags = frozenset({"DRAIN"} if drained else ())
+    return node.NodeState("n", state, flags, reason, started)
+
+
+def _result(check, ok, detail="bad"):
+    return runner.Result(check, ok, detail, 0.0)
+
+
+@pytest.mark.parametrize(("current", "results", "expected"), [
+    (_node(drained=False), [_result("gpu", False, "XID 79")], ("drain", "slonk:gpu: XID 79")),
+    (_node(drained=False), [_result("gpu", True)], None),
+    # a person's drain is theirs, whatever the checks say
+    (_node("maintenance"), [_result("gpu", False)], None),
+    (_node("maintenance"), [_result("gpu", True)], None),
+    # slonk's own drain: kept while its check fails, lifted once it passes
+    (_node("slonk:gpu: XID 79"), [_result("gpu", False)], None),
+    (_node("slonk:gpu: XID 79"), [_result("gpu", True)], ("resume", "slonk:gpu: XID 79")),
+    (_node("slonk:gpu: XID 79"), [_result("gpu", True), _result("scratch", False, "full")],
+     ("drain", "slonk:scratch: full")),
+    # a check that did not run this time neither keeps nor lifts another's drain
+    (_node("slonk:gpu: XID 79"), [_result("scratch", True)], None),
+    # hooks' and the recycler's drains are not health's to lift
+    (_node("slonk:prolog:10-x: exit 1"), [_result("gpu", True)], None),
+    (_node("slonk:quarantine: recycled 3 times"), [_result("gpu", True)], None),
+])
+def test_drain_and_resume_rules(current, results, expected):
+    assert node.decide(current, results, undrain=True) == expected
+
+
+def test_undrain_can_be_turned_off():
+    assert node.decide(_node("slonk:gpu: XID 79"), [_result("gpu", True)], undrain=False) is None
+
+
+SETTINGS = RecycleSettings(idle_seconds=60, period_seconds=1, max_recycles=2, window_seconds=600,
+                           taint_nodes=True)
+
+
+def test_recycling_waits_for_idle_then_for_the_new_pod_then_quarantines():
+    history = recycle.History()
+
+    def due(current, now):
+        actions = recycle.due([current], history, SETTINGS, now)
+        return [(action, recent) for action, _, recent in actions]
+
+    def recycled(current, now):
+        history.recycles[current.name].append(now)
+        history.restarting[current.name] = current.slurmd_started
+        history.idle_since.pop(current.name)
+
+    old_pod = _node("slonk:gpu: XID 79", started="t0")
+    assert due(old_pod, 1000) == []
+    assert due(old_pod, 1059) == []
+    assert due(old_pod, 1060) == [("recycle", 0)]
+    recycled(old_pod, 1060)
+    assert due(old_pod, 1100) == []  # the old pod's drain shows until a new slurmd registers
+    new_pod = _node("slonk:gpu: XID 79", started="t1")
+    assert due(new_pod, 1100) == []
+    assert due(new_pod, 1160) == [("recycle", 1)]
+    recycled(new_pod, 1160)
+    newer_pod = _node("slonk:gpu: XID 79", started="t2")
+    assert due(newer_pod, 1200) == []
+    assert due(newer_pod, 1260) == [("quarantine", 2)]
+    # recycles older than the window are forgotten
+    assert due(newer_pod, 1060 + 600) == [("recycle", 1)]
+
+
+@pytest.mark.parametrize("current", [
+    _node("maintenance"),
+    _node("slonk:gpu: XID 79", state="mixed"),  # still draining its jobs
+    _node("slonk:quarantine: recycled 2 times"),
+    _node(drained=False),
+])
+def test_recycling_leaves_busy_healthy_quarantined_and_peoples_nodes_alone(current):
+    history = recycle.History()
+    assert list(recycle.due([current], history, SETTINGS, now=0)) == []
+    assert list(recycle.due([current], history, SETTINGS, now=10_000)) == []
+
+
+def test_boot_failures_stand_until_the_pod_restarts(tmp_path):
+    saved = tmp_path / "boot.json"
+    at_boot = [_result("gpu", False, "1 of 2 GPUs visible"), _result("scratch", True)]
+    runner.save_boot_results(at_boot, saved)
+    now = [_result("gpu", True, "2 GPUs healthy"), _result("dns", True)]
+    merged = command.with_boot_failures(now, runner.boot_failures(saved))
+    assert [(r.check, r.ok) for r in merged] == [("gpu", False), ("dns", True)]
