@@ -14,7 +14,7 @@ from pathlib import Path
 
 from slonk import paths
 from slonk.config.render import render
-from slonk.config.spec import SpecError, load_spec
+from slonk.config.spec import ClusterSpec, SpecError, load_spec
 from slonk.files import write_atomically
 
 NODE_DEFINITIONS = ("NodeName=", "NodeSet=")
@@ -54,11 +54,27 @@ def _signal_daemons(role: str, restart: bool) -> None:
     subprocess.run(command, check=True, capture_output=True, text=True, timeout=30)
 
 
+def update_node_programs(spec: ClusterSpec) -> None:
+    """A worker's health plan and the programs slurm.conf names follow the spec too."""
+    from slonk import init
+    from slonk.health import runner
+
+    init.install_job_programs(spec)
+    plan = runner.plan_for(spec, init.pod_name())
+    if plan:
+        runner.write_plan(plan)
+    else:
+        runner.PLAN.unlink(missing_ok=True)
+
+
 def apply(
     role: str, spec_path: Path = paths.CLUSTER_SPEC, conf_dir: Path = paths.SLURM_CONF_DIR
 ) -> str:
     """Validate, render and apply; raises SpecError (refused) or ApplyError (rolled back)."""
-    new = render(load_spec(spec_path))
+    spec = load_spec(spec_path)
+    if role == "worker":
+        update_node_programs(spec)
+    new = render(spec)
     old = {name: (conf_dir / name).read_text() for name in new if (conf_dir / name).exists()}
     if new == old:
         return "no change to the Slurm configuration"

@@ -19,11 +19,14 @@ from typing import Any
 
 import pytest
 import testinfra.host
+import yaml
 from testinfra.backend import base
 
 from slonk.local.cluster import Cluster
 
 SLONK = [sys.executable, "-m", "slonk.cli"]
+FAKE_GPU = Path(__file__).parents[1] / "fakes" / "fake-gpu"
+HEALTH_INTERVAL = 2
 
 pytestmark = pytest.mark.integration
 
@@ -171,8 +174,17 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     hooks = HooksRepo(tmp_path_factory.mktemp("hooks") / "repo")
     hooks.create()
     values = state_dir.parent / "cluster-values.yaml"
-    values.write_text(
-        f"hooks: {{enabled: true, git: {{repo: 'file://{hooks.path}', periodSeconds: 1}}}}\n")
+    values.write_text(yaml.safe_dump({
+        "hooks": {"enabled": True, "git": {"repo": f"file://{hooks.path}", "periodSeconds": 1}},
+        "health": {
+            "intervalSeconds": HEALTH_INTERVAL,
+            # Both workers "have" two GPUs: a fake nvidia-smi (tests/fakes) answers for them.
+            "checks": {"gpu": {"expectedCount": 2, "nvidiaSmi": f"{FAKE_GPU} nvidia-smi",
+                               "dmesg": f"{FAKE_GPU} dmesg"}},
+            # Recycling is as good as off, but for the tests that turn it on.
+            "recycle": {"idleSeconds": 3600, "periodSeconds": 1},
+        },
+    }))
     local = LocalCluster(state_dir, hooks)
     try:
         slonk("local", "up", "-f", str(values), "--state-dir", str(state_dir))

@@ -103,12 +103,12 @@ def check_scratch(node: Node, options: Mapping[str, Any], phase: str, timeout: f
     path = options["path"]
     status, output = bounded(["stat", "--file-system", "--format=%a %b", path], timeout)
     if status:
-        raise Unhealthy(f"scratch {path}: {output.strip()}")
+        raise Unhealthy(f"{path}: {output.strip()}")
     free, total = (int(n) for n in output.split())
     percent = 100.0 * free / total if total else 0.0
     if percent < options["minFreePercent"]:
-        raise Unhealthy(f"scratch {path} {percent:.1f}% free, below {options['minFreePercent']}%")
-    return f"scratch {path} {percent:.0f}% free"
+        raise Unhealthy(f"{path} {percent:.1f}% free, below {options['minFreePercent']}%")
+    return f"{path} {percent:.0f}% free"
 
 
 def check_munge(node: Node, options: Mapping[str, Any], phase: str, timeout: float) -> str:
