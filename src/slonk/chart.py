@@ -44,11 +44,23 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str
     return merged
 
 
+def _helm() -> Any:
+    """Helm's Go library, loaded only when rendering: pods start faster, and images, which
+    never render, leave it out (the `chart` extra)."""
+    try:
+        import helm_python
+    except ImportError:
+        raise ChartError(
+            "rendering the chart needs Helm's library: pip install 'slonk[chart]'"
+        ) from None
+    return helm_python
+
+
 def user_values(
     files: Iterable[Path] = (), sets: Iterable[str] = (), set_strings: Iterable[str] = ()
 ) -> dict[str, Any]:
     """Values as `helm template -f ... --set ... --set-string ...` composes them."""
-    import helm_python  # Helm's Go library: loaded only when rendering (pods start faster)
+    helm_python = _helm()
 
     values: dict[str, Any] = {}
     try:
@@ -71,7 +83,7 @@ def render(
     chart: Path, values: Mapping[str, Any], release: str = "slonk", namespace: str = "default"
 ) -> dict[str, str]:
     """Every template's output, by template path (NOTES.txt included)."""
-    import helm_python
+    helm_python = _helm()
 
     try:
         with helm_python.Chart.load(chart) as loaded:

@@ -13,6 +13,7 @@ from slonk.config.render import write_config
 from slonk.config.spec import HEALTH_PHASES, HOOK_PHASES, SpecError, load_spec
 from slonk.local.manifests import LocalModeError
 from slonk.local.network import NetworkError
+from slonk.local.podman import PodmanError
 from slonk.services import ROLE_SERVICES
 
 ROLES = tuple(ROLE_SERVICES)
@@ -87,7 +88,7 @@ def _local(args: argparse.Namespace) -> int:
 
     state = args.state_dir
     if args.local_command == "up":
-        local = cluster.up(state, args.values)
+        local = cluster.up(state, args.values, runtime=args.runtime)
         login = local.pod_names("login")
         if login:
             print(f"Log in:  slonk local ssh demo --state-dir {local.state_dir}")
@@ -131,11 +132,10 @@ def _add_local(commands: argparse._SubParsersAction) -> None:
         parser.set_defaults(run=_local)
         return parser
 
-    for name, help_text in [
-        ("up", "render the chart, start every pod, wait until all nodes are idle"),
-        ("upgrade", "render again with up's values and these; update the mounted ConfigMaps"),
-    ]:
-        sub(name, help_text).add_argument(
+    up = sub("up", "render the chart, start every pod, wait until all nodes are idle")
+    upgrade = sub("upgrade", "render again with up's values and these; update the ConfigMaps")
+    for parser in (up, upgrade):
+        parser.add_argument(
             "-f",
             "--values",
             action="append",
@@ -143,6 +143,12 @@ def _add_local(commands: argparse._SubParsersAction) -> None:
             default=[],
             help="a values file over local mode's defaults; later files win",
         )
+    up.add_argument(
+        "--runtime",
+        choices=("host", "podman"),
+        default="host",
+        help="run pods on the host's files (default) or from the chart's images with podman",
+    )
     sub("down", "stop every pod, remove namespaces; volumes and secrets kept").add_argument(
         "--purge", action="store_true", help="remove the state directory too"
     )
@@ -259,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     args.command = argv[split + 1 :]
     try:
         return args.run(args)
-    except (ChartError, SpecError, LocalModeError, NetworkError) as err:
+    except (ChartError, SpecError, LocalModeError, NetworkError, PodmanError) as err:
         print(f"slonk: error: {err}", file=sys.stderr)
         return 1
 

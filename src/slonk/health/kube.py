@@ -15,7 +15,10 @@ class KubeError(RuntimeError):
 
 class Cluster:
     def __init__(self, namespace: str) -> None:
-        from kubernetes import client, config  # heavy: only the recycler needs it
+        try:
+            from kubernetes import client, config  # heavy: only the controller image has it
+        except ImportError:
+            raise KubeError("the recycler needs the Kubernetes client: slonk[kube]") from None
 
         try:
             config.load_incluster_config()

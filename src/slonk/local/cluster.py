@@ -32,6 +32,7 @@ import yaml
 import slonk
 from slonk import chart, paths
 from slonk.local import pod as pods
+from slonk.local import podman
 from slonk.local.manifests import LocalModeError, Plan, Pod, hosts_file, plan, state_path
 from slonk.local.network import (
     BRIDGE_ADDRESS,
@@ -224,7 +225,7 @@ def _hidden_install_paths(tmpfs: dict[str, str]) -> list[Path]:
     return sorted(p for p in needed if any(p.is_relative_to(t) for t in tmpfs))
 
 
-def _pod_spec(cluster: Cluster, pod: Pod, hosts: str) -> dict[str, Any]:
+def _pod_spec(cluster: Cluster, pod: Pod, hosts: str, runtime: str) -> dict[str, Any]:
     layers = cluster.pod_dir(pod.name) / "layers"
     rootfs = paths.rootfs_dir()
     if rootfs is None:
@@ -241,7 +242,7 @@ def _pod_spec(cluster: Cluster, pod: Pod, hosts: str) -> dict[str, Any]:
 
     binds = [
         {"source": str(path), "target": str(path), "readOnly": True}
-        for path in _hidden_install_paths(POD_TMPFS)
+        for path in (_hidden_install_paths(POD_TMPFS) if runtime == "host" else [])
     ]
     for mount in pod.mounts:
         source = state_path(cluster.state_dir, mount, pod.name)
@@ -253,6 +254,8 @@ def _pod_spec(cluster: Cluster, pod: Pod, hosts: str) -> dict[str, Any]:
         env |= {"KUBERNETES_SERVICE_HOST": BRIDGE_ADDRESS, "KUBERNETES_SERVICE_PORT": str(API_PORT)}
     return {
         "hostname": pod.name,
+        "image": pod.image,
+        "capabilities": list(pod.capabilities),
         "command": list(pod.command),
         "env": env,
         "overlays": [
@@ -355,7 +358,12 @@ def _launch(cluster: Cluster, name: str, spec: dict[str, Any]) -> int:
                 Path(layer[key]).mkdir(parents=True)
     for volume in spec["binds"]:
         Path(volume["source"]).mkdir(parents=True, exist_ok=True)
-    pid = pods.start(pod_dir, cluster.network.pod_netns(name), spec)
+    netns = cluster.network.pod_netns(name)
+    if cluster.record().get("runtime") == "podman":
+        pid = podman.start(pod_dir, netns, spec)
+    else:
+        pid = pods.start(pod_dir, netns, spec)
+    (pod_dir / "pid").write_text(f"{pid}\n")
     _start_sidecars(cluster, name, spec["sidecars"])
     return pid
 
@@ -421,8 +429,13 @@ def upgrade(
 
 
 def up(
-    state_dir: Path, value_files: Sequence[Path] = (), progress: Callable[[str], None] = print
+    state_dir: Path,
+    value_files: Sequence[Path] = (),
+    progress: Callable[[str], None] = print,
+    runtime: str = "host",
 ) -> Cluster:
+    """Start the chart's pods; `runtime` host runs them on the host's files with rootfs/
+    layered over, podman from the images the chart names (slonk.local.podman)."""
     _require_root()
     cluster = Cluster(state_dir.resolve())
     if cluster.record_file.exists() and any(cluster.pid(n) for n in cluster.pod_names()):
@@ -442,6 +455,7 @@ def up(
     record = {
         "prefix": network.prefix,
         "made_netns_mount": previous.get("made_netns_mount") or not is_mount_point(NETNS_DIR),
+        "runtime": runtime,
         "pods": {p.name: {"role": p.role, "address": addresses[p.name]} for p in objects.pods},
     }
     cluster.record_file.write_text(json.dumps(record, indent=1))
@@ -453,7 +467,7 @@ def up(
     hosts = hosts_file(objects, addresses, spec["clusterDomain"])
     for p in objects.pods:
         cluster.pod_dir(p.name).mkdir(parents=True, exist_ok=True)
-        _launch(cluster, p.name, _pod_spec(cluster, p, hosts))
+        _launch(cluster, p.name, _pod_spec(cluster, p, hosts, runtime))
         progress(f"  started {p.name} ({p.role}) at {addresses[p.name]}")
     wait_idle(cluster, progress=progress)
     progress(f"slonk local: cluster up in {time.monotonic() - started:.2f} s")
@@ -492,6 +506,9 @@ def down(state_dir: Path, purge: bool = False, progress: Callable[[str], None] =
         if pid is not None:
             pods.stop(pid, STOP_GRACE_SECONDS)
             progress(f"  stopped {name}")
+    if record.get("runtime") == "podman":
+        for name in record["pods"]:
+            podman.remove(network.pod_netns(name))
     for netns in network.namespaces():
         _kill_all(netns)  # sidecars, a pod that never finished starting, an ssh session
     network.destroy(made_netns_mount=record.get("made_netns_mount", False))

@@ -47,6 +47,8 @@ class Pod:
     subdomain: str
     sidecars: tuple[Sidecar, ...] = ()
     service_account: str | None = None  # None: no token mounted (automountServiceAccountToken)
+    image: str = ""
+    capabilities: tuple[str, ...] = ()
 
 
 @dataclass
@@ -177,6 +179,12 @@ def plan(documents: Iterable[Mapping[str, Any]], namespace: str) -> Plan:
                         ),
                         service_account=(
                             account if pod_spec.get("automountServiceAccountToken", True) else None
+                        ),
+                        image=container["image"],
+                        capabilities=tuple(
+                            container.get("securityContext", {})
+                            .get("capabilities", {})
+                            .get("add", [])
                         ),
                     )
                 )

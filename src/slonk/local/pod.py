@@ -64,9 +64,7 @@ def start(pod_dir: Path, netns: str, spec: Mapping[str, Any]) -> int:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    pid = _child_of(launcher.pid)
-    (pod_dir / "pid").write_text(f"{pid}\n")
-    return pid
+    return _child_of(launcher.pid)
 
 
 def running_pid(pod_dir: Path, netns: str) -> int | None:
