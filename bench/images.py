@@ -1,0 +1,73 @@
+"""The images, measured in one run. Prints one JSON document.
+
+- image sizes, as podman reports them (uncompressed);
+- start to idle of a worker: `slonk local restart` of one worker pod until Slurm shows the
+  node idle again, RESTARTS times, with the pod run from the worker image (podman) and
+  without an image (the host's files with rootfs/ over them); plus each cluster's `up`.
+Run with the images built (scripts/build-images); SLONK_PODMAN names a podman wrapper where
+the machine needs one (tests/images/podman-sandboxed here).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+from slonk import paths
+from slonk.local import cluster as local
+from slonk.local.podman import podman
+
+RESTARTS = 5
+WORKER = "slonk-cpu-0"
+VERSION = yaml.safe_load((paths.chart_dir() / "Chart.yaml").read_text())["appVersion"]
+
+
+def sizes() -> dict[str, float]:
+    return {
+        role: round(int(podman("image", "inspect", "--format", "{{.Size}}",
+                               f"localhost/slonk/{role}:{VERSION}")) / 1e6, 1)
+        for role in ("base", "controller", "worker", "login")
+    }  # fmt: skip
+
+
+def worker_start_to_idle(state: Path, runtime: str) -> dict:
+    started = time.perf_counter()
+    cluster = local.up(state, runtime=runtime, progress=lambda m: None)
+    result: dict = {"up_to_idle_seconds": round(time.perf_counter() - started, 2)}
+    seconds = []
+    for _ in range(RESTARTS):
+        started = time.perf_counter()
+        local.restart(state, WORKER)
+        while local.node_states(cluster).get(WORKER) != "idle":
+            time.sleep(0.02)
+        seconds.append(time.perf_counter() - started)
+    log = (cluster.pod_dir(WORKER) / "log").read_text()
+    init_ms = [int(line.split("ready in ")[1].split()[0]) for line in log.splitlines()
+               if "ready in" in line]
+    result["worker_restart_to_idle_seconds"] = {
+        "median": round(statistics.median(seconds), 2), "max": round(max(seconds), 2)}
+    result["worker_init_layer_ms"] = init_ms[-1]
+    return result
+
+
+def main() -> None:
+    os.environ.setdefault("SLONK_PODMAN", "podman")
+    result: dict = {"benchmark": "images", "image_mb": sizes()}
+    with tempfile.TemporaryDirectory(prefix="slonk-bench-images-") as tmp:
+        for runtime in ("host", "podman"):
+            state = Path(tmp) / runtime
+            try:
+                result[f"runtime_{runtime}"] = worker_start_to_idle(state, runtime)
+            finally:
+                local.down(state, purge=True, progress=lambda m: None)
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
