@@ -41,6 +41,11 @@ def _installed(env: str, in_repo: Path, in_image: Path, marker: str) -> Path | N
     return None
 
 
+def checkout() -> Path | None:
+    """The source checkout slonk runs from, if it runs from one."""
+    return _REPO if (_REPO / "pyproject.toml").exists() else None
+
+
 def chart_dir() -> Path | None:
     """The chart slonk ships: $SLONK_CHART, the source checkout's, or the image's copy."""
     return _installed("SLONK_CHART", _REPO / "charts" / "slonk", SHARE / "chart", "Chart.yaml")

@@ -220,8 +220,13 @@ def _known_hosts(cluster: Cluster, objects: Plan, addresses: dict[str, str]) -> 
 
 def _hidden_install_paths(tmpfs: dict[str, str]) -> list[Path]:
     """Where slonk and its Python live, when a pod's own /tmp or /run would hide them (a
-    checkout under /tmp): the pod binds them back at the same path."""
-    needed = {Path(sys.prefix), Path(sys.base_prefix), Path(slonk.__file__).parents[1]}
+    checkout under /tmp): the pod binds them back at the same path. A whole checkout, since
+    values may name its files (the tests' fake nvidia-smi)."""
+    needed = {
+        Path(sys.prefix),
+        Path(sys.base_prefix),
+        paths.checkout() or Path(slonk.__file__).parents[1],
+    }
     return sorted(p for p in needed if any(p.is_relative_to(t) for t in tmpfs))
 
 
