@@ -27,6 +27,7 @@ from slonk.local.cluster import Cluster
 SLONK = [sys.executable, "-m", "slonk.cli"]
 FAKE_GPU = Path(__file__).parents[1] / "fakes" / "fake-gpu"
 HEALTH_INTERVAL = 2
+SCRATCH = "/var/tmp"  # in a pod's own writable layer
 
 pytestmark = pytest.mark.integration
 
@@ -158,10 +159,16 @@ class LocalCluster:
         return dict(line.split() for line in out.stdout.splitlines()) if out.rc == 0 else {}
 
     def wait_idle(self, nodes: tuple[str, ...] = ("slonk-cpu-0", "slonk-cpu-1")) -> None:
-        wait_for(
-            f"{', '.join(nodes)} idle",
-            lambda: all(self.nodes().get(n, ("",))[0] == "idle" for n in nodes),
-        )
+        seen: dict[str, tuple[str, str]] = {}
+
+        def idle() -> bool:
+            seen.update(self.nodes())
+            return all(seen.get(n, ("",))[0] == "idle" for n in nodes)
+
+        try:
+            wait_for(f"{', '.join(nodes)} idle", idle)
+        except AssertionError as err:
+            raise AssertionError(f"{err}; last seen: {seen}") from None
 
     def submit(self, *sbatch_args: str, user: str = "demo") -> str:
         out = self.user(user).check_output("sbatch --parsable " + shlex.join(sbatch_args))
@@ -179,8 +186,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         "health": {
             "intervalSeconds": HEALTH_INTERVAL,
             # Both workers "have" two GPUs: a fake nvidia-smi (tests/fakes) answers for them.
+            # Scratch off /tmp: a test fills it, and a CI checkout under /tmp must stay seen.
             "checks": {"gpu": {"expectedCount": 2, "nvidiaSmi": f"{FAKE_GPU} nvidia-smi",
-                               "dmesg": f"{FAKE_GPU} dmesg"}},
+                               "dmesg": f"{FAKE_GPU} dmesg"},
+                       "scratch": {"path": SCRATCH}},
             # Recycling is as good as off, but for the tests that turn it on.
             "recycle": {"idleSeconds": 3600, "periodSeconds": 1},
         },

@@ -12,7 +12,7 @@ import pytest
 
 from slonk.local.cluster import Cluster
 
-from .conftest import HEALTH_INTERVAL, LocalCluster, wait_for
+from .conftest import HEALTH_INTERVAL, SCRATCH, LocalCluster, wait_for
 
 BAD, GOOD = "slonk-cpu-1", "slonk-cpu-0"
 # One interval, plus slurmd's jitter and the check's own time.
@@ -34,9 +34,9 @@ class Faults:
         self.inject(pod, "mount -o remount,bind,ro /home", "mount -o remount,bind,rw /home")
 
     def full_scratch(self, pod: str = BAD) -> None:
-        # A small scratch filesystem over the pod's /tmp, filled up.
-        self.inject(pod, "mount -t tmpfs -o size=4m scratch /tmp && fallocate -l 4m /tmp/fill",
-                    "umount /tmp")
+        # A small scratch filesystem in the pod, filled up.
+        self.inject(pod, f"mount -t tmpfs -o size=4m scratch {SCRATCH} && "
+                         f"fallocate -l 4m {SCRATCH}/fill", f"umount {SCRATCH}")
 
     def gpu(self, scenario: str, pod: str = BAD) -> None:
         # The fake nvidia-smi's state lives in the shared /home: it outlives pod restarts.
@@ -81,7 +81,8 @@ def _hosts_of_new_jobs(cluster: LocalCluster, count: int) -> set[str]:
 
 @pytest.mark.parametrize(("inject", "reason"), [
     pytest.param(Faults.read_only_home, "slonk:storage: /home is mounted read-only", id="home"),
-    pytest.param(Faults.full_scratch, "slonk:scratch: /tmp 0.0% free, below 5%", id="scratch"),
+    pytest.param(Faults.full_scratch, f"slonk:scratch: {SCRATCH} 0.0% free, below 5%",
+                 id="scratch"),
     pytest.param(lambda f: f.gpu("ecc"),
                  "slonk:gpu: GPU 1 (00000000:2A:00.0): 2 uncorrectable ECC errors", id="gpu"),
 ])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,7 @@ from slonk.health.probe import Unhealthy, bounded
 SYS_NET = Path("/sys/class/net")
 SYS_RDMA = Path("/sys/class/infiniband")
 MOUNTINFO = Path("/proc/self/mountinfo")
+CONTROLLER_RETRY_SECONDS = 0.5
 
 
 @dataclass(frozen=True)
@@ -54,11 +56,16 @@ def check_interfaces(node: Node, options: Mapping[str, Any], phase: str, timeout
 
 
 def check_controller(node: Node, options: Mapping[str, Any], phase: str, timeout: float) -> str:
-    """A real RPC (a bare TCP probe would make slurmctld log an error every interval)."""
-    status, output = bounded(["scontrol", "ping"], timeout)
-    if status or "is UP" not in output:
-        raise Unhealthy(f"slurmctld does not answer: {' '.join(output.split())}")
-    return "slurmctld answers"
+    """A real RPC (a bare TCP probe would make slurmctld log an error every interval), tried
+    again until the timeout: a slurmctld restarting under s6 is no fault of this node's."""
+    deadline = time.monotonic() + timeout
+    while True:
+        status, output = bounded(["scontrol", "ping"], max(0.1, deadline - time.monotonic()))
+        if status == 0 and "is UP" in output:
+            return "slurmctld answers"
+        if time.monotonic() + CONTROLLER_RETRY_SECONDS >= deadline:
+            raise Unhealthy(f"slurmctld does not answer: {' '.join(output.split())}")
+        time.sleep(CONTROLLER_RETRY_SECONDS)
 
 
 def check_dns(node: Node, options: Mapping[str, Any], phase: str, timeout: float) -> str:
