@@ -3,7 +3,11 @@ and only as far as recycling needs."""
 
 from __future__ import annotations
 
+import yaml
+
+from slonk import paths
 from slonk.config.render import render
+from slonk.config.spec import HEALTH_CHECKS
 
 from .test_objects import _container, _names, _spec
 
@@ -50,3 +54,15 @@ def test_without_recycling_no_pod_has_api_access(no_recycle_manifest):
     controller = no_recycle_manifest.get("StatefulSet/slonk-controller").spec.template.spec
     assert controller.serviceAccountName == "slonk"
     assert controller.automountServiceAccountToken is False
+
+
+def test_the_values_file_shows_slonks_own_defaults():
+    """values.yaml documents the checks' defaults; they must be the ones slonk applies."""
+    values = yaml.safe_load((paths.chart_dir() / "values.yaml").read_text())["health"]["checks"]
+    assert set(values) == set(HEALTH_CHECKS)
+    for name, shown in values.items():
+        default = HEALTH_CHECKS[name]
+        assert tuple(shown.pop("phases")) == default.phases, name
+        if "timeoutSeconds" in shown:
+            assert shown.pop("timeoutSeconds") == default.timeout_seconds, name
+        assert shown.items() <= dict(default.options).items(), name
