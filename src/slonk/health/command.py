@@ -39,10 +39,12 @@ def check_node(
         action = node.apply(plan.node.name, results, plan.undrain)
     except node.SlurmError as err:
         action = f"could not update the node: {err}"
-    failed = "; ".join(r.reason for r in results if not r.ok) or "all passed"
-    LOG.parent.mkdir(parents=True, exist_ok=True)
-    with LOG.open("a") as log:
-        log.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {phase}: {failed}; {action}\n")
+    failed = "; ".join(r.reason for r in results if not r.ok)
+    if failed or not action.startswith("left"):  # a healthy node left alone is no news
+        LOG.parent.mkdir(parents=True, exist_ok=True)
+        with LOG.open("a") as log:
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+            log.write(f"{stamp} {phase}: {failed or 'all passed'}; {action}\n")
     return results, action
 
 

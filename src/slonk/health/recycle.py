@@ -22,7 +22,9 @@ from slonk.health import node as slurm
 from slonk.health.kube import KubeError
 from slonk.services import idle
 
-HISTORY = Path("/var/lib/slonk/recycle.json")
+# On the controller's state volume, beside slurmctld's own state: a controller restart must
+# not forget how often a node was recycled.
+HISTORY = Path("/var/spool/slurmctld/slonk-recycle.json")
 QUARANTINE = "quarantine"
 REASON_MAX = 250  # keeps `scontrol show node` readable
 
