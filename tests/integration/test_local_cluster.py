@@ -51,6 +51,14 @@ def test_nodes_and_pods_agree_on_users(healthy: LocalCluster):
     assert ids == ["uid=5000(demo) gid=5000(demo) groups=5000(demo),5100(research)"] * 2
 
 
+def test_mpi_steps_get_pmix(healthy: LocalCluster):
+    user = healthy.user("demo")
+    assert "pmix" in user.check_output("srun --mpi=list </dev/null 2>&1")
+    ranks = user.check_output("srun --nodes=2 --mpi=pmix printenv PMIX_RANK </dev/null")
+    assert sorted(ranks.split()) == ["0", "1"]
+    assert "can not load PMIx" not in healthy.log("slonk-controller-0")
+
+
 def test_root_and_passwords_cannot_log_in(healthy: LocalCluster):
     config = healthy.pod("slonk-login-0").check_output("/usr/sbin/sshd -T")
     assert "permitrootlogin no" in config

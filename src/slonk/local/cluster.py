@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import secrets
 import shutil
 import signal
 import subprocess
@@ -31,8 +30,8 @@ import yaml
 
 import slonk
 from slonk import chart, paths
+from slonk.local import fake_apiserver, podman
 from slonk.local import pod as pods
-from slonk.local import podman
 from slonk.local.manifests import LocalModeError, Plan, Pod, hosts_file, plan, state_path
 from slonk.local.network import (
     BRIDGE_ADDRESS,
@@ -52,7 +51,6 @@ STOP_GRACE_SECONDS = 15.0
 IDLE_TIMEOUT_SECONDS = 120.0
 POD_TMPFS = {"/run": "0755", "/tmp": "1777"}
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
-API_PORT = 6443
 POD_PATH = ":".join(
     [
         str(Path(sys.executable).parent),
@@ -256,7 +254,10 @@ def _pod_spec(cluster: Cluster, pod: Pod, hosts: str, runtime: str) -> dict[str,
     if pod.service_account:
         account = cluster.state_dir / "serviceaccounts" / pod.service_account
         binds.append({"source": str(account), "target": SERVICE_ACCOUNT_DIR, "readOnly": True})
-        env |= {"KUBERNETES_SERVICE_HOST": BRIDGE_ADDRESS, "KUBERNETES_SERVICE_PORT": str(API_PORT)}
+        env |= {
+            "KUBERNETES_SERVICE_HOST": BRIDGE_ADDRESS,
+            "KUBERNETES_SERVICE_PORT": str(fake_apiserver.PORT),
+        }
     return {
         "hostname": pod.name,
         "image": pod.image,
@@ -315,41 +316,6 @@ def _start_sidecars(cluster: Cluster, name: str, sidecars: list[dict[str, Any]])
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-
-
-def _start_apiserver(cluster: Cluster, objects: Plan) -> None:
-    """The fake Kubernetes API (slonk.local.fake_apiserver) on the bridge's address, with a
-    token for every ServiceAccount a pod mounts and the chart's RBAC rules."""
-    accounts = {p.service_account for p in objects.pods if p.service_account}
-    if not accounts:
-        return
-    folder = cluster.state_dir / "apiserver"
-    folder.mkdir(parents=True, exist_ok=True)
-    cert, key = folder / "tls.crt", folder / "tls.key"
-    if not cert.exists():
-        subprocess.run(
-            ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-             "-nodes", "-days", "3650", "-subj", "/CN=kubernetes", "-keyout", str(key),
-             "-out", str(cert), "-addext", f"subjectAltName=IP:{BRIDGE_ADDRESS}"],
-            check=True, capture_output=True,
-        )  # fmt: skip
-    tokens = {}
-    for account in sorted(accounts):
-        token = secrets.token_urlsafe(32)
-        tokens[token] = account
-        project(
-            cluster.state_dir / "serviceaccounts" / account,
-            {"token": token.encode(), "ca.crt": cert.read_bytes(), "namespace": NAMESPACE.encode()},
-        )
-    config = {"tokens": tokens, "rules": objects.permissions()}
-    (folder / "config.json").write_text(json.dumps(config, indent=1))
-    with open(folder / "log", "ab") as log:
-        subprocess.Popen(
-            ["nsenter", f"--net={NETNS_DIR / cluster.network.switch}", "--", sys.executable,
-             "-m", "slonk.local.fake_apiserver", str(cluster.state_dir), BRIDGE_ADDRESS],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )  # fmt: skip
 
 
 def _launch(cluster: Cluster, name: str, spec: dict[str, Any]) -> int:
@@ -468,7 +434,7 @@ def up(
     for i, p in enumerate(objects.pods):
         network.add_pod(p.name, i, addresses[p.name])
     _known_hosts(cluster, objects, addresses)
-    _start_apiserver(cluster, objects)
+    fake_apiserver.start(cluster.state_dir, cluster.network.switch, objects, NAMESPACE)
     hosts = hosts_file(objects, addresses, spec["clusterDomain"])
     for p in objects.pods:
         cluster.pod_dir(p.name).mkdir(parents=True, exist_ok=True)

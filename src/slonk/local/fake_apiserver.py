@@ -15,16 +15,21 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 import ssl
+import subprocess
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from slonk.local import cluster as local
+from slonk.local.manifests import Plan
+from slonk.local.network import BRIDGE_ADDRESS, NETNS_DIR
+from slonk.local.projection import project
 
 NODE = "local"
+PORT = 6443
 ROUTES = [
     (re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/?]+)"), "pods"),
     (re.compile(r"^/api/v1/nodes/(?P<name>[^/?]+)"), "nodes"),
@@ -85,6 +90,8 @@ class Handler(BaseHTTPRequestHandler):
         return self._nodes(match["name"], verb)
 
     def _pods(self, namespace: str, name: str, verb: str) -> None:
+        from slonk.local import cluster as local  # it starts this server: imported late
+
         if name not in local.Cluster(self.server.state_dir).pod_names():
             return self._status(404, f'pods "{name}" not found')
         if verb == "delete":
@@ -125,8 +132,43 @@ class ApiServer(ThreadingHTTPServer):
         tokens: dict[str, str],
         rules: dict[str, dict[str, list[str]]],
     ) -> None:
-        super().__init__((address, local.API_PORT), Handler)
+        super().__init__((address, PORT), Handler)
         self.state_dir, self.tokens, self.rules = state_dir, tokens, rules
+
+
+def start(state_dir: Path, switch_netns: str, objects: Plan, namespace: str) -> None:
+    """Serve on the bridge's address (in the switch's namespace), with a token for every
+    ServiceAccount a pod mounts and the chart's RBAC rules; `down` stops it with the rest."""
+    accounts = {p.service_account for p in objects.pods if p.service_account}
+    if not accounts:
+        return
+    folder = state_dir / "apiserver"
+    folder.mkdir(parents=True, exist_ok=True)
+    cert, key = folder / "tls.crt", folder / "tls.key"
+    if not cert.exists():
+        subprocess.run(
+            ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+             "-nodes", "-days", "3650", "-subj", "/CN=kubernetes", "-keyout", str(key),
+             "-out", str(cert), "-addext", f"subjectAltName=IP:{BRIDGE_ADDRESS}"],
+            check=True, capture_output=True,
+        )  # fmt: skip
+    tokens = {}
+    for account in sorted(accounts):
+        token = secrets.token_urlsafe(32)
+        tokens[token] = account
+        project(
+            state_dir / "serviceaccounts" / account,
+            {"token": token.encode(), "ca.crt": cert.read_bytes(), "namespace": namespace.encode()},
+        )
+    config = {"tokens": tokens, "rules": objects.permissions()}
+    (folder / "config.json").write_text(json.dumps(config, indent=1))
+    with open(folder / "log", "ab") as log:
+        subprocess.Popen(
+            ["nsenter", f"--net={NETNS_DIR / switch_netns}", "--", sys.executable,
+             "-m", "slonk.local.fake_apiserver", str(state_dir), BRIDGE_ADDRESS],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
 
 
 def main() -> None:
@@ -139,7 +181,7 @@ def main() -> None:
         state_dir / "apiserver" / "tls.crt", state_dir / "apiserver" / "tls.key"
     )
     server.socket = context.wrap_socket(server.socket, server_side=True)
-    print(f"fake API server on https://{address}:{local.API_PORT}", flush=True)
+    print(f"fake API server on https://{address}:{PORT}", flush=True)
     server.serve_forever()
 
 
