@@ -10,6 +10,7 @@ import pytest
 
 from slonk.config.spec import HEALTH_CHECKS, RecycleSettings, SpecError, parse_spec
 from slonk.health import checks, command, gpu, node, recycle, runner
+from slonk.health.kube import KubeError
 from slonk.health.probe import Unhealthy, bounded
 
 FAKE_GPU = Path(__file__).parents[1] / "fakes" / "fake-gpu"
@@ -235,3 +236,29 @@ def test_boot_failures_stand_until_the_pod_restarts(tmp_path):
     now = [_result("gpu", True, "2 GPUs healthy"), _result("dns", True)]
     merged = command.with_boot_failures(now, runner.boot_failures(saved))
     assert [(r.check, r.ok) for r in merged] == [("gpu", False), ("dns", True)]
+
+
+class FlakyKubernetes:
+    """Records taints; the first fails as an API server might."""
+
+    def __init__(self) -> None:
+        self.tainted: list[str] = []
+
+    def delete_pod(self, name: str) -> None:
+        raise AssertionError("no pod is due")
+
+    def quarantine_node(self, pod: str, slurm_node: str, reason: str) -> str:
+        if not self.tainted:
+            self.tainted.append("refused")
+            raise KubeError("taint node local: 503 Service Unavailable")
+        self.tainted.append(slurm_node)
+        return "local"
+
+
+def test_a_taint_that_failed_is_tried_again():
+    kube, history = FlakyKubernetes(), recycle.History(untainted={"n": "slonk:quarantine: x"})
+    with pytest.raises(KubeError):
+        recycle.taint(kube, history)
+    assert history.untainted == {"n": "slonk:quarantine: x"}
+    recycle.taint(kube, history)
+    assert kube.tainted == ["refused", "n"] and history.untainted == {}

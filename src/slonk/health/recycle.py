@@ -47,6 +47,7 @@ class History:
     idle_since: dict[str, float] = field(default_factory=dict)
     recycles: dict[str, list[float]] = field(default_factory=dict)
     restarting: dict[str, str] = field(default_factory=dict)
+    untainted: dict[str, str] = field(default_factory=dict)  # quarantined node -> reason
 
     @classmethod
     def load(cls, path: Path = HISTORY) -> History:
@@ -86,6 +87,14 @@ def due(
         )
 
 
+def taint(kube: Kubernetes, history: History) -> None:
+    """Taint the Kubernetes nodes under quarantined Slurm nodes; what fails is tried again."""
+    for name, reason in list(history.untainted.items()):
+        where = kube.quarantine_node(name, name, reason)
+        del history.untainted[name]
+        log(f"tainted Kubernetes node {where} for {name}")
+
+
 def pass_once(spec: ClusterSpec, kube: Kubernetes, history: History, now: float) -> None:
     settings = spec.health.recycle
     for action, node, recent in list(due(slurm.read_nodes(), history, settings, now)):
@@ -104,8 +113,8 @@ def pass_once(spec: ClusterSpec, kube: Kubernetes, history: History, now: float)
         slurm.scontrol("update", f"nodename={node.name}", "state=drain", f"reason={reason}")
         log(f"quarantined {node.name}: {reason}")
         if settings.taint_nodes:
-            where = kube.quarantine_node(node.name, node.name, reason)
-            log(f"tainted Kubernetes node {where} for {node.name}")
+            history.untainted[node.name] = reason
+    taint(kube, history)
 
 
 def run_forever(load: Callable[[], ClusterSpec], connect: Callable[[str], Kubernetes]) -> None:
