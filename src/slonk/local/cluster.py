@@ -330,10 +330,11 @@ def _launch(cluster: Cluster, name: str, spec: dict[str, Any]) -> int:
     for volume in spec["binds"]:
         Path(volume["source"]).mkdir(parents=True, exist_ok=True)
     netns = cluster.network.pod_netns(name)
+    (pod_dir / "pod.json").write_text(json.dumps(spec, indent=1))  # what `restart` starts again
     if cluster.record().get("runtime") == "podman":
         pid = podman.start(pod_dir, netns, spec)
     else:
-        pid = pods.start(pod_dir, netns, spec)
+        pid = pods.start(pod_dir, netns)
     (pod_dir / "pid").write_text(f"{pid}\n")
     _start_sidecars(cluster, name, spec["sidecars"])
     return pid

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -10,7 +9,6 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from slonk.local.network import NETNS_DIR, netns_inode
 
@@ -34,10 +32,10 @@ def _child_of(pid: int, timeout: float = 5.0) -> int:
     raise PodError(f"pod launcher {pid} started no process")
 
 
-def start(pod_dir: Path, netns: str, spec: Mapping[str, Any]) -> int:
-    """Launch a pod from its spec (see podinit); returns the host pid of its PID 1."""
+def start(pod_dir: Path, netns: str) -> int:
+    """Launch a pod from its spec, pod_dir/pod.json (see podinit); returns the host pid of
+    its PID 1."""
     spec_file = pod_dir / "pod.json"
-    spec_file.write_text(json.dumps(spec, indent=1))
     with open(pod_dir / "log", "ab") as log:
         launcher = subprocess.Popen(
             [

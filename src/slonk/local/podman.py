@@ -8,7 +8,6 @@ $SLONK_PODMAN (default `podman`), so a machine that needs a wrapper around it ca
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import subprocess
@@ -34,7 +33,6 @@ def podman(*args: str) -> str:
 def start(pod_dir: Path, netns: str, spec: Mapping[str, Any]) -> int:
     """Start the pod's container (named after its network namespace, unique per cluster);
     returns the host pid of its PID 1."""
-    (pod_dir / "pod.json").write_text(json.dumps(spec, indent=1))
     files = pod_dir / "files"
     files.mkdir(exist_ok=True)
     volumes = [(v["source"], v["target"], v["readOnly"]) for v in spec["binds"]]
