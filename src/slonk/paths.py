@@ -22,6 +22,7 @@ HOOKS_STATE = Path("/var/lib/slonk/hooks")
 HOOK_BIN = Path("/run/slonk/bin")
 # Health checks: the node's plan and its boot results (slonk.health.runner).
 HEALTH_STATE = Path("/run/slonk/health")
+HEALTH_PLAN = HEALTH_STATE / "plan.json"
 
 # Written by `slonk init` inside the pod.
 SLURM_CONF_DIR = Path("/etc/slurm")

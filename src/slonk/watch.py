@@ -64,7 +64,7 @@ def update_node_programs(spec: ClusterSpec) -> None:
     if plan:
         runner.write_plan(plan)
     else:
-        runner.PLAN.unlink(missing_ok=True)
+        paths.HEALTH_PLAN.unlink(missing_ok=True)
 
 
 def apply(

@@ -234,7 +234,7 @@ def test_boot_failures_stand_until_the_pod_restarts(tmp_path):
     at_boot = [_result("gpu", False, "1 of 2 GPUs visible"), _result("scratch", True)]
     runner.save_boot_results(at_boot, saved)
     now = [_result("gpu", True, "2 GPUs healthy"), _result("dns", True)]
-    merged = command.with_boot_failures(now, runner.boot_failures(saved))
+    merged = command.with_boot_failures(now, runner.boot_results(saved))
     assert [(r.check, r.ok) for r in merged] == [("gpu", False), ("dns", True)]
 
 

@@ -9,7 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from slonk.health import node, runner
-from slonk.paths import HEALTH_STATE
+from slonk.paths import HEALTH_PLAN, HEALTH_STATE
 
 LOG = Path("/var/log/slonk/health.log")
 JOB_PHASES = ("prolog", "epilog")
@@ -19,9 +19,11 @@ STARTED = HEALTH_STATE / "slurmd-started"
 def with_boot_failures(
     results: list[runner.Result], boot: list[runner.Result]
 ) -> list[runner.Result]:
-    """A check that failed at boot counts as failing, whatever it says now."""
-    failed_at_boot = {r.check for r in boot}
-    return [*boot, *(r for r in results if r.check not in failed_at_boot)]
+    """A check that failed at boot counts as failing, whatever it says now: what was wrong
+    when the node came up (a GPU missing) is not fixed without a new pod."""
+    failed = [r for r in boot if not r.ok]
+    failed_at_boot = {r.check for r in failed}
+    return [*failed, *(r for r in results if r.check not in failed_at_boot)]
 
 
 def check_node(
@@ -31,8 +33,8 @@ def check_node(
     job the node is allocated, so there is nothing to resume: Slurm is asked only on failure,
     not once per job."""
     plan = runner.load_plan()
-    results = runner.run(plan, phase) if rerun else runner.boot_results()
-    results = with_boot_failures(results, runner.boot_failures())
+    boot = runner.boot_results()
+    results = with_boot_failures(runner.run(plan, phase) if rerun else boot, boot)
     if not drain or (phase in JOB_PHASES and all(r.ok for r in results)):
         return results, None
     try:
@@ -64,9 +66,9 @@ def slurmd_program() -> int:
 
 
 def main(phase: str, as_json: bool = False, drain: bool = False) -> int:
-    if not runner.PLAN.exists():
+    if not HEALTH_PLAN.exists():
         print(
-            f"slonk health: no {runner.PLAN}: health checks are off, or this is no worker",
+            f"slonk health: no {HEALTH_PLAN}: health checks are off, or this is no worker",
             file=sys.stderr,
         )
         return 2

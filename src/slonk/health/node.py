@@ -76,6 +76,10 @@ def parse_nodes(text: str) -> list[NodeState]:
     return nodes
 
 
+def drain(name: str, reason: str) -> None:
+    scontrol("update", f"nodename={name}", "state=drain", f"reason={reason}")
+
+
 def read_nodes(*names: str) -> list[NodeState]:
     """The named nodes, or every node."""
     return parse_nodes(scontrol("--oneliner", "show", "node", *names))
@@ -108,7 +112,7 @@ def apply(name: str, results: Sequence[Result], undrain: bool) -> str:
         )
     verb, reason = action
     if verb == "drain":
-        scontrol("update", f"nodename={name}", "state=drain", f"reason={reason}")
+        drain(name, reason)
         return f"drained: {reason}"
     scontrol("update", f"nodename={name}", "state=resume")
     return f"resumed (was: {reason})"

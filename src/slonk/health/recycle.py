@@ -110,7 +110,7 @@ def pass_once(spec: ClusterSpec, kube: Kubernetes, history: History, now: float)
         window = settings.window_seconds
         reason = f"slonk:{QUARANTINE}: recycled {recent} times in {window} s; last {node.reason}"
         reason = reason[:REASON_MAX]
-        slurm.scontrol("update", f"nodename={node.name}", "state=drain", f"reason={reason}")
+        slurm.drain(node.name, reason)
         log(f"quarantined {node.name}: {reason}")
         if settings.taint_nodes:
             history.untainted[node.name] = reason

@@ -17,12 +17,11 @@ from typing import TYPE_CHECKING, Any
 from slonk.files import write_atomically
 from slonk.health.checks import CHECKS, Node
 from slonk.health.probe import Unhealthy
-from slonk.paths import HEALTH_STATE
+from slonk.paths import HEALTH_PLAN, HEALTH_STATE
 
 if TYPE_CHECKING:  # job-time callers must not pay for the spec's YAML import
     from slonk.config.spec import ClusterSpec
 
-PLAN = HEALTH_STATE / "plan.json"
 BOOT_RESULTS = HEALTH_STATE / "boot.json"
 # A check returns within its timeout by itself (its probes are bounded); this is the slack
 # before the runner stops waiting for one that does not.
@@ -75,12 +74,12 @@ def plan_for(spec: ClusterSpec, node_name: str) -> Plan | None:
     return Plan(node=node, undrain=spec.health.undrain, checks=checks)
 
 
-def write_plan(plan: Plan, path: Path = PLAN) -> None:
+def write_plan(plan: Plan, path: Path = HEALTH_PLAN) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(path, json.dumps(asdict(plan), indent=1) + "\n")
 
 
-def load_plan(path: Path = PLAN) -> Plan:
+def load_plan(path: Path = HEALTH_PLAN) -> Plan:
     data = json.loads(path.read_text())
     node = data["node"]
     return Plan(
@@ -132,9 +131,3 @@ def boot_results(path: Path = BOOT_RESULTS) -> list[Result]:
         return [Result(**d) for d in json.loads(path.read_text())]
     except FileNotFoundError:
         return []
-
-
-def boot_failures(path: Path = BOOT_RESULTS) -> list[Result]:
-    """Failures found at boot stand until the pod restarts: what was wrong when the node came
-    up (a GPU missing) is not fixed without a new pod."""
-    return [r for r in boot_results(path) if not r.ok]

@@ -1,8 +1,9 @@
 """Slurm's Prolog/Epilog (and task variants): health checks, then the active revision's
 scripts, in order.
 
-Runs for every job on every node, so it imports nothing beyond the standard library and
-does no work when a phase has no scripts. Each prolog/epilog script's output goes to the
+Runs for every job on every node, so it imports slonk's health code only where the node has
+checks, and its drain code only on a failure, and does no work when a phase has nothing to
+run. Each prolog/epilog script's output goes to the
 job's hook log; the first failure drains the node with a `slonk:<phase>:<script>` reason and
 fails the phase, so Slurm requeues the job (SchedulerParameters=nohold_on_prolog_fail).
 Task prolog/epilog scripts run as the job's user with Slurm's stdout (it reads `export`
@@ -18,10 +19,9 @@ import sys
 import time
 from pathlib import Path
 
-from slonk.paths import HEALTH_STATE, HOOKS_STATE
+from slonk.paths import HEALTH_PLAN, HOOKS_STATE
 
 LOGS = Path("/var/log/slonk/hooks")
-HEALTH_PLAN = HEALTH_STATE / "plan.json"
 DRAINING_PHASES = ("prolog", "epilog")
 
 
@@ -35,16 +35,13 @@ def scripts(state: Path, phase: str) -> list[Path]:
 
 
 def drain(reason: str) -> None:
-    node = os.environ.get("SLURMD_NODENAME", "")
-    result = subprocess.run(
-        ["scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}"],
-        capture_output=True,
-        text=True,
-        timeout=10,
-        check=False,
-    )
-    if result.returncode:
-        print(f"slonk hooks: could not drain {node}: {result.stderr.strip()}", file=sys.stderr)
+    from slonk.health import node  # only on failure: jobs that pass import nothing more
+
+    name = os.environ.get("SLURMD_NODENAME", "")
+    try:
+        node.drain(name, reason)
+    except node.SlurmError as err:
+        print(f"slonk hooks: could not drain {name}: {err}", file=sys.stderr)
 
 
 def health_checks(phase: str) -> int:
