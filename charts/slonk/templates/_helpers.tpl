@@ -183,6 +183,72 @@ Checks the schema cannot express. Each failure names the values key, as the sche
 {{- if not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$" .Release.Name) -}}
 {{- fail (printf "release name %q: must be a DNS-1123 label (it prefixes every Slurm node name)" .Release.Name) -}}
 {{- end -}}
+{{- include "slonk.refuseControlCharacters" (dict "path" "" "value" .Values) -}}
+{{- $managed := include "slonk.managedSlurmKeys" . | splitList " " -}}
+{{- range $file := list "slurmConf" "cgroupConf" -}}
+{{- include "slonk.refuseSlurmKeys" (dict "path" (printf "slurm.%s" $file) "settings" (index $.Values.slurm $file) "reserved" $managed) -}}
+{{- end -}}
+{{- range $i, $part := .Values.partitions -}}
+{{- include "slonk.refuseSlurmKeys" (dict "path" (printf "partitions[%d].options" $i) "settings" $part.options "reserved" (include "slonk.partitionKeys" . | splitList " ")) -}}
+{{- end -}}
+{{- range $i, $line := .Values.slurm.extraLines -}}
+{{- $key := trim $line | splitList "=" | first -}}
+{{- if and (not (hasPrefix "#" (trim $line))) (has (lower $key) $managed) -}}
+{{- fail (printf "slurm.extraLines[%d]: %s is set by slonk from the spec" $i $key) -}}
+{{- end -}}
+{{- end -}}
+{{- end }}
+
+{{- /* Settings slonk derives from the spec, with Slurm's aliases, lower case (Slurm reads
+keys in any case). The same list as MANAGED_KEYS in src/slonk/config/spec.py (a test holds
+them equal). */}}
+{{- define "slonk.managedSlurmKeys" -}}
+clustername slurmctldhost controlmachine controladdr backupcontroller backupaddr slurmctldport slurmdport nodename nodeset partitionname frontendname downnodes include
+{{- end }}
+
+{{- /* What slonk writes on a partition's line: PARTITION_KEYS in spec.py. */}}
+{{- define "slonk.partitionKeys" -}}
+partitionname nodes default maxtime defaulttime prioritytier preemptmode state
+{{- end }}
+
+{{- /* Call with (dict "path" "slurm.slurmConf" "settings" $map "reserved" $lowerKeys): a key
+slonk sets, or a key given twice in different case, fails naming it. */}}
+{{- define "slonk.refuseSlurmKeys" -}}
+{{- $seen := dict -}}
+{{- range $key, $_ := .settings -}}
+{{- if has (lower $key) $.reserved -}}
+{{- fail (printf "%s.%s: set by slonk from the spec; change the spec instead" $.path $key) -}}
+{{- end -}}
+{{- if hasKey $seen (lower $key) -}}
+{{- fail (printf "%s.%s: same setting as %s (Slurm ignores case)" $.path $key (get $seen (lower $key))) -}}
+{{- end -}}
+{{- $_ := set $seen (lower $key) $key -}}
+{{- end -}}
+{{- end }}
+
+{{- /* Call with (dict "path" "" "value" .Values): no string in the values may hold a control
+character (a newline would add a line to slurm.conf, passwd or a command), as the pods'
+spec parser refuses too. Kubernetes' own objects (annotations, resources, placement) are
+checked by the API server and are left to it. */}}
+{{- define "slonk.refuseControlCharacters" -}}
+{{- $path := .path -}}
+{{- if kindIs "map" .value -}}
+{{- range $key, $item := .value -}}
+{{- $at := ternary $key (printf "%s.%s" $path $key) (eq $path "") -}}
+{{- if regexMatch "[\\x00-\\x1f\\x7f]" $key -}}
+{{- fail (printf "%s: the key holds a control character" $at) -}}
+{{- end -}}
+{{- if not (has $key (list "global" "podAnnotations" "podLabels" "annotations" "resources" "nodeSelector" "tolerations" "affinity")) -}}
+{{- include "slonk.refuseControlCharacters" (dict "path" $at "value" $item) -}}
+{{- end -}}
+{{- end -}}
+{{- else if kindIs "slice" .value -}}
+{{- range $i, $item := .value -}}
+{{- include "slonk.refuseControlCharacters" (dict "path" (printf "%s[%d]" $path $i) "value" $item) -}}
+{{- end -}}
+{{- else if and (kindIs "string" .value) (regexMatch "[\\x00-\\x1f\\x7f]" .value) -}}
+{{- fail (printf "%s: %q holds a control character (a newline, tab, ...)" $path .value) -}}
+{{- end -}}
 {{- end }}
 
 {{/* The normalized cluster spec (cluster.yaml): what every pod's `slonk init` reads. */}}

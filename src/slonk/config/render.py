@@ -31,8 +31,12 @@ def _conf_value(value: Any) -> str:
 
 
 def _merge(defaults: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, str]:
-    """Defaults with overrides applied; an override of None drops the setting."""
-    merged = {**defaults, **overrides}
+    """Defaults with overrides applied; an override of None drops the setting. Slurm reads
+    keys in any case, so `selecttype` replaces the SelectType default, never adds a twin."""
+    spelling = {key.lower(): key for key in defaults}
+    merged = dict(defaults)
+    for key, value in overrides.items():
+        merged[spelling.get(key.lower(), key)] = value
     return {k: _conf_value(v) for k, v in merged.items() if v is not None}
 
 

@@ -14,19 +14,32 @@ from typing import Any
 
 import yaml
 
+from slonk.config import patterns
+from slonk.config.patterns import matches
+
 SPEC_VERSION = 1
 
-# A Slurm node name is also a pod name, a Service name and a DNS-1123 label.
-DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS_LABEL_MAX = 63
-SLURM_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 ACCOUNT_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
-CONF_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
-# Settings slonk derives from the spec: overriding them by hand would desynchronize
-# slurm.conf from the pods, so they are refused in `slurmConf` and `extraLines`.
+# Settings slonk derives from the spec, with Slurm's aliases for them: overriding them by hand
+# would desynchronize slurm.conf from the pods and their Services, so they are refused in
+# `slurmConf` and `extraLines`. Slurm reads keys case-insensitively, and so does this check.
 MANAGED_KEYS = frozenset(
-    {"ClusterName", "SlurmctldHost", "NodeName", "NodeSet", "PartitionName", "Include"}
+    "ClusterName SlurmctldHost ControlMachine ControlAddr BackupController BackupAddr "
+    "SlurmctldPort SlurmdPort NodeName NodeSet PartitionName FrontendName DownNodes "
+    "Include".split()
 )
+# What slonk writes on a partition's line; its `options` may add anything else.
+PARTITION_KEYS = frozenset(
+    "PartitionName Nodes Default MaxTime DefaultTime PriorityTier PreemptMode State".split()
+)
+PARTITION_STATES = ("UP", "DOWN", "DRAIN", "INACTIVE")
+# Pool names whose StatefulSet or node names would be another component's.
+RESERVED_POOL_NAMES = ("controller", "login", "ldap")
+# Every replica is a pod, a Service and a Slurm node: the bound keeps a typo from asking the
+# chart for a hundred million Services.
+MAX_REPLICAS = 10000
+MAX_PORT = 65535
 SPEC_KEYS = frozenset(
     "version clusterName release namespace clusterDomain slurmctldPort slurmdPort nodepools "
     "partitions confinement topology slurmConf cgroupConf extraLines users groups ldap ldapServer "
@@ -190,6 +203,18 @@ HEALTH_CHECKS: Mapping[str, CheckSettings] = {
 }
 
 
+# The shape of each string option (or of each item of a list option): checks hand them to
+# programs they run as root.
+CHECK_OPTION_SHAPES: Mapping[str, tuple[str, str]] = {
+    "nvidiaSmi": (patterns.PROGRAM, "a program name or absolute path"),
+    "dmesg": (patterns.COMMAND_LINE, "a program and its options"),
+    "names": (patterns.INTERFACE, "a network interface name"),
+    "rdmaDevices": (patterns.RDMA_DEVICE, "an RDMA device name"),
+    "paths": (patterns.ABSOLUTE_PATH, "an absolute path"),
+    "path": (patterns.ABSOLUTE_PATH, "an absolute path"),
+}
+
+
 @dataclass(frozen=True)
 class RecycleSettings:
     """Restart the pods of nodes slonk drained, once idle; quarantine repeat offenders."""
@@ -313,11 +338,25 @@ class _Reader:
             raise SpecError(f"{self.at(key)}: required")
         return self.get(key, kind)
 
-    def count(self, key: str, default: int | None = None, minimum: int = 0) -> int:
+    def count(
+        self, key: str, default: int | None = None, minimum: int = 0, maximum: int | None = None
+    ) -> int:
         value = self.require(key, int) if default is None else self.get(key, int, default)
         if value < minimum:
             raise SpecError(f"{self.at(key)}: must be >= {minimum}, got {value}")
+        if maximum is not None and value > maximum:
+            raise SpecError(f"{self.at(key)}: must be <= {maximum}, got {value}")
         return value
+
+    def text(self, key: str, pattern: str, what: str, default: str | None = None) -> str | None:
+        """A string (or, where Slurm reads one, an integer) of the given shape; empty or null
+        is the default."""
+        value = self.get(key, (str, int))
+        if value is None or value == "":
+            return default
+        if not matches(pattern, str(value)):
+            raise SpecError(f"{self.at(key)}: {value!r} is not {what}")
+        return str(value)
 
     def strings(self, key: str) -> tuple[str, ...]:
         items = self.get(key, list, [])
@@ -347,12 +386,8 @@ def _name(kind: type | tuple[type, ...]) -> str:
     return " or ".join(names.get(k, k.__name__) for k in kinds)
 
 
-def _optional_str(value: Any) -> str | None:
-    return None if value is None else str(value)
-
-
 def _dns_label(value: str, path: str) -> str:
-    if len(value) > DNS_LABEL_MAX or not DNS_LABEL.match(value):
+    if len(value) > DNS_LABEL_MAX or not matches(patterns.DNS_LABEL, value):
         raise SpecError(
             f"{path}: {value!r} is not a DNS-1123 label "
             "(lowercase letters, digits and '-', at most 63 characters)"
@@ -360,34 +395,48 @@ def _dns_label(value: str, path: str) -> str:
     return value
 
 
-def _conf_map(reader: _Reader, key: str) -> dict[str, Any]:
-    """A `Key: value` override map for a Slurm config file; null drops a default."""
+def _is_one_of(key: str, keys: Collection[str]) -> bool:
+    """Slurm reads setting names in any case: so must every check on them."""
+    return key.lower() in {k.lower() for k in keys}
+
+
+def _conf_map(
+    reader: _Reader, key: str, reserved: Collection[str] = MANAGED_KEYS
+) -> dict[str, Any]:
+    """A `Key: value` override map for a Slurm config file; null drops a default. Each value
+    is one token, so it can add neither an option nor a line."""
     overrides = reader.get(key, dict, {})
+    seen: dict[str, str] = {}
     for name, value in overrides.items():
         path = reader.at(f"{key}.{name}")
-        if not isinstance(name, str) or not CONF_KEY.match(name):
+        if not isinstance(name, str) or not matches(patterns.CONF_KEY, name):
             raise SpecError(f"{path}: not a Slurm setting name")
-        if name in MANAGED_KEYS:
+        if _is_one_of(name, reserved):
             raise SpecError(f"{path}: set by slonk from the spec; change the spec instead")
+        if name.lower() in seen:
+            raise SpecError(f"{path}: same setting as {seen[name.lower()]} (Slurm ignores case)")
+        seen[name.lower()] = name
         if not (value is None or isinstance(value, str | int | bool)):
             raise SpecError(f"{path}: expected a scalar or null, got {_kind(value)}")
-        if isinstance(value, str) and ("\n" in value or not value.strip()):
-            raise SpecError(f"{path}: must be one non-empty line")
+        if isinstance(value, str) and not matches(patterns.CONF_VALUE, value):
+            raise SpecError(
+                f"{path}: {value!r} must be one word of printable characters, without spaces, "
+                "'#', '\"' or '\\'"
+            )
     return dict(overrides)
 
 
 def _extra_line(line: str, path: str) -> str:
-    text = line.strip()
-    if "\n" in line:
-        raise SpecError(f"{path}: must be a single line")
-    if not text or text.startswith("#"):
-        return text
-    key, sep, value = text.partition("=")
-    if not sep or not CONF_KEY.match(key.strip()) or not value.strip():
-        raise SpecError(f"{path}: {line!r} is not a 'Key=Value' slurm.conf line")
-    if key.strip() in MANAGED_KEYS:
-        raise SpecError(f"{path}: {key.strip()} is set by slonk from the spec")
-    return text
+    line = line.strip(" ")
+    if not matches(patterns.EXTRA_LINE, line):
+        raise SpecError(
+            f"{path}: {line!r} is not one 'Key=Value' slurm.conf setting (value without spaces, "
+            "'#', '\"' or '\\') or a '#' comment"
+        )
+    key = line.partition("=")[0]
+    if not line.startswith("#") and _is_one_of(key, MANAGED_KEYS):
+        raise SpecError(f"{path}: {key} is set by slonk from the spec")
+    return line
 
 
 def _gpus(data: Any, path: str) -> Gpus | None:
@@ -399,10 +448,7 @@ def _gpus(data: Any, path: str) -> Gpus | None:
         raise SpecError(f"{r.at('count')}: GPUs declared without a count")
     if count < 1:
         raise SpecError(f"{r.at('count')}: must be >= 1, got {count}")
-    gpu_type = r.get("type", str) or None
-    if gpu_type is not None and not SLURM_NAME.match(gpu_type):
-        raise SpecError(f"{r.at('type')}: {gpu_type!r} is not a valid GRES type")
-    return Gpus(count=count, type=gpu_type)
+    return Gpus(count=count, type=r.text("type", patterns.SLURM_NAME, "a valid GRES type"))
 
 
 def _pool(data: Any, path: str, release: str) -> NodePool:
@@ -412,13 +458,15 @@ def _pool(data: Any, path: str, release: str) -> NodePool:
         {"name", "replicas", "cpus", "memoryMiB", "gpus", "features", "weight", "topology"},
     )
     name = _dns_label(r.require("name", str), r.at("name"))
-    replicas = r.count("replicas")
+    if name in RESERVED_POOL_NAMES:
+        raise SpecError(f"{r.at('name')}: {name!r} is reserved for slonk's own pods")
+    replicas = r.count("replicas", maximum=MAX_REPLICAS)
     longest = f"{release}-{name}-{max(replicas - 1, 0)}"
     if len(longest) > DNS_LABEL_MAX:
         raise SpecError(f"{r.at('name')}: node name {longest!r} is longer than 63 characters")
     features = r.strings("features")
     for i, feature in enumerate(features):
-        if not SLURM_NAME.match(feature):
+        if not matches(patterns.SLURM_NAME, feature):
             raise SpecError(f"{r.at('features')}[{i}]: {feature!r} is not a valid Slurm feature")
     placement = _Reader(r.get("topology", dict, {}), r.at("topology"), {"switch", "block"})
     return NodePool(
@@ -430,8 +478,8 @@ def _pool(data: Any, path: str, release: str) -> NodePool:
         features=features,
         weight=r.get("weight", int),
         placement=Placement(
-            switch=placement.get("switch", str) or None,
-            block=placement.get("block", str) or None,
+            switch=placement.text("switch", patterns.SLURM_NAME, "a valid switch name"),
+            block=placement.text("block", patterns.SLURM_NAME, "a valid block name"),
         ),
     )
 
@@ -452,24 +500,26 @@ def _partition(data: Any, path: str, pools: set[str]) -> Partition:
             "options",
         },
     )
-    name = r.require("name", str)
-    if not SLURM_NAME.match(name):
-        raise SpecError(f"{r.at('name')}: {name!r} is not a valid Slurm partition name")
+    r.require("name", str)
+    name = r.text("name", patterns.SLURM_NAME, "a valid Slurm partition name")
     members = r.strings("pools")
     for i, pool in enumerate(members):
         if pool not in pools:
             raise SpecError(f"{r.at('pools')}[{i}]: unknown nodepool {pool!r}")
-    options = _conf_map(r, "options")
+    time_format = "a Slurm time (minutes, [days-]hours:minutes:seconds or INFINITE)"
+    state = r.get("state", str, "UP")
+    if state not in PARTITION_STATES:
+        raise SpecError(f"{r.at('state')}: must be one of {', '.join(PARTITION_STATES)}")
     return Partition(
-        name=name,
+        name=str(name),
         pools=members,
         default=r.get("default", bool, False),
-        max_time=str(r.get("maxTime", (str, int), "INFINITE")),
-        default_time=_optional_str(r.get("defaultTime", (str, int))),
-        priority_tier=r.get("priorityTier", int),
-        preempt_mode=r.get("preemptMode", str),
-        state=r.get("state", str, "UP"),
-        options=options,
+        max_time=str(r.text("maxTime", patterns.SLURM_TIME, time_format, "INFINITE")),
+        default_time=r.text("defaultTime", patterns.SLURM_TIME, time_format),
+        priority_tier=r.get("priorityTier", int) and r.count("priorityTier"),
+        preempt_mode=r.text("preemptMode", patterns.PREEMPT_MODE, "a Slurm PreemptMode"),
+        state=state,
+        options=_conf_map(r, "options", reserved=PARTITION_KEYS),
     )
 
 
@@ -624,12 +674,20 @@ def _check(name: str, data: Any, path: str) -> CheckSettings | None:
             for i, item in enumerate(items):
                 if not isinstance(item, kind) or isinstance(item, bool):
                     raise SpecError(f"{r.at(key)}[{i}]: expected {_name(kind)}")
+                _check_option_shape(key, item, f"{r.at(key)}[{i}]")
             options[key] = items
         elif isinstance(value, int):
             options[key] = r.count(key, default=value)
         else:
             options[key] = r.get(key, type(value), value)
+            _check_option_shape(key, options[key], r.at(key))
     return CheckSettings(tuple(phases), float(timeout), options)
+
+
+def _check_option_shape(key: str, value: Any, path: str) -> None:
+    shape = CHECK_OPTION_SHAPES.get(key)
+    if shape and isinstance(value, str) and not matches(shape[0], value):
+        raise SpecError(f"{path}: {value!r} is not {shape[1]}")
 
 
 def _health(data: Any, path: str) -> HealthSettings | None:
@@ -671,12 +729,15 @@ def _unique(names: list[str], path: str, what: str) -> None:
 
 def parse_spec(data: Any) -> ClusterSpec:
     """Validate a parsed `cluster.yaml` document and build the spec."""
+    if found := patterns.first_control_character(data):
+        where, text = found
+        raise SpecError(f"{where}: {text!r} holds a control character (a newline, tab, ...)")
     r = _Reader(data, "", SPEC_KEYS)
     version = r.get("version", int, SPEC_VERSION)
     if version != SPEC_VERSION:
         raise SpecError(f"version: unsupported spec version {version} (this slonk reads 1)")
     cluster_name = r.require("clusterName", str)
-    if not re.match(r"^[a-z0-9_]{1,40}$", cluster_name):
+    if not matches(patterns.CLUSTER_NAME, cluster_name):
         raise SpecError(
             f"clusterName: {cluster_name!r} must be lowercase letters, digits or '_' "
             "(Slurm lowercases it; at most 40 characters)"
@@ -686,9 +747,6 @@ def parse_spec(data: Any) -> ClusterSpec:
         _pool(p, f"nodepools[{i}]", release) for i, p in enumerate(r.get("nodepools", list, []))
     ]
     _unique([p.name for p in pools], "nodepools", "nodepool")
-    for i, pool in enumerate(pools):
-        if pool.name in ("controller", "login"):
-            raise SpecError(f"nodepools[{i}].name: {pool.name!r} is reserved for slonk's own pods")
     pool_names = {p.name for p in pools}
     partitions = [
         _partition(p, f"partitions[{i}]", pool_names)
@@ -714,9 +772,11 @@ def parse_spec(data: Any) -> ClusterSpec:
         cluster_name=cluster_name,
         release=release,
         namespace=_dns_label(r.get("namespace", str, "default"), "namespace"),
-        cluster_domain=r.get("clusterDomain", str, "cluster.local"),
-        slurmctld_port=r.count("slurmctldPort", default=6817, minimum=1),
-        slurmd_port=r.count("slurmdPort", default=6818, minimum=1),
+        cluster_domain=str(
+            r.text("clusterDomain", patterns.DNS_NAME, "a DNS domain", default="cluster.local")
+        ),
+        slurmctld_port=r.count("slurmctldPort", default=6817, minimum=1, maximum=MAX_PORT),
+        slurmd_port=r.count("slurmdPort", default=6818, minimum=1, maximum=MAX_PORT),
         nodepools=tuple(pools),
         partitions=tuple(partitions),
         confinement=confinement,

@@ -1,0 +1,79 @@
+"""The shapes a value may take where it reaches a config line, a command line or a URL.
+
+One home for each rule: the spec parser matches with these, and values.schema.json carries
+the same pattern strings (tests/chart/test_contract.py holds the two equal). Each is written
+in the subset of regular expressions Python's `re` and Go's RE2 (Helm's schema validator)
+read alike, and always used whole (`re.fullmatch`): Python's `$` would accept a trailing
+newline, which is exactly what an attacker wants on a config line.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+# Printable ASCII but the space, and none of what slurm.conf's parser reads specially:
+# `#` starts a comment, `"` quotes, a trailing `\` joins the next line. So a value is one
+# token and can add neither an option nor a line.
+CONF_VALUE = r"^[!$-\[\]-~]+$"
+CONF_KEY = r"^[A-Za-z][A-Za-z0-9]*$"
+# An extraLines entry: a comment, or exactly one Key=Value (spaces around it are dropped).
+EXTRA_LINE = r"^ *(#[ -~]*|[A-Za-z][A-Za-z0-9]*=[!$-\[\]-~]+)? *$"
+
+# Names Slurm reads in node, partition, GRES and topology lines.
+SLURM_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
+# A DNS-1123 label: a Slurm node is a pod and a Service of the same name.
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+DNS_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+CLUSTER_NAME = r"^[a-z0-9_]{1,40}$"
+
+# Partition settings slonk writes itself (MaxTime=, PreemptMode=, ...).
+SLURM_TIME = r"^(INFINITE|UNLIMITED|[0-9]+(:[0-9]{1,2}){0,2}|[0-9]+-[0-9]{1,2}(:[0-9]{1,2}){0,2})$"
+PREEMPT_MODE = r"^(OFF|CANCEL|GANG|REQUEUE|SUSPEND|WITHIN)(,(GANG|WITHIN))*$"
+
+# An absolute path without `.` or `..` components, doubled or trailing slashes, spaces or
+# shell syntax: health checks look at these paths as root.
+ABSOLUTE_PATH = r"^(/[A-Za-z0-9_+@-][A-Za-z0-9._+@-]*)+$"
+# A program health checks run (nvidia-smi): a path or a bare name, never an option.
+PROGRAM = r"^[A-Za-z0-9_/+@][A-Za-z0-9._/+@-]*$"
+# A program and its options, split on spaces (never through a shell): `dmesg --kernel`.
+COMMAND_LINE = r"^([A-Za-z0-9_/+@][A-Za-z0-9._/+@-]*( [A-Za-z0-9._/+@=,:-]+)*)?$"
+# Linux interface names (IFNAMSIZ: 15 characters) and RDMA device names.
+INTERFACE = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,14}$"
+RDMA_DEVICE = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$"
+
+# What git-sync may be pointed at: https, ssh or git URLs, scp-like `user@host:path`, or a
+# local file:// repository. Not `ext::` or other transports that run commands, and nothing
+# git could read as an option.
+GIT_REPO = (
+    r"^((https|ssh|git|file)://[A-Za-z0-9._~:/?@+=%,-]+"
+    r"|[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:[A-Za-z0-9._~/-]+)$"
+)
+# A branch, tag or commit: git's ref rules, and no leading `-`.
+GIT_REF = r"^[A-Za-z0-9_][A-Za-z0-9._/-]*$"
+
+# Any character below space, and DEL: no value slonk writes anywhere may hold one.
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def matches(pattern: str, value: str) -> bool:
+    return re.fullmatch(pattern, value) is not None
+
+
+def first_control_character(data: Any, path: str = "") -> tuple[str, str] | None:
+    """The key path and text of the first string (key or value) holding a control
+    character, anywhere in a parsed document; None when there is none."""
+    if isinstance(data, str):
+        return (path or "<root>", data) if CONTROL_CHARACTERS.search(data) else None
+    if isinstance(data, dict):
+        for key, value in data.items():
+            where = f"{path}.{key}" if path else str(key)
+            if isinstance(key, str) and CONTROL_CHARACTERS.search(key):
+                return where, key
+            if found := first_control_character(value, where):
+                return found
+    if isinstance(data, list):
+        for i, item in enumerate(data):
+            if found := first_control_character(item, f"{path}[{i}]"):
+                return found
+    return None
