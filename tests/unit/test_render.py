@@ -36,6 +36,14 @@ def test_overrides_replace_and_drop_defaults(demo_spec):
     assert not any(line.startswith("MpiDefault=") for line in lines)
 
 
+def test_an_override_in_another_case_replaces_the_default(demo_spec):
+    demo_spec["slurmConf"] = {"selecttypeparameters": "CR_Core_Memory"}
+    lines = render(parse_spec(demo_spec))["slurm.conf"].lower().splitlines()
+    assert [line for line in lines if line.startswith("selecttypeparameters=")] == [
+        "selecttypeparameters=cr_core_memory"
+    ]
+
+
 def test_no_confinement_uses_plugins_that_need_no_cgroups(demo_spec):
     demo_spec["confinement"] = "none"
     lines = _conf(demo_spec)

@@ -1,0 +1,247 @@
+"""The chart refuses every value the pods would refuse, naming the key.
+
+Written from the attacker's side: each case is a value that, if it reached a pod, would add a
+line or an option to slurm.conf, a command line or a URL. The chart must refuse it (its
+schema or its `slonk.validate`), and so must the pods' spec parser when the same value
+reaches cluster.yaml by another road (a hand-edited ConfigMap, an older chart). Both errors
+name the offending key.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from typing import Any
+
+import pytest
+import yaml
+
+from slonk import chart
+from slonk.config import patterns
+from slonk.config.spec import (
+    MANAGED_KEYS,
+    MAX_REPLICAS,
+    PARTITION_KEYS,
+    RESERVED_POOL_NAMES,
+    SpecError,
+    parse_spec,
+)
+
+POOL = {"name": "cpu", "replicas": 2, "cpus": 2, "memoryMiB": 2048}
+PARTITION = {"name": "main", "pools": ["cpu"], "default": True}
+# Values under which every key the cases touch reaches cluster.yaml.
+BASE_VALUES: dict[str, Any] = {
+    "nodepools": [POOL],
+    "partitions": [PARTITION],
+    "ldap": {"dev": {"enabled": True}},
+}
+# Where a values key lands in cluster.yaml, where the two differ.
+SPEC_PATH = {"slurm.slurmConf": "slurmConf", "slurm.cgroupConf": "cgroupConf",
+             "slurm.extraLines": "extraLines", "slurm.slurmctldPort": "slurmctldPort",
+             "slurm.slurmdPort": "slurmdPort"}
+
+# (values key, hostile value, the key both errors must name)
+HOSTILE = [
+    ("clusterName", "slonk\nNodeName=evil", None),
+    ("clusterDomain", "cluster.local\nNodeName=evil CPUs=1", None),
+    ("clusterDomain", "cluster.local NodeName=evil", None),
+    ("partitions[0].name", "main\n", None),
+    ("partitions[0].name", "main Nodes=ALL", None),
+    ("partitions[0].maxTime", "INFINITE\nNodeName=evil CPUs=1", None),
+    ("partitions[0].maxTime", "INFINITE AllowGroups=root", None),
+    ("partitions[0].maxTime", -5, None),
+    ("partitions[0].defaultTime", "1:00 Hidden=YES", None),
+    ("partitions[0].preemptMode", "OFF AllowGroups=root", None),
+    ("partitions[0].state", "UP\nNodeName=evil", None),
+    ("partitions[0].options", {"AllowGroups": "root Nodes=ALL"},
+     "partitions[0].options.AllowGroups"),
+    ("partitions[0].options", {"Nodes": "ALL"}, "partitions[0].options.Nodes"),
+    ("partitions[0].options", {"nodes": "ALL"}, "partitions[0].options.nodes"),
+    ("partitions[0].options", {"Default": "YES"}, "partitions[0].options.Default"),
+    ("slurm.slurmConf", {"clustername": "evil"}, "slurm.slurmConf.clustername"),
+    ("slurm.slurmConf", {"ControlMachine": "evil"}, "slurm.slurmConf.ControlMachine"),
+    ("slurm.slurmConf", {"slurmctldhost": "evil"}, "slurm.slurmConf.slurmctldhost"),
+    ("slurm.slurmConf", {"INCLUDE": "/etc/passwd"}, "slurm.slurmConf.INCLUDE"),
+    ("slurm.slurmConf", {"SlurmctldPort": 1}, "slurm.slurmConf.SlurmctldPort"),
+    ("slurm.slurmConf", {"MaxJobCount": "5 NodeName=evil"}, "slurm.slurmConf.MaxJobCount"),
+    ("slurm.slurmConf", {"MaxJobCount": "5\nNodeName=evil"}, "slurm.slurmConf.MaxJobCount"),
+    ("slurm.slurmConf", {"MaxJobCount": "5\r"}, "slurm.slurmConf.MaxJobCount"),
+    ("slurm.slurmConf", {"MaxJobCount": "5\\"}, "slurm.slurmConf.MaxJobCount"),
+    ("slurm.slurmConf", {"Prolog": "/bin/x#"}, "slurm.slurmConf.Prolog"),
+    ("slurm.slurmConf", {"Prolog": '"/bin/x"'}, "slurm.slurmConf.Prolog"),
+    ("slurm.slurmConf", {"MaxJobCount": 1, "maxjobcount": 2}, "slurm.slurmConf.maxjobcount"),
+    ("slurm.slurmConf", {"Max Job": 1}, "slurm.slurmConf.Max Job"),
+    ("slurm.cgroupConf", {"ConstrainCores": "yes\nAllowedDevicesFile=/x"},
+     "slurm.cgroupConf.ConstrainCores"),
+    ("slurm.extraLines", ["MaxJobCount=5 NodeName=evil"], "slurm.extraLines[0]"),
+    ("slurm.extraLines", ["nodename=evil"], "slurm.extraLines[0]"),
+    ("slurm.extraLines", ["PartitionName=x Nodes=ALL"], "slurm.extraLines[0]"),
+    ("slurm.extraLines", ["Include /etc/passwd"], "slurm.extraLines[0]"),
+    ("slurm.extraLines", ["A=1\nB=2"], "slurm.extraLines[0]"),
+    ("slurm.extraLines", ["MaxJobCount=5\\"], "slurm.extraLines[0]"),
+    ("slurm.slurmctldPort", 70000, None),
+    ("nodepools[0].name", "ldap", None),
+    ("nodepools[0].replicas", 100_000_000, None),
+    ("nodepools[0].features", ["gpu\nNodeName=evil"], "nodepools[0].features[0]"),
+    ("nodepools[0].features", ["a b"], "nodepools[0].features[0]"),
+    ("nodepools[0].gpus", {"count": 1, "type": "h100 Foo=bar"}, "nodepools[0].gpus.type"),
+    ("nodepools[0].topology", {"switch": "s1\nSwitchName=evil"}, "nodepools[0].topology.switch"),
+    ("nodepools[0].topology", {"block": "b1 Nodes=ALL"}, "nodepools[0].topology.block"),
+    ("health.checks.interfaces.names", ["eth0; reboot"], "health.checks.interfaces.names[0]"),
+    ("health.checks.interfaces.names", ["$(reboot)"], "health.checks.interfaces.names[0]"),
+    ("health.checks.interfaces.rdmaDevices", ["-x"], "health.checks.interfaces.rdmaDevices[0]"),
+    ("health.checks.gpu.nvidiaSmi", "--help", None),
+    ("health.checks.gpu.nvidiaSmi", "nvidia-smi; reboot", None),
+    ("health.checks.gpu.dmesg", "dmesg | sh", None),
+    ("health.checks.storage.paths", ["/home/../etc"], "health.checks.storage.paths[0]"),
+    ("health.checks.storage.paths", ["home"], "health.checks.storage.paths[0]"),
+    ("health.checks.scratch.path", "/tmp\n", None),
+    ("health.checks.scratch.path", "/tmp/", None),
+    ("ldap.userBase", "ou=people\nuid=evil", None),
+    ("ldap.userFilter", "(objectClass=posixAccount)\n", None),
+]
+# Values that never reach cluster.yaml (the git-sync sidecar's): the chart alone refuses them.
+HOSTILE_CHART_ONLY = [
+    ("hooks.git.ref", "--upload-pack=touch /tmp/pwned"),
+    ("hooks.git.ref", "main\n"),
+    ("hooks.git.repo", "ext::sh -c touch% /tmp/pwned"),
+    ("hooks.git.repo", "-oProxyCommand=touch /tmp/pwned"),
+    ("hooks.git.repo", "https://example.org/hooks.git --upload-pack=x"),
+]
+
+
+def _keys(path: str) -> list[str | int]:
+    return [int(k) if k.isdigit() else k for k in re.findall(r"[^.\[\]]+", path)]
+
+
+def _set(document: dict[str, Any], path: str, value: Any) -> None:
+    *parents, last = _keys(path)
+    node: Any = document
+    for key in parents:
+        node = node.setdefault(key, {}) if isinstance(key, str) else node[key]
+    node[last] = value
+
+
+def _spec_path(path: str) -> str:
+    for values_key, spec_key in SPEC_PATH.items():
+        if path.startswith(values_key):
+            return spec_key + path.removeprefix(values_key)
+    return path
+
+
+def _chart_error(values: dict[str, Any]) -> str:
+    with pytest.raises(chart.ChartError) as caught:
+        chart.render(chart.default_chart(), values)
+    return str(caught.value)
+
+
+def _names(message: str, path: str) -> bool:
+    """The schema names a key as a JSON pointer (or, for a bad key name, the key itself),
+    the templates as a dotted path."""
+    keys = [str(k) for k in _keys(path)]
+    pointer = "/" + "/".join(keys)
+    names = (path, f"'{pointer}'", f"'{pointer}/", f"propertyName '{keys[-1]}'")
+    return any(name in message for name in names)
+
+
+@pytest.fixture(scope="module")
+def base_spec() -> dict[str, Any]:
+    rendered = chart.render(chart.default_chart(), BASE_VALUES)
+    configmap = yaml.safe_load(rendered["slonk/templates/cluster-configmap.yaml"])
+    return yaml.safe_load(configmap["data"]["cluster.yaml"])
+
+
+@pytest.mark.parametrize(("key", "value", "named"), HOSTILE, ids=lambda x: repr(x)[:40])
+def test_the_chart_refuses_what_the_pods_refuse(key, value, named, base_spec):
+    named = named or key
+    values = copy.deepcopy(BASE_VALUES)
+    _set(values, key, value)
+    message = _chart_error(values)
+    assert _names(message, named), message
+
+    spec = copy.deepcopy(base_spec)
+    _set(spec, _spec_path(key), value)
+    with pytest.raises(SpecError) as caught:
+        parse_spec(spec)
+    assert str(caught.value).startswith(_spec_path(named)), caught.value
+
+
+@pytest.mark.parametrize(("key", "value"), HOSTILE_CHART_ONLY, ids=lambda x: repr(x)[:40])
+def test_the_chart_refuses_hostile_git_settings(key, value):
+    values = copy.deepcopy(BASE_VALUES)
+    _set(values, "hooks.enabled", True)
+    _set(values, "hooks.git.repo", "https://git.example.org/hooks.git")
+    _set(values, key, value)
+    message = _chart_error(values)
+    assert _names(message, key), message
+
+
+def test_the_base_values_render_and_parse(base_spec):
+    assert parse_spec(base_spec).partitions[0].name == "main"
+
+
+# The schema states each shape again for Helm: it must be the very pattern the pods use.
+SCHEMA_PATTERNS = [
+    ("/properties/clusterName", patterns.CLUSTER_NAME),
+    ("/properties/clusterDomain", patterns.DNS_NAME),
+    ("/properties/slurm/properties/extraLines/items", patterns.EXTRA_LINE),
+    ("/$defs/confMap/propertyNames", patterns.CONF_KEY),
+    ("/$defs/confMap/additionalProperties", patterns.CONF_VALUE),
+    ("/$defs/dnsLabel", patterns.DNS_LABEL),
+    ("/$defs/slurmName", patterns.SLURM_NAME),
+    ("/$defs/partition/properties/maxTime", patterns.SLURM_TIME),
+    ("/$defs/partition/properties/defaultTime", patterns.SLURM_TIME),
+    ("/$defs/partition/properties/preemptMode", patterns.PREEMPT_MODE),
+    ("/properties/hooks/properties/git/properties/ref", patterns.GIT_REF),
+    ("/properties/hooks/properties/git/properties/repo/anyOf/1", patterns.GIT_REPO),
+    ("/properties/health/properties/checks/properties/gpu/properties/nvidiaSmi",
+     patterns.PROGRAM),
+    ("/properties/health/properties/checks/properties/gpu/properties/dmesg",
+     patterns.COMMAND_LINE),
+    ("/properties/health/properties/checks/properties/interfaces/properties/names/items",
+     patterns.INTERFACE),
+    ("/properties/health/properties/checks/properties/interfaces/properties/rdmaDevices/items",
+     patterns.RDMA_DEVICE),
+    ("/properties/health/properties/checks/properties/storage/properties/paths/items",
+     patterns.ABSOLUTE_PATH),
+    ("/properties/health/properties/checks/properties/scratch/properties/path",
+     patterns.ABSOLUTE_PATH),
+]
+
+
+@pytest.fixture(scope="module")
+def schema() -> dict[str, Any]:
+    return json.loads((chart.default_chart() / "values.schema.json").read_text())
+
+
+def _at(schema: dict[str, Any], pointer: str) -> Any:
+    node: Any = schema
+    for key in pointer.strip("/").split("/"):
+        node = node[int(key)] if isinstance(node, list) else node[key]
+    return node
+
+
+@pytest.mark.parametrize(("pointer", "pattern"), SCHEMA_PATTERNS, ids=lambda x: x[-50:])
+def test_the_schema_uses_the_pods_patterns(schema, pointer, pattern):
+    assert _at(schema, pointer)["pattern"] == pattern
+
+
+def test_the_schema_bounds_are_the_pods(schema):
+    pool = _at(schema, "/$defs/nodepool/properties")
+    assert pool["replicas"]["maximum"] == MAX_REPLICAS
+    assert pool["name"]["not"]["enum"] == list(RESERVED_POOL_NAMES)
+
+
+def test_the_templates_reserve_the_pods_keys():
+    helpers = (chart.default_chart() / "templates" / "_helpers.tpl").read_text()
+    for define, keys in (("slonk.managedSlurmKeys", MANAGED_KEYS),
+                         ("slonk.partitionKeys", PARTITION_KEYS)):
+        body = re.search(re.escape(f'define "{define}" -}}}}') + r"\n(.*)\n", helpers)
+        assert body and set(body.group(1).split()) == {k.lower() for k in keys}
+
+
+@pytest.mark.parametrize("value", ["line\nbreak", "tab\there", "nul\x00", "del\x7f", "cr\r"])
+def test_control_characters_are_found_anywhere(value):
+    assert patterns.first_control_character({"a": [{"b": value}]}) == ("a[0].b", value)
+    assert patterns.first_control_character({"a": [{"b": "fine: text, #1"}]}) is None
