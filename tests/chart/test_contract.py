@@ -196,7 +196,7 @@ SCHEMA_PATTERNS = [
     ("/properties/hooks/properties/git/properties/ref", patterns.GIT_REF),
     ("/properties/hooks/properties/git/properties/repo/anyOf/1", patterns.GIT_REPO),
     ("/properties/health/properties/checks/properties/gpu/properties/nvidiaSmi",
-     patterns.PROGRAM),
+     patterns.COMMAND_LINE),
     ("/properties/health/properties/checks/properties/gpu/properties/dmesg",
      patterns.COMMAND_LINE),
     ("/properties/health/properties/checks/properties/interfaces/properties/names/items",

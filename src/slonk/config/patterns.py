@@ -34,9 +34,8 @@ PREEMPT_MODE = r"^(OFF|CANCEL|GANG|REQUEUE|SUSPEND|WITHIN)(,(GANG|WITHIN))*$"
 # An absolute path without `.` or `..` components, doubled or trailing slashes, spaces or
 # shell syntax: health checks look at these paths as root.
 ABSOLUTE_PATH = r"^(/[A-Za-z0-9_+@-][A-Za-z0-9._+@-]*)+$"
-# A program health checks run (nvidia-smi): a path or a bare name, never an option.
-PROGRAM = r"^[A-Za-z0-9_/+@][A-Za-z0-9._/+@-]*$"
-# A program and its options, split on spaces (never through a shell): `dmesg --kernel`.
+# A program health checks run, with its options, split on spaces and never read by a shell:
+# `dmesg --kernel`. The program is a name or a path, never an option.
 COMMAND_LINE = r"^([A-Za-z0-9_/+@][A-Za-z0-9._/+@-]*( [A-Za-z0-9._/+@=,:-]+)*)?$"
 # Linux interface names (IFNAMSIZ: 15 characters) and RDMA device names.
 INTERFACE = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,14}$"

@@ -206,7 +206,7 @@ HEALTH_CHECKS: Mapping[str, CheckSettings] = {
 # The shape of each string option (or of each item of a list option): checks hand them to
 # programs they run as root.
 CHECK_OPTION_SHAPES: Mapping[str, tuple[str, str]] = {
-    "nvidiaSmi": (patterns.PROGRAM, "a program name or absolute path"),
+    "nvidiaSmi": (patterns.COMMAND_LINE, "a program and its options"),
     "dmesg": (patterns.COMMAND_LINE, "a program and its options"),
     "names": (patterns.INTERFACE, "a network interface name"),
     "rdmaDevices": (patterns.RDMA_DEVICE, "an RDMA device name"),
