@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from slonk.local.projection import project, read
 from .conftest import LocalCluster, slonk, wait_for
 
 WORKERS = {"slonk-cpu-0", "slonk-cpu-1"}
+PODS = ("slonk-controller-0", "slonk-cpu-0", "slonk-login-0")
 
 
 def test_up_brings_every_node_to_idle(cluster: LocalCluster):
@@ -128,7 +130,37 @@ def test_a_stopping_worker_gets_no_new_jobs(healthy: LocalCluster):
     healthy.wait_idle()
 
 
-def test_a_broken_configmap_is_refused_and_jobs_keep_running(healthy: LocalCluster):
+def _pools(spec: dict) -> None:
+    spec["partitions"][0]["pools"] = ["gpu"]
+
+
+def _max_time(spec: dict) -> None:
+    spec["partitions"][0]["maxTime"] = "INFINITE\nNodeName=evil CPUs=1"
+
+
+def _alias(spec: dict) -> None:
+    spec["slurmConf"] = {"controlmachine": "evil"}
+
+
+def _option(spec: dict) -> None:
+    spec["extraLines"] = ["MaxJobCount=5 NodeName=evil"]
+
+
+# A hand-edited ConfigMap (or one from an older chart) reaches the pods without the chart's
+# checks: each pod's parser must refuse it on its own.
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (_pools, "partitions[0].pools[0]: unknown nodepool 'gpu'"),
+        (_max_time, "partitions[0].maxTime: 'INFINITE\\nNodeName=evil CPUs=1' holds a control"),
+        (_alias, "slurmConf.controlmachine: set by slonk from the spec"),
+        (_option, "extraLines[0]: 'MaxJobCount=5 NodeName=evil' is not one 'Key=Value'"),
+    ],
+    ids=["unknown-pool", "newline", "alias", "second-option"],
+)
+def test_a_broken_configmap_is_refused_and_jobs_keep_running(
+    healthy: LocalCluster, change: Callable[[dict], None], reason: str
+):
     configmap = healthy.state_dir / "configmaps" / "slonk-cluster"
     good = read(configmap)
     controller = healthy.pod("slonk-controller-0")
@@ -136,14 +168,17 @@ def test_a_broken_configmap_is_refused_and_jobs_keep_running(healthy: LocalClust
     job = healthy.submit("--wrap", "sleep 300")
     wait_for(f"job {job} running", lambda: healthy.jobs().get(job) == "RUNNING")
     spec = yaml.safe_load(good["cluster.yaml"])
-    spec["partitions"][0]["pools"] = ["gpu"]  # no such pool: must be refused
+    change(spec)
+    offsets = {pod: len(healthy.log(pod)) for pod in PODS}
     try:
         project(configmap, {"cluster.yaml": yaml.safe_dump(spec).encode()})
         message = "refused cluster.yaml change, running configuration kept: " \
-                  "/etc/slonk/cluster.yaml: partitions[0].pools[0]: unknown nodepool 'gpu'"
-        for pod in ("slonk-controller-0", "slonk-cpu-0", "slonk-login-0"):
-            wait_for(f"{pod} to refuse the change", lambda p=pod: message in healthy.log(p))
+                  f"/etc/slonk/cluster.yaml: {reason}"
+        for pod in PODS:
+            wait_for(f"{pod} to refuse the change",
+                     lambda p=pod: message in healthy.log(p)[offsets[p]:])
         assert controller.file("/etc/slurm/slurm.conf").content_string == conf_before
+        assert "evil" not in conf_before
         assert healthy.jobs() == {job: "RUNNING"}
         assert healthy.user().check_output("srun --nodes=2 true </dev/null; echo ok") == "ok"
     finally:
