@@ -108,3 +108,25 @@ def test_load_spec_names_the_file(tmp_path, demo_spec):
 def test_extra_lines_keep_comments_and_settings(demo_spec):
     demo_spec["extraLines"] = ["# tuned for pods", "  MaxJobCount=50000  ", ""]
     assert parse_spec(demo_spec).extra_lines == ("# tuned for pods", "MaxJobCount=50000", "")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        # A billion laughs: every reader of the parsed document would walk 2^N nodes.
+        ("a: &a [x, x]\nb: &b [*a, *a]\nc: [*b, *b]\n", "YAML aliases are not allowed here"),
+        # libyaml recurses in C on this and kills the process; it must be a clean refusal.
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply to be a cluster spec"),
+    ],
+    ids=["aliases", "deep"],
+)
+def test_hostile_yaml_is_refused_not_expanded(tmp_path, text, message):
+    path = tmp_path / "cluster.yaml"
+    path.write_text(text)
+    with pytest.raises(SpecError, match=message):
+        load_spec(path)
+
+
+def test_a_control_character_in_a_key_is_refused(demo_spec):
+    demo_spec["slurmConf"] = {"MaxJobCount\nNodeName": 1}
+    assert _error(demo_spec).startswith("slurmConf.MaxJobCount\nNodeName: ")

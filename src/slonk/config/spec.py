@@ -793,15 +793,32 @@ def parse_spec(data: Any) -> ClusterSpec:
     )
 
 
+class _PlainLoader(yaml.SafeLoader):
+    """YAML without aliases: the chart never writes one, and an alias nested in aliases
+    expands into a document every reader of it walks exponentially long (a billion laughs
+    in a ConfigMap would hang every pod). Python's parser, not libyaml's: libyaml recurses
+    in C and crashes the process on a deeply nested document, Python raises."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            mark = self.peek_event().start_mark
+            raise yaml.YAMLError(f"line {mark.line + 1}: YAML aliases are not allowed here")
+        return super().compose_node(parent, index)
+
+
 def load_spec(path: Path) -> ClusterSpec:
     """Read and validate a `cluster.yaml` file; errors name the file and the key."""
     try:
-        data = yaml.safe_load(Path(path).read_text())
+        data = yaml.load(Path(path).read_text(), Loader=_PlainLoader)  # noqa: S506 (safe)
     except OSError as err:
         raise SpecError(f"{path}: cannot read: {err.strerror}") from err
     except yaml.YAMLError as err:
         raise SpecError(f"{path}: not valid YAML: {err}") from err
+    except RecursionError:
+        raise SpecError(f"{path}: nested too deeply to be a cluster spec") from None
     try:
         return parse_spec(data)
     except SpecError as err:
         raise SpecError(f"{path}: {err}") from err
+    except RecursionError:
+        raise SpecError(f"{path}: nested too deeply to be a cluster spec") from None
