@@ -809,7 +809,7 @@ class _PlainLoader(yaml.SafeLoader):
 def load_spec(path: Path) -> ClusterSpec:
     """Read and validate a `cluster.yaml` file; errors name the file and the key."""
     try:
-        data = yaml.load(Path(path).read_text(), Loader=_PlainLoader)  # noqa: S506 (safe)
+        data = yaml.load(Path(path).read_text(), Loader=_PlainLoader)  # a SafeLoader
     except OSError as err:
         raise SpecError(f"{path}: cannot read: {err.strerror}") from err
     except yaml.YAMLError as err:
