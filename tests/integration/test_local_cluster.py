@@ -263,3 +263,19 @@ def test_down_after_a_partial_up(tmp_path: Path):
     finally:
         slonk("local", "down", "--state-dir", str(state_dir))
     assert _leftovers(state_dir, Network.for_state_dir(state_dir).prefix) == []
+
+
+def test_up_refuses_hostile_values_before_making_anything(tmp_path: Path):
+    """A value that would add a slurm.conf line stops `up` at the chart, naming the key."""
+    from slonk.local.network import Network
+
+    state_dir = tmp_path / "hostile"
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump({"partitions": [
+        {"name": "main", "pools": ["cpu"], "maxTime": "INFINITE\nNodeName=evil CPUs=1"}]}))
+    result = slonk("local", "up", "-f", str(values), "--state-dir", str(state_dir), check=False)
+    assert result.returncode == 1
+    assert "partitions[0].maxTime" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert _leftovers(state_dir, Network.for_state_dir(state_dir).prefix) == []
+    assert not (state_dir / "cluster.json").exists()
