@@ -275,7 +275,7 @@ def test_up_refuses_hostile_values_before_making_anything(tmp_path: Path):
         {"name": "main", "pools": ["cpu"], "maxTime": "INFINITE\nNodeName=evil CPUs=1"}]}))
     result = slonk("local", "up", "-f", str(values), "--state-dir", str(state_dir), check=False)
     assert result.returncode == 1
-    assert "partitions[0].maxTime" in result.stderr
+    assert "at '/partitions/0/maxTime'" in result.stderr
     assert "Traceback" not in result.stderr
     assert _leftovers(state_dir, Network.for_state_dir(state_dir).prefix) == []
     assert not (state_dir / "cluster.json").exists()
