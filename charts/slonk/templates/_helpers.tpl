@@ -214,6 +214,7 @@ Checks the schema cannot express. Each failure names the values key, as the sche
   "partitions" .Values.partitions
   "users" .Values.users
   "groups" .Values.groups
+  "accounts" .Values.accounts
   "health" .Values.health
 -}}
 {{- $ldap := .Values.ldap -}}
@@ -231,7 +232,6 @@ Checks the schema cannot express. Each failure names the values key, as the sche
   "timeoutSeconds" $ldap.timeoutSeconds
   "syncIntervalSeconds" (int $ldap.syncIntervalSeconds)
   "maxRemovalPercent" (int $ldap.maxRemovalPercent)
-  "minUid" (int $ldap.minUid)
 -}}
 {{- with $ldap.bindDN }}{{ $_ := set $settings "bindDN" . }}{{ end -}}
 {{- if $ldap.bindPasswordSecret }}{{ $_ := set $settings "bindPasswordFile" "/var/run/secrets/slonk/ldap-bind/password" }}{{ end -}}

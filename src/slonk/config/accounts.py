@@ -21,8 +21,12 @@ NAME_PATTERN = r"^[a-z_][a-z0-9_-]{0,31}$"
 # with a dot), no trailing slash, printable ASCII without `:` or spaces.
 PATH_PATTERN = r"^(/[A-Za-z0-9_+@-][A-Za-z0-9._+@-]*)+$"
 PATH_MAX_CHARS = 4095
-# One authorized_keys line: printable ASCII, so no newline can add a second key.
-KEY_PATTERN = r"^[\x20-\x7e]+$"
+# One authorized_keys line: printable ASCII, so no newline can add a second key. Checked
+# once surrounding whitespace is stripped (a pasted key's newline); the chart's schema
+# allows that whitespace around the same pattern.
+_KEY_BODY = r"[\x21-\x7e]([\x20-\x7e]*[\x21-\x7e])?"
+KEY_PATTERN = rf"^{_KEY_BODY}$"
+KEY_SCHEMA_PATTERN = rf"^\s*{_KEY_BODY}\s*$"
 KEY_MAX_CHARS = 16384
 
 # uids and gids slonk may give: Debian's UID_MIN..UID_MAX by default (values: accounts).
