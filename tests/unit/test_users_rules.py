@@ -153,6 +153,17 @@ def test_the_chart_passes_the_range_to_every_pod():
     assert [u.uid for u in spec.users] == [150]
 
 
+def test_git_syncs_ids_are_reserved():
+    """The hooks sidecar writes the hook scripts as this uid: no account may have it."""
+    rendered = _render({"hooks": {"enabled": True, "git": {"repo": "https://git.example/h"}}})
+    workers = next(t for p, t in rendered.items() if p.endswith("workers.yaml"))
+    sts = next(d for d in yaml.safe_load_all(workers) if d and d["kind"] == "StatefulSet")
+    (sidecar,) = [c for c in sts["spec"]["template"]["spec"]["containers"]
+                  if c["name"] == "git-sync"]
+    ids = sidecar["securityContext"]["runAsUser"], sidecar["securityContext"]["runAsGroup"]
+    assert set(ids) <= set(accounts.RESERVED_IDS)
+
+
 # The development directory's seed: LDIF that says exactly what the values say.
 
 def _parse_ldif(text):

@@ -127,6 +127,14 @@ def _ldap_group(entry: Entry, a: Mapping[str, str]) -> tuple[Group, list[str]]:
     return Group(name=name, gid=_number(entry, a["gidNumber"])), entry.get(a["groupMember"], [])
 
 
+class _BadKeys(Exception):
+    """A user admissible without some of its keys: the keys go, the user stays."""
+
+    def __init__(self, user: User, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.user = user
+
+
 def _ldap_user(entry: Entry, a: Mapping[str, str]) -> User:
     name = _single(entry, a["uid"], name_of_entry=True)
     if name is None:
@@ -148,12 +156,6 @@ def _ldap_user(entry: Entry, a: Mapping[str, str]) -> User:
     if bad:  # the user stays, without the keys that are not one clean line each
         raise _BadKeys(user, bad)
     return user
-
-
-class _BadKeys(Exception):
-    def __init__(self, user: User, problems: list[str]) -> None:
-        super().__init__("; ".join(problems))
-        self.user = user
 
 
 @dataclass
@@ -214,15 +216,7 @@ class _Admission:
             raise _Skip("duplicate user name", f"user name {name} is taken (uid {held.uid})")
         if user.uid in taken.uids:
             raise _Skip("duplicate uid", f"uid {user.uid} is {taken.uids[user.uid]}'s")
-        admitted = User(
-            name=user.name,
-            uid=user.uid,
-            gid=user.gid,
-            groups=tuple(g for g in user.groups if g in taken.group_names),
-            ssh_keys=user.ssh_keys,
-            shell=user.shell,
-            home=user.home,
-        )
+        admitted = replace(user, groups=tuple(g for g in user.groups if g in taken.group_names))
         taken.user_names[name], taken.uids[user.uid] = admitted, name
         self.result.users.append(admitted)
         return True
