@@ -59,7 +59,7 @@ def main() -> None:
             home.mkdir()
             for name in ("passwd", "group", "shadow", "shells"):
                 shutil.copy(f"/etc/{name}", etc / name)
-            paths = Paths(etc=etc, home=home, state=work / "state.json")
+            paths = Paths(etc=etc, home=home, var=work / "var")
 
             search_s, directory = timed(lambda: read_directory(spec.ldap))
             full_s, result = timed(lambda: sync(spec, paths))
@@ -67,7 +67,7 @@ def main() -> None:
             server.add("\n".join([
                 f"dn: uid=newcomer,ou=people,{SUFFIX}", "objectClass: inetOrgPerson",
                 "objectClass: posixAccount", "uid: newcomer", "cn: newcomer", "sn: newcomer",
-                "uidNumber: 99999", "gidNumber: 20000", "homeDirectory: /home/newcomer", ""]))
+                "uidNumber: 30000", "gidNumber: 20000", "homeDirectory: /home/newcomer", ""]))
             one_change_s, after = timed(lambda: sync(spec, paths))
         print(json.dumps({
             "benchmark": "users_sync",

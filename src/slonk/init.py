@@ -65,25 +65,33 @@ def prepare_dirs(role: str) -> None:
 
 def register_users(spec: ClusterSpec) -> str:
     """Static and LDAP users into local files. The directory may be starting beside this pod:
-    it gets a few seconds; after that the pod starts with the static users and the periodic
-    sync catches up."""
+    it gets a few seconds; after that the pod starts from the last good sync (the snapshot
+    on /home), or with the static users alone, and the periodic sync catches up."""
     deadline = time.monotonic() + BOOT_LDAP_WAIT_SECONDS
     while True:
         try:
-            result = users_sync.sync(spec)
+            result, source = users_sync.sync(spec), "the directory"
             break
         except DirectoryError as err:
             if time.monotonic() < deadline:
                 time.sleep(0.2)
                 continue
-            log(f"LDAP sync failed, starting with static users only: {err}")
+            log(f"LDAP sync failed: {err}")
         except users_sync.SyncRefused as err:
-            log(f"LDAP sync refused, starting with static users only: {err}")
-        result = users_sync.sync(replace(spec, ldap=None))
+            log(f"LDAP sync refused: {err}")
+        result, source = _users_without_directory(spec)
         break
-    for warning in result.warnings:
+    for warning in result.new_warnings:
         log(f"users: {warning}")
-    return f"{len(result.users)} users, {len(result.groups)} groups"
+    return f"{len(result.users)} users, {len(result.groups)} groups from {source}"
+
+
+def _users_without_directory(spec: ClusterSpec) -> tuple[users_sync.Result, str]:
+    try:
+        return users_sync.sync(spec, read=users_sync.last_good()), "the last good sync"
+    except (DirectoryError, users_sync.SyncRefused) as err:
+        log(f"starting with static users only: {err}")
+        return users_sync.sync(replace(spec, ldap=None)), "static users only"
 
 
 def install_job_programs(spec: ClusterSpec) -> str:
@@ -128,12 +136,15 @@ def prepare_directory(spec: ClusterSpec) -> str:
             f"{paths.LDAP_ADMIN_SECRET}: no admin password; mount <release>-ldap-admin there"
         )
     server = spec.ldap_server
-    directory = DevDirectory(
-        suffix=server.suffix,
-        admin_password=paths.LDAP_ADMIN_SECRET.read_text().strip(),
-        data_dir=paths.LDAP_DATA,
-        conf_dir=Path("/etc/ldap/slonk"),
-    )
+    try:
+        directory = DevDirectory(
+            suffix=server.suffix,
+            admin_password=paths.LDAP_ADMIN_SECRET.read_text().strip(),
+            data_dir=paths.LDAP_DATA,
+            conf_dir=Path("/etc/ldap/slonk"),
+        )
+    except ValueError as err:
+        raise InitError(f"{paths.LDAP_ADMIN_SECRET} or ldapServer.suffix: {err}") from err
     seeded = directory.prepare(seed_ldif(server.suffix, server.users, server.groups), "openldap")
     return f"seeded {len(server.users)} users" if seeded else "kept its data"
 

@@ -4,13 +4,14 @@ LDAP of your own. Not for production: anyone on the cluster network may read it.
 from __future__ import annotations
 
 import base64
+import re
 import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from slonk import paths
-from slonk.config.spec import Group, User
+from slonk.config.spec import LDAP_SUFFIX_PATTERN, Group, User
 
 SCHEMAS = ("core", "cosine", "nis", "inetorgperson")
 
@@ -31,6 +32,13 @@ class DevDirectory:
     tls: Tls | None = None
     schema_dir: Path = Path("/etc/ldap/schema")
     lpk_schema: Path = paths.SHARE / "ldap" / "openssh-lpk.schema"
+
+    def __post_init__(self) -> None:
+        # Both are written into slapd.conf lines: a newline or a quote would add settings.
+        if not re.fullmatch(LDAP_SUFFIX_PATTERN, self.suffix):
+            raise ValueError(f"directory suffix {self.suffix!r} must be dc=...,dc=...")
+        if not re.fullmatch(r"[\x21-\x7e]+", self.admin_password) or '"' in self.admin_password:
+            raise ValueError("the admin password must be printable ASCII without spaces or '\"'")
 
     @property
     def admin_dn(self) -> str:
@@ -95,13 +103,21 @@ class DevDirectory:
         return seeded
 
 
+# What may follow "name: " as it is: printable ASCII not starting with a space, ':' or '<'
+# (within RFC 2849's SAFE-STRING) and not ending with a space (tools strip it). Anything
+# else, a newline that would start an attribute or an entry of its own first, is written
+# base64-encoded after "name:: ", the DN as well.
+_PLAIN = re.compile(r"([\x21-\x39\x3b\x3d-\x7e]([\x20-\x7e]*[\x21-\x7e])?)?")
+
+
+def _line(name: str, value: str) -> str:
+    if _PLAIN.fullmatch(value):
+        return f"{name}: {value}"
+    return f"{name}:: {base64.b64encode(value.encode()).decode()}"
+
+
 def _entry(dn: str, attributes: Iterable[tuple[str, str]]) -> str:
-    lines = [f"dn: {dn}"]
-    for name, value in attributes:
-        if value.isascii() and not value.startswith((" ", ":", "<")):
-            lines.append(f"{name}: {value}")
-        else:
-            lines.append(f"{name}:: {base64.b64encode(value.encode()).decode()}")
+    lines = [_line("dn", dn)] + [_line(name, value) for name, value in attributes]
     return "\n".join(lines) + "\n"
 
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import base64
+from pathlib import Path
+
 import pytest
 
 from slonk.config.spec import Group, User, parse_spec
 from slonk.ldapdev import seed_ldif
 from slonk.users.directory import DirectoryError, read_directory
+from slonk.users.sync import Paths, sync
 
 from .slapd import SUFFIX, free_port, make_ca, make_server_tls, running_slapd
 
@@ -85,3 +89,68 @@ def test_a_truncated_search_is_refused_not_synced(tmp_path):
     refused = pytest.raises(DirectoryError, match="ended with sizeLimitExceeded after 5 entries")
     with running_slapd(tmp_path, seed, size_limit=5) as server, refused:
         read_directory(_settings([server.ldap_uri]))
+
+
+# From the attacker's side: what a real slapd hands back, through the whole sync.
+
+INJECTED_HOME = "/home/x\nrootkit::0:0::/root"
+
+
+def _ldif(name: str, uid: int, gid: int, *extra: str) -> str:
+    return "\n".join([
+        f"dn: uid={name},ou=people,{SUFFIX}", "objectClass: inetOrgPerson",
+        "objectClass: posixAccount", f"uid: {name}", f"cn: {name}", f"sn: {name}",
+        f"uidNumber: {uid}", f"gidNumber: {gid}", *extra, ""])
+
+
+@pytest.fixture
+def node(tmp_path):
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    for name in ("passwd", "group", "shadow", "shells"):
+        (etc / name).write_text(Path(f"/etc/{name}").read_text())
+    (tmp_path / "home").mkdir()
+    return Paths(etc=etc, home=tmp_path / "home", var=tmp_path / "var")
+
+
+def test_hostile_entries_from_slapd_write_no_line(tmp_path, node):
+    with running_slapd(tmp_path / "slapd", SEED) as server:
+        spec = parse_spec({"clusterName": "x", "release": "r", "ldap": {
+            "uris": [server.ldap_uri], "userBase": f"ou=people,{SUFFIX}",
+            "groupBase": f"ou=groups,{SUFFIX}"}})
+        sync(spec, node)  # alice holds 2001 from here on
+        encoded = base64.b64encode(INJECTED_HOME.encode()).decode()
+        server.add("\n".join([
+            _ldif("mallory", 2101, 2101, f"homeDirectory:: {encoded}"),
+            _ldif("oscar", 2102, 0, "homeDirectory: /home/oscar"),
+            _ldif("aaron", 2001, 3000, "homeDirectory: /home/aaron"),  # alice's uid
+            f"dn: cn=wheel,ou=groups,{SUFFIX}", "objectClass: posixGroup", "cn: wheel",
+            "gidNumber: 42", "memberUid: alice", ""]))
+        settings = _settings([server.ldap_uri])
+        directory = read_directory(settings)
+        mallory = next(u for u in directory.users if u["uid"] == ["mallory"])
+        assert mallory["homeDirectory"] == [INJECTED_HOME]  # the wire hands it back as is
+        result = sync(spec, node)
+    assert sorted(u.name for u in result.users) == ["alice", "bob"]
+    assert result.skipped == {"invalid home": 1, "invalid gid": 2, "duplicate uid": 1}
+    for name in ("passwd", "group", "shadow"):
+        image = Path(f"/etc/{name}").read_text()
+        assert (node.etc / name).read_text().startswith(image)
+    added = (node.etc / "passwd").read_text()[len(Path("/etc/passwd").read_text()):]
+    assert added.splitlines() == ["alice:x:2001:3000::/home/alice:/bin/bash",
+                                  "bob:x:2002:2002::/home/bob:/bin/bash"]
+
+
+def test_the_dev_seed_loads_hostile_values_as_values(tmp_path):
+    """The development directory's seed, through slapadd: a value never becomes an attribute
+    or an entry of its own."""
+    eve = User("eve", 2003, 2003, shell="/bin/sh\nuidNumber: 0",
+               home="/home/eve\n\ndn: cn=x,dc=slonk,dc=test\nobjectClass: organizationalRole",
+               ssh_keys=("ssh-ed25519 A a\nsshPublicKey: ssh-ed25519 EVE eve",))
+    with running_slapd(tmp_path, seed_ldif(SUFFIX, [eve], [])) as server:
+        directory = read_directory(_settings([server.ldap_uri]))
+    (entry,) = directory.users
+    assert entry["uidNumber"] == ["2003"]
+    assert entry["loginShell"] == [eve.shell]
+    assert entry["homeDirectory"] == [eve.home]
+    assert entry["sshPublicKey"] == list(eve.ssh_keys)

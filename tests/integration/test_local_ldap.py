@@ -3,6 +3,8 @@ and run jobs everywhere; the directory going away takes no one with it."""
 
 from __future__ import annotations
 
+import base64
+
 import pytest
 
 from .conftest import LocalCluster, wait_for
@@ -19,25 +21,51 @@ def _ldapadd(cluster: LocalCluster, ldif: str) -> None:
     pod.check_output(command)
 
 
+def _ldapdelete(cluster: LocalCluster, *dns: str) -> None:
+    cluster.pod("slonk-ldap-0").check_output(
+        f"ldapdelete -x -H ldap://localhost -D cn=admin,{SUFFIX} "
+        "-w \"$(cat /var/run/secrets/slonk/ldap-admin/password)\" "
+        + " ".join(f"'{dn}'" for dn in dns))
+
+
 def _person(cluster: LocalCluster, name: str, uid: int, gid: int = 5100,
-            shell: str = "/bin/bash") -> str:
+            shell: str = "/bin/bash", home: str | None = None) -> str:
+    """An entry with the local client key; `home` is its homeDirectory line, as written."""
     key = (cluster.state_dir / "ssh" / "id_ed25519.pub").read_text().strip()
     return "\n".join([
         f"dn: uid={name},ou=people,{SUFFIX}", "objectClass: inetOrgPerson",
         "objectClass: posixAccount", "objectClass: ldapPublicKey", f"uid: {name}", f"cn: {name}",
-        f"sn: {name}", f"uidNumber: {uid}", f"gidNumber: {gid}", f"homeDirectory: /home/{name}",
-        f"loginShell: {shell}", f"sshPublicKey: {key}", ""])
+        f"sn: {name}", f"uidNumber: {uid}", f"gidNumber: {gid}",
+        home or f"homeDirectory: /home/{name}", f"loginShell: {shell}", f"sshPublicKey: {key}",
+        ""])
+
+
+def _posix_group(name: str, gid: int, *members: str) -> str:
+    return "\n".join([f"dn: cn={name},ou=groups,{SUFFIX}", "objectClass: posixGroup",
+                      f"cn: {name}", f"gidNumber: {gid}", *(f"memberUid: {m}" for m in members),
+                      ""])
 
 
 def _can_log_in(cluster: LocalCluster, name: str) -> bool:
     return cluster.user(name).run("true").rc == 0
 
 
+SLURM_PODS = ("slonk-login-0", "slonk-cpu-0", "slonk-cpu-1", "slonk-controller-0")
+
+
 def _wait_on_every_pod(cluster: LocalCluster, name: str) -> None:
     """Each pod syncs on its own clock: within one interval (plus a sync) all have the user."""
-    pods = ("slonk-login-0", "slonk-cpu-0", "slonk-cpu-1", "slonk-controller-0")
     wait_for(f"{name} on every pod", lambda: all(
-        cluster.pod(p).run(f"getent passwd {name}").rc == 0 for p in pods), timeout=INTERVAL + 5)
+        cluster.pod(p).run(f"getent passwd {name}").rc == 0 for p in SLURM_PODS),
+        timeout=INTERVAL + 5)
+
+
+def _added_lines(pod, name: str) -> list[list[str]]:
+    """The lines of /etc/`name` after the image's, which must be there as they were."""
+    base = pod.file(f"/var/lib/slonk/users-base/{name}").content_string.splitlines()
+    lines = pod.file(f"/etc/{name}").content_string.splitlines()
+    assert lines[:len(base)] == base, f"{name}: the image's lines changed"
+    return [line.split(":") for line in lines[len(base):]]
 
 
 @pytest.fixture
@@ -67,8 +95,9 @@ def test_bad_entries_are_skipped_with_a_warning_and_the_rest_sync(directory: Loc
     wait_for("heidi", lambda: _can_log_in(directory, "heidi"), timeout=INTERVAL + 5)
     assert _can_log_in(directory, "dave")
     log = directory.log("slonk-login-0")
-    assert f"skipped user uid=eve,ou=people,{SUFFIX} (eve, uid 5202): duplicate uid" in log
-    assert "(frank, shell /bin/nologin-x): invalid shell" in log
+    assert f"skipped user uid=eve,ou=people,{SUFFIX}: uid 5202 is dave's" in log
+    assert (f"skipped user uid=frank,ou=people,{SUFFIX}: shell /bin/nologin-x is not in "
+            "/etc/shells") in log
     for name in ("eve", "frank"):
         assert directory.pod("slonk-login-0").run(f"getent passwd {name}").rc != 0
 
@@ -90,3 +119,68 @@ def test_users_stay_while_the_directory_is_down(directory: LocalCluster):
         f"ldapsearch -x -H ldap://localhost -b {SUFFIX} -s base").rc == 0)
     _ldapadd(directory, _person(directory, "grace", 5206))
     wait_for("grace", lambda: _can_log_in(directory, "grace"), timeout=INTERVAL + 5)
+
+
+def test_hostile_entries_write_no_line_and_join_no_system_group(directory: LocalCluster):
+    """The issue's entries: a base64 homeDirectory that would add a uid-0 line, a gidNumber 0
+    user, groups with root's and shadow's gids listing demo."""
+    injected = base64.b64encode(b"/home/x\nrootkit::0:0::/root").decode()
+    _ldapadd(directory, "\n".join([
+        _person(directory, "mallory", 5301, home=f"homeDirectory:: {injected}"),
+        _person(directory, "oscar", 5302, gid=0),
+        _posix_group("wheel", 0, "demo"),
+        _posix_group("shadowy", 42, "demo"),
+        _person(directory, "trent", 5303),  # a good entry in the same change: the sync ran
+    ]))
+    try:
+        _wait_on_every_pod(directory, "trent")
+        for name in SLURM_PODS:
+            pod = directory.pod(name)
+            for account in ("rootkit", "mallory", "oscar"):
+                assert pod.run(f"getent passwd {account}").rc != 0, (name, account)
+            for fields in _added_lines(pod, "passwd"):
+                assert len(fields) == 7 and int(fields[2]) >= 1000, (name, fields)
+            assert [g[0] for g in _added_lines(pod, "group")].count("wheel") == 0
+            assert set(pod.check_output("id -G demo").split()).isdisjoint({"0", "42"}), name
+        log = directory.log("slonk-login-0")
+        assert (f"skipped user uid=mallory,ou=people,{SUFFIX}: home "
+                "'/home/x\\nrootkit::0:0::/root' is not an absolute") in log
+        assert f"skipped user uid=oscar,ou=people,{SUFFIX}: gid 0 is outside" in log
+    finally:
+        _ldapdelete(directory, f"uid=mallory,ou=people,{SUFFIX}", f"uid=oscar,ou=people,{SUFFIX}",
+                    f"cn=wheel,ou=groups,{SUFFIX}", f"cn=shadowy,ou=groups,{SUFFIX}")
+
+
+def test_a_newcomer_with_demos_uid_does_not_lock_demo_out(directory: LocalCluster):
+    """uid=aaron sorts before uid=demo: DN order alone would hand demo's uid to aaron."""
+    _ldapadd(directory, "\n".join([_person(directory, "aaron", 5000),
+                                   _person(directory, "trudy", 5304)]))
+    try:
+        _wait_on_every_pod(directory, "trudy")
+        for name in SLURM_PODS:
+            assert directory.pod(name).check_output("getent passwd 5000").startswith("demo:")
+        assert _can_log_in(directory, "demo")
+        assert not _can_log_in(directory, "aaron")
+        assert (f"skipped user uid=aaron,ou=people,{SUFFIX}: uid 5000 is demo's"
+                in directory.log("slonk-login-0"))
+    finally:
+        _ldapdelete(directory, f"uid=aaron,ou=people,{SUFFIX}")
+
+
+def test_a_pod_started_while_the_directory_is_down_has_its_users(directory: LocalCluster):
+    login = directory.pod("slonk-login-0")
+    assert login.check_output("stat -c '%U %a' /home/.slonk /home/.slonk/users.json") == (
+        "root 700\nroot 600")
+    directory.slonk("stop", "slonk-ldap-0")
+    try:
+        offset = len(directory.log("slonk-login-0"))
+        directory.slonk("restart", "slonk-login-0")
+        wait_for("demo logging in to the new login pod", lambda: _can_log_in(directory, "demo"))
+        started = directory.log("slonk-login-0")[offset:]
+        assert "no LDAP server answered" in started
+        assert "from the last good sync" in started
+        assert directory.pod("slonk-login-0").run("getent passwd demo").rc == 0
+    finally:
+        directory.slonk("restart", "slonk-ldap-0")
+    wait_for("the directory", lambda: directory.pod("slonk-ldap-0").run(
+        f"ldapsearch -x -H ldap://localhost -b {SUFFIX} -s base").rc == 0)

@@ -81,6 +81,19 @@ def _error(data) -> str:
          "version: unsupported spec version 2"),
         (lambda s: s.update(users=[{"name": "Bob", "uid": 1, "gid": 1}]),
          "users[0].name: 'Bob' is not a valid user name"),
+        (lambda s: s.update(users=[{"name": "bob", "uid": 2000, "gid": 2000,
+                                    "shell": "/bin/sh\nroot::0:0::/:/bin/sh"}]),
+         "users[0].shell: '/bin/sh\\nroot::0:0::/:/bin/sh' holds a control character"),
+        (lambda s: s.update(accounts={"minUid": 5}),
+         "accounts.minUid: unknown key"),
+        (lambda s: s.update(ldap={"uris": ["ldap://x"], "userBase": "a", "groupBase": "b",
+                                  "minUid": 1000}),
+         "ldap.minUid: unknown key"),
+        (lambda s: s.update(ldapServer={"suffix": "dc=x\nuserPassword: x"}),
+         "ldapServer.suffix: 'dc=x\\nuserPassword: x' holds a control character"),
+        (lambda s: s.update(ldapServer={"suffix": "dc=x", "users": [
+            {"name": "eve", "uid": 0, "gid": 2000}]}),
+         "ldapServer.users[0].uid: uid 0 is outside 1000-60000"),
     ],
 )
 def test_invalid_specs_name_the_key(demo_spec, change, message):

@@ -280,6 +280,7 @@ checked by the API server and are left to it. */}}
   "partitions" .Values.partitions
   "users" .Values.users
   "groups" .Values.groups
+  "accounts" .Values.accounts
   "health" .Values.health
 -}}
 {{- $ldap := .Values.ldap -}}
@@ -297,7 +298,6 @@ checked by the API server and are left to it. */}}
   "timeoutSeconds" $ldap.timeoutSeconds
   "syncIntervalSeconds" (int $ldap.syncIntervalSeconds)
   "maxRemovalPercent" (int $ldap.maxRemovalPercent)
-  "minUid" (int $ldap.minUid)
 -}}
 {{- with $ldap.bindDN }}{{ $_ := set $settings "bindDN" . }}{{ end -}}
 {{- if $ldap.bindPasswordSecret }}{{ $_ := set $settings "bindPasswordFile" "/var/run/secrets/slonk/ldap-bind/password" }}{{ end -}}

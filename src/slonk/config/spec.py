@@ -7,20 +7,20 @@ dataclasses and refuses anything inconsistent with an error naming the offending
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from slonk.config import patterns
+from slonk.config import accounts, patterns
+from slonk.config.accounts import AccountError, AccountRules
 from slonk.config.patterns import matches
 
 SPEC_VERSION = 1
 
 DNS_LABEL_MAX = 63
-ACCOUNT_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 # Settings slonk derives from the spec, with Slurm's aliases for them: overriding them by hand
 # would desynchronize slurm.conf from the pods and their Services, so they are refused in
 # `slurmConf` and `extraLines`. Slurm reads keys case-insensitively, and so does this check.
@@ -43,6 +43,7 @@ MAX_PORT = 65535
 SPEC_KEYS = frozenset(
     "version clusterName release namespace clusterDomain slurmctldPort slurmdPort nodepools "
     "partitions confinement topology slurmConf cgroupConf extraLines users groups ldap ldapServer "
+    "accounts "
     "hooks "
     "health".split()
 )
@@ -109,12 +110,12 @@ class User:
     gid: int
     groups: tuple[str, ...] = ()
     ssh_keys: tuple[str, ...] = ()
-    shell: str = "/bin/bash"
+    shell: str = accounts.DEFAULT_SHELL
     home: str = ""
 
     @property
     def home_dir(self) -> str:
-        return self.home or f"/home/{self.name}"
+        return self.home or f"{accounts.HOME}/{self.name}"
 
 
 # RFC 2307 attribute names, overridable per directory.
@@ -146,7 +147,6 @@ class LdapSettings:
     timeout_seconds: float = 5.0
     sync_interval_seconds: int = 60
     max_removal_percent: int = 10
-    min_uid: int = 1000
 
 
 HOOK_PHASES = ("prolog", "epilog", "task-prolog", "task-epilog")
@@ -260,6 +260,7 @@ class ClusterSpec:
     extra_lines: tuple[str, ...] = ()
     users: tuple[User, ...] = ()
     groups: tuple[Group, ...] = ()
+    accounts: AccountRules = field(default_factory=AccountRules)
     ldap: LdapSettings | None = None
     ldap_server: LdapServer | None = None
     hooks: HookSettings | None = None
@@ -523,32 +524,53 @@ def _partition(data: Any, path: str, pools: set[str]) -> Partition:
     )
 
 
-def _account_name(r: _Reader, what: str) -> str:
-    name = r.require("name", str)
-    if not ACCOUNT_NAME.match(name):
-        raise SpecError(f"{r.at('name')}: {name!r} is not a valid {what} name")
-    return name
+def _checked(r: _Reader, key: str, check: Callable[[Any], Any], value: Any) -> Any:
+    """An account rule (slonk.config.accounts) applied to `key`, naming it on failure."""
+    try:
+        return check(value)
+    except AccountError as err:
+        raise SpecError(f"{r.at(key)}: {err}") from err
 
 
-def _group(data: Any, path: str) -> Group:
+def _account_rules(data: Any, path: str) -> AccountRules:
+    r = _Reader(data or {}, path, {"minId", "maxId", "homeRoots"})
+    min_id = r.count("minId", default=accounts.MIN_ID, minimum=accounts.ID_FLOOR)
+    max_id = r.count("maxId", default=accounts.MAX_ID, minimum=min_id)
+    if max_id > accounts.ID_CEILING:
+        raise SpecError(f"{r.at('maxId')}: must be <= {accounts.ID_CEILING}, got {max_id}")
+    roots = r.strings("homeRoots") or accounts.HOME_ROOTS
+    for i, root in enumerate(roots):
+        _checked(r, f"homeRoots[{i}]", lambda v: accounts.check_path(v, "home root"), root)
+    return AccountRules(min_id=min_id, max_id=max_id, home_roots=tuple(roots))
+
+
+def _group(data: Any, path: str, rules: AccountRules) -> Group:
     r = _Reader(data, path, {"name", "gid"})
-    return Group(name=_account_name(r, "group"), gid=r.count("gid", minimum=1))
+    return Group(
+        name=_checked(r, "name", lambda v: accounts.check_name(v, "group name"),
+                      r.require("name", str)),
+        gid=_checked(r, "gid", lambda v: rules.check_id(v, "gid"), r.require("gid", int)),
+    )
 
 
-def _user(data: Any, path: str, groups: set[str]) -> User:
+def _user(data: Any, path: str, groups: set[str], rules: AccountRules) -> User:
     r = _Reader(data, path, {"name", "uid", "gid", "groups", "sshKeys", "shell"})
-    name = _account_name(r, "user")
+    name = _checked(r, "name", lambda v: accounts.check_name(v, "user name"),
+                    r.require("name", str))
     member_of = r.strings("groups")
     for i, group in enumerate(member_of):
         if group not in groups:
             raise SpecError(f"{r.at('groups')}[{i}]: unknown group {group!r}: declare it in groups")
+    keys = r.strings("sshKeys")
     return User(
         name=name,
-        uid=r.count("uid", minimum=1),
-        gid=r.count("gid", minimum=1),
+        uid=_checked(r, "uid", lambda v: rules.check_id(v, "uid"), r.require("uid", int)),
+        gid=_checked(r, "gid", lambda v: rules.check_id(v, "gid"), r.require("gid", int)),
         groups=member_of,
-        ssh_keys=r.strings("sshKeys"),
-        shell=r.get("shell", str, "/bin/bash"),
+        ssh_keys=tuple(_checked(r, f"sshKeys[{i}]", accounts.check_key, k)
+                       for i, k in enumerate(keys)),
+        shell=_checked(r, "shell", accounts.check_shell,
+                       r.get("shell", str, accounts.DEFAULT_SHELL)),
     )
 
 
@@ -560,7 +582,7 @@ def _ldap(data: Any, path: str) -> LdapSettings | None:
         path,
         set(
             "uris userBase groupBase userFilter groupFilter attributes bindDN bindPasswordFile "
-            "tls caFile timeoutSeconds syncIntervalSeconds maxRemovalPercent minUid".split()
+            "tls caFile timeoutSeconds syncIntervalSeconds maxRemovalPercent".split()
         ),
     )
     uris = r.strings("uris")
@@ -595,28 +617,39 @@ def _ldap(data: Any, path: str) -> LdapSettings | None:
         timeout_seconds=float(timeout),
         sync_interval_seconds=r.count("syncIntervalSeconds", default=60, minimum=1),
         max_removal_percent=percent,
-        min_uid=r.count("minUid", default=1000),
     )
 
 
-def _accounts(r: _Reader) -> tuple[list[User], list[Group]]:
-    """`users` and `groups` of a mapping; users' groups must be among its groups."""
-    groups = [_group(g, r.at(f"groups[{i}]")) for i, g in enumerate(r.get("groups", list, []))]
+def _accounts(r: _Reader, rules: AccountRules) -> tuple[list[User], list[Group]]:
+    """`users` and `groups` of a mapping: names and ids unique, users' groups among its
+    groups."""
+    groups = [
+        _group(g, r.at(f"groups[{i}]"), rules) for i, g in enumerate(r.get("groups", list, []))
+    ]
     _unique([g.name for g in groups], r.at("groups"), "group")
+    _unique([g.gid for g in groups], r.at("groups"), "gid", key="gid")
     names = {g.name for g in groups}
-    users = [_user(u, r.at(f"users[{i}]"), names) for i, u in enumerate(r.get("users", list, []))]
+    users = [
+        _user(u, r.at(f"users[{i}]"), names, rules)
+        for i, u in enumerate(r.get("users", list, []))
+    ]
     _unique([u.name for u in users], r.at("users"), "user")
+    _unique([u.uid for u in users], r.at("users"), "uid", key="uid")
     return users, groups
 
 
-def _ldap_server(data: Any, path: str) -> LdapServer | None:
+# The development directory's suffix: it is written into slapd.conf and every seed DN.
+LDAP_SUFFIX_PATTERN = r"^dc=[A-Za-z0-9-]+(,dc=[A-Za-z0-9-]+)*$"
+
+
+def _ldap_server(data: Any, path: str, rules: AccountRules) -> LdapServer | None:
     if data is None:
         return None
     r = _Reader(data, path, {"suffix", "users", "groups"})
     suffix = r.require("suffix", str)
-    if not re.match(r"^dc=[^,=]+(,dc=[^,=]+)*$", suffix):
-        raise SpecError(f"{r.at('suffix')}: {suffix!r} must be dc=...,dc=...")
-    users, groups = _accounts(r)
+    if not re.fullmatch(LDAP_SUFFIX_PATTERN, suffix):
+        raise SpecError(f"{r.at('suffix')}: {suffix!r} must be dc=...,dc=... (letters, digits, -)")
+    users, groups = _accounts(r, rules)
     return LdapServer(suffix=suffix, users=tuple(users), groups=tuple(groups))
 
 
@@ -719,12 +752,12 @@ def _health(data: Any, path: str) -> HealthSettings | None:
     )
 
 
-def _unique(names: list[str], path: str, what: str) -> None:
-    seen: set[str] = set()
-    for i, name in enumerate(names):
-        if name in seen:
-            raise SpecError(f"{path}[{i}].name: duplicate {what} {name!r}")
-        seen.add(name)
+def _unique(values: list[Any], path: str, what: str, key: str = "name") -> None:
+    seen: set[Any] = set()
+    for i, value in enumerate(values):
+        if value in seen:
+            raise SpecError(f"{path}[{i}].{key}: duplicate {what} {value!r}")
+        seen.add(value)
 
 
 def parse_spec(data: Any) -> ClusterSpec:
@@ -756,11 +789,8 @@ def parse_spec(data: Any) -> ClusterSpec:
     defaults = [i for i, p in enumerate(partitions) if p.default]
     if len(defaults) > 1:
         raise SpecError(f"partitions[{defaults[1]}].default: only one partition can be the default")
-    groups = [_group(g, f"groups[{i}]") for i, g in enumerate(r.get("groups", list, []))]
-    _unique([g.name for g in groups], "groups", "group")
-    group_names = {g.name for g in groups}
-    users = [_user(u, f"users[{i}]", group_names) for i, u in enumerate(r.get("users", list, []))]
-    _unique([u.name for u in users], "users", "user")
+    rules = _account_rules(r.data.get("accounts"), "accounts")
+    users, groups = _accounts(r, rules)
     confinement = r.get("confinement", str, "cgroup")
     if confinement not in CONFINEMENTS:
         raise SpecError(f"confinement: must be one of {', '.join(CONFINEMENTS)}")
@@ -786,8 +816,9 @@ def parse_spec(data: Any) -> ClusterSpec:
         extra_lines=tuple(_extra_line(line, f"extraLines[{i}]") for i, line in enumerate(extra)),
         users=tuple(users),
         groups=tuple(groups),
+        accounts=rules,
         ldap=_ldap(r.data.get("ldap"), "ldap"),
-        ldap_server=_ldap_server(r.data.get("ldapServer"), "ldapServer"),
+        ldap_server=_ldap_server(r.data.get("ldapServer"), "ldapServer", rules),
         hooks=_hooks(r.data.get("hooks"), "hooks"),
         health=_health(r.data.get("health"), "health"),
     )

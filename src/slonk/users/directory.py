@@ -31,6 +31,7 @@ class Directory:
     users: list[Entry]
     groups: list[Entry]
     server: str
+    live: bool = True  # False: read back from the last good sync's snapshot
 
 
 def _tls(settings: LdapSettings) -> ldap3.Tls | None:

@@ -1,39 +1,81 @@
 """Write users and groups into passwd, group and shadow, and their keys for sshd.
 
-Entries slonk manages replace same-named (or same-id) entries; every other line, the
-image's system accounts among them, is kept as it is. Each file is replaced in one rename,
-and only when its text changes.
+The image's own lines are captured once per pod, before slonk writes anything, and every
+write is those lines as they were plus one line per managed account: no image line is ever
+dropped or rewritten, and a line someone added or damaged by hand is gone at the next sync.
+Each file is replaced in one rename, and only when its text changes.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
+from slonk.config import accounts
 from slonk.config.spec import Group, User
 from slonk.files import make_dir, write_atomically
 
+ACCOUNT_FILES = ("passwd", "group", "shadow")
 AUTHORIZED_KEYS_DIR = Path("ssh/authorized_keys")
 # "*": no password matches. Not "!": sshd without PAM treats that as a locked account
 # and refuses even key logins.
 NO_PASSWORD = "*"
+# What one field of these files can hold. Admission (slonk.users.admit) refuses far more;
+# this only makes a bug that lets a bad value through fail before it is written.
+_FIELD = re.compile(r"[\x20-\x39\x3b-\x7e]*")
 
 
-def _merge(
-    lines: list[str], entries: dict[str, str], ids: set[str], id_field: int, drop: set[str]
-) -> str:
-    """Keep lines that name neither a managed account nor a managed id, nor an account slonk
-    wrote before and no longer has (`drop`); add the managed ones."""
-    kept = []
-    for line in lines:
-        fields = line.split(":")
-        if not line or fields[0] in entries or fields[0] in drop:
-            continue
-        if len(fields) > id_field and fields[id_field] in ids:
-            continue
-        kept.append(line)
-    return "\n".join([*kept, *entries.values()]) + "\n"
+@dataclass(frozen=True)
+class Base:
+    """The image's passwd, group and shadow, as they were before slonk wrote a line."""
+
+    texts: Mapping[str, str]
+
+    def _column(self, name: str, index: int) -> set[str]:
+        rows = (line.split(":") for line in self.texts[name].splitlines())
+        return {row[index] for row in rows if len(row) > index and row[0]}
+
+    @cached_property
+    def names(self) -> set[str]:
+        """User and group names alike: neither kind may be taken by a managed account."""
+        return self._column("passwd", 0) | self._column("group", 0)
+
+    @cached_property
+    def uids(self) -> set[int]:
+        return {int(v) for v in self._column("passwd", 2) if v.isascii() and v.isdigit()}
+
+    @cached_property
+    def gids(self) -> set[int]:
+        return {int(v) for v in self._column("group", 2) if v.isascii() and v.isdigit()}
+
+
+def capture_base(etc: Path, store: Path) -> Base:
+    """The image's files: copied into `store` by the pod's first sync (nothing managed is
+    in etc yet: every pod starts from its image), read from there afterwards."""
+    if all((store / name).is_file() for name in ACCOUNT_FILES):
+        return Base({name: (store / name).read_text() for name in ACCOUNT_FILES})
+    texts = {}
+    for name in ACCOUNT_FILES:
+        try:
+            text = (etc / name).read_text()
+        except FileNotFoundError:
+            text = ""
+        texts[name] = text if not text or text.endswith("\n") else f"{text}\n"
+    make_dir(store, 0o700)
+    for name in ACCOUNT_FILES:
+        write_atomically(store / name, texts[name], mode=0o600)
+    return Base(texts)
+
+
+def _line(*fields: object) -> str:
+    for value in fields:
+        if not _FIELD.fullmatch(str(value)):
+            raise ValueError(f"refusing to write the field {accounts.show(value)}")
+    return ":".join(str(v) for v in fields) + "\n"
 
 
 def _replace(path: Path, text: str, mode: int = 0o644) -> bool:
@@ -47,63 +89,56 @@ def _replace(path: Path, text: str, mode: int = 0o644) -> bool:
     return True
 
 
-def _read_lines(path: Path) -> list[str]:
-    return path.read_text().splitlines() if path.exists() else []
-
-
 def write_accounts(
-    users: Iterable[User],
-    groups: Iterable[Group],
-    etc: Path = Path("/etc"),
-    drop: Iterable[str] = (),
+    base: Base, users: Iterable[User], groups: Iterable[Group], etc: Path = Path("/etc")
 ) -> None:
-    """Write users (each with a personal group of its gid unless a group has it) and groups
-    into etc's files, and remove the accounts named in `drop`."""
-    users, groups, drop = list(users), list(groups), set(drop)
+    """The image's lines, then the given groups (members from users' `groups`) and users."""
+    users, groups = list(users), list(groups)
     members: dict[str, list[str]] = {g.name: [] for g in groups}
     for user in users:
         for name in user.groups:
             members[name].append(user.name)
-    group_entries = {g.name: f"{g.name}:x:{g.gid}:{','.join(members[g.name])}" for g in groups}
-    group_gids = {g.gid for g in groups}
-    for user in users:
-        if user.gid not in group_gids:
-            group_entries.setdefault(user.name, f"{user.name}:x:{user.gid}:")
-    passwd_entries = {u.name: f"{u.name}:x:{u.uid}:{u.gid}::{u.home_dir}:{u.shell}" for u in users}
-    shadow_entries = {u.name: f"{u.name}:{NO_PASSWORD}:::::::" for u in users}
-
-    gids = {entry.split(":")[2] for entry in group_entries.values()}
-    uids = {str(u.uid) for u in users}
-    _replace(etc / "group", _merge(_read_lines(etc / "group"), group_entries, gids, 2, drop))
-    _replace(etc / "passwd", _merge(_read_lines(etc / "passwd"), passwd_entries, uids, 2, drop))
-    shadow = _merge(_read_lines(etc / "shadow"), shadow_entries, set(), 2, drop)
-    _replace(etc / "shadow", shadow, mode=0o640)
+    lines = {
+        "group": [_line(g.name, "x", g.gid, ",".join(members[g.name])) for g in groups],
+        "passwd": [_line(u.name, "x", u.uid, u.gid, "", u.home_dir, u.shell) for u in users],
+        "shadow": [_line(u.name, NO_PASSWORD, "", "", "", "", "", "", "") for u in users],
+    }
+    for name in ACCOUNT_FILES:
+        text = base.texts[name] + "".join(lines[name])
+        _replace(etc / name, text, mode=0o640 if name == "shadow" else 0o644)
 
 
-def write_authorized_keys(
-    users: Iterable[User], etc: Path = Path("/etc"), drop: Iterable[str] = ()
-) -> None:
-    """One root-owned file per user, read by sshd's AuthorizedKeysCommand."""
+def write_authorized_keys(users: Iterable[User], etc: Path = Path("/etc")) -> None:
+    """One root-owned file per user, read by sshd's AuthorizedKeysCommand; the directory is
+    slonk's own, so any other file in it (a user no longer synced) is removed."""
     keys_dir = etc / AUTHORIZED_KEYS_DIR
     make_dir(keys_dir, 0o755)
+    names = set()
     for user in users:
+        for key in user.ssh_keys:
+            accounts.check_key(key)  # one line each: a bug must not add a key
         _replace(keys_dir / user.name, "".join(f"{k}\n" for k in user.ssh_keys))
-    for name in drop:
-        (keys_dir / name).unlink(missing_ok=True)
+        names.add(user.name)
+    for path in keys_dir.iterdir():
+        if path.name not in names:
+            path.unlink()
 
 
-def make_homes(users: Iterable[User], home: Path = Path("/home")) -> list[str]:
-    """Create missing /home/<name> directories on the shared /home (homes elsewhere are the
-    directory's business); existing ones are left alone."""
-    made = []
+def make_homes(users: Iterable[User], home: Path = Path(accounts.HOME)) -> list[str]:
+    """Create missing <HOME>/<name> directories on the shared /home (mounted at `home`;
+    homes elsewhere are the directory's business); existing ones are left alone. Returns
+    one problem per home it could not make (a read-only /home)."""
+    problems = []
     for user in users:
-        if user.home_dir != f"/home/{user.name}":
+        if user.home_dir != f"{accounts.HOME}/{user.name}":
             continue
         path = home / user.name
         try:
             path.mkdir(mode=0o700)
         except FileExistsError:
             continue  # made earlier, or by another pod sharing /home
+        except OSError as err:
+            problems.append(f"cannot make {user.home_dir}: {err.strerror}")
+            continue
         os.chown(path, user.uid, user.gid)
-        made.append(user.name)
-    return made
+    return problems
