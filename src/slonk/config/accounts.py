@@ -15,11 +15,13 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass
 
+from slonk.config import patterns
+
 # Debian's useradd rule (NAME_REGEX), at most 32 characters as glibc and Slurm expect.
 NAME_PATTERN = r"^[a-z_][a-z0-9_-]{0,31}$"
-# Absolute and normalised by construction: no empty, `.` or `..` components (none may start
-# with a dot), no trailing slash, printable ASCII without `:` or spaces.
-PATH_PATTERN = r"^(/[A-Za-z0-9_+@-][A-Za-z0-9._+@-]*)+$"
+# Absolute and normalised by construction (no `.`, `..`, empty or trailing components), and
+# without `:` or spaces.
+PATH_PATTERN = patterns.ABSOLUTE_PATH
 PATH_MAX_CHARS = 4095
 # One authorized_keys line: printable ASCII, so no newline can add a second key. Checked
 # once surrounding whitespace is stripped (a pasted key's newline); the chart's schema
