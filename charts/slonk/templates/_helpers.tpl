@@ -273,3 +273,18 @@ Checks the schema cannot express. Each failure names the values key, as the sche
     - {name: git-credentials, mountPath: /var/run/secrets/slonk/git, readOnly: true}
     {{- end }}
 {{- end }}
+
+{{/*
+Labels of a StatefulSet's volumeClaimTemplates. A StatefulSet's volumeClaimTemplates cannot
+change (Kubernetes refuses the update, and `helm upgrade` with it), so these are frozen at what
+chart 0.1.0 rendered: never derive them from the chart's or the app's version.
+Call with (dict "root" $ "component" "controller").
+*/}}
+{{- define "slonk.claimLabels" -}}
+{{ include "slonk.selectorLabels" .root }}
+app.kubernetes.io/version: "0.1.0"
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+app.kubernetes.io/part-of: slonk
+helm.sh/chart: slonk-0.1.0
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
