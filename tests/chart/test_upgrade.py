@@ -36,7 +36,8 @@ def _version(text: str | None) -> str | None:
 
 def previous_release() -> str | None:
     """The commit users upgrade from: the last one before this chart version was set (the
-    previous release); while no release came before, main's tip. None without git history."""
+    previous release); while no release came before, where this branch left main. None
+    without git history."""
     current = _version((REPO / CHART / "Chart.yaml").read_text())
     if _version(_git("show", f"HEAD:{CHART}/Chart.yaml")) not in (None, current):
         return "HEAD"  # the version bump is not committed yet
@@ -46,8 +47,8 @@ def previous_release() -> str | None:
             break
         if before != current:
             return f"{commit}^"
-    main = _git("rev-parse", "--verify", "--quiet", "main^{commit}")
-    return main.strip() if main else None
+    fork = _git("merge-base", "HEAD", "main")
+    return fork.strip() if fork else None
 
 
 @pytest.fixture(scope="module")
