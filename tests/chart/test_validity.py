@@ -15,7 +15,7 @@ from slonk import chart
 from .conftest import VALUES
 
 VALUE_SETS = [[], ["gpu-pools.yaml"], ["existing.yaml"], ["nfs-home.yaml"], ["ldap.yaml"],
-              ["ldap-dev.yaml"], ["hooks.yaml"]]
+              ["ldap-dev.yaml"], ["hooks.yaml"], ["network.yaml"]]
 
 
 def _values(files: list[str]) -> dict:

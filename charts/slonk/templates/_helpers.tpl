@@ -339,3 +339,100 @@ checked by the API server and are left to it. */}}
     - {name: git-credentials, mountPath: /var/run/secrets/slonk/git, readOnly: true}
     {{- end }}
 {{- end }}
+
+{{/*
+Labels of a StatefulSet's volumeClaimTemplates. A StatefulSet's volumeClaimTemplates cannot
+change (Kubernetes refuses the update, and `helm upgrade` with it), so these are frozen at what
+chart 0.1.0 rendered: never derive them from the chart's or the app's version.
+Call with (dict "root" $ "component" "controller").
+*/}}
+{{- define "slonk.claimLabels" -}}
+{{ include "slonk.selectorLabels" .root }}
+app.kubernetes.io/version: "0.1.0"
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+app.kubernetes.io/part-of: slonk
+helm.sh/chart: slonk-0.1.0
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{/*
+Checks on the network and pod security values that the schema cannot express; each failure
+names the values key. Included by networkpolicy.yaml, which is always rendered.
+*/}}
+{{- define "slonk.validateSecurity" -}}
+{{- $service := .Values.login.service -}}
+{{- if and $service.loadBalancerSourceRanges (ne $service.type "LoadBalancer") -}}
+{{- fail (printf "login.service.loadBalancerSourceRanges: only a LoadBalancer enforces them (login.service.type is %s); remove them or restrict ssh with networkPolicy.login.sshFrom" $service.type) -}}
+{{- end -}}
+{{- $range := index (.Values.slurm.slurmConf | default dict) "SrunPortRange" -}}
+{{- if not (kindIs "invalid" $range) -}}
+{{- $ports := splitList "-" (toString $range) -}}
+{{- if not (regexMatch "^[0-9]{1,5}-[0-9]{1,5}$" (toString $range)) -}}
+{{- fail (printf "slurm.slurmConf.SrunPortRange: %q must be FIRST-LAST (ports)" (toString $range)) -}}
+{{- else if or (lt (index $ports 0 | int) 1024) (gt (index $ports 1 | int) 65535) (gt (index $ports 0 | int) (index $ports 1 | int)) -}}
+{{- fail (printf "slurm.slurmConf.SrunPortRange: %q must be FIRST-LAST with 1024 <= FIRST <= LAST <= 65535" (toString $range)) -}}
+{{- end -}}
+{{- end -}}
+{{- /* What every slonk container that drops ALL must keep (values.yaml says why). */ -}}
+{{- $lists := dict -}}
+{{- if not .Values.workers.privileged -}}
+{{- $_ := set $lists "workers.capabilities" .Values.workers.capabilities -}}
+{{- end -}}
+{{- range $component := list "controller" "login" -}}
+{{- $caps := (index $.Values $component).securityContext.capabilities | default dict -}}
+{{- if has "ALL" ($caps.drop | default list) -}}
+{{- $_ := set $lists (printf "%s.securityContext.capabilities.add" $component) ($caps.add | default list) -}}
+{{- end -}}
+{{- end -}}
+{{- range $key, $caps := $lists -}}
+{{- range $cap := list "CHOWN" "DAC_OVERRIDE" "FOWNER" "KILL" "SETGID" "SETUID" -}}
+{{- if not (has $cap $caps) -}}
+{{- fail (printf "%s: %s is missing; every other capability is dropped, and slonk's init and its daemons need it (see values.yaml)" $key $cap) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end }}
+
+{{/* SrunPortRange as a NetworkPolicy port, or nothing when srun listens on ephemeral ports. */}}
+{{- define "slonk.srunPorts" -}}
+{{- $range := index (.Values.slurm.slurmConf | default dict) "SrunPortRange" -}}
+{{- if not (kindIs "invalid" $range) -}}
+{{- $ports := splitList "-" (toString $range) -}}
+ports:
+  - {protocol: TCP, port: {{ index $ports 0 | int }}, endPort: {{ index $ports 1 | int }}}
+{{- end -}}
+{{- end }}
+
+{{/* A NetworkPolicy peer: this release's pods of the given components.
+Call with (dict "root" $ "components" (list "controller" "worker")). */}}
+{{- define "slonk.peerPods" -}}
+podSelector:
+  matchLabels: {{- include "slonk.selectorLabels" .root | nindent 4 }}
+  matchExpressions:
+    - {key: app.kubernetes.io/component, operator: In, values: {{ toJson .components }}}
+{{- end }}
+
+{{/* The TCP ports of ldap.uris (389 for ldap://, 636 for ldaps://, unless given), as a list. */}}
+{{- define "slonk.ldapPorts" -}}
+{{- $ports := list -}}
+{{- range $i, $uri := .Values.ldap.uris -}}
+{{- $port := ternary 636 389 (hasPrefix "ldaps://" $uri) -}}
+{{- $hostPort := regexReplaceAll "^ldaps?://([^/?]*).*$" $uri "${1}" -}}
+{{- with regexFind ":[0-9]+$" $hostPort }}{{ $port = trimPrefix ":" . | int }}{{ end -}}
+{{- if or (lt $port 1) (gt $port 65535) -}}
+{{- fail (printf "ldap.uris[%d]: %q: port %d is not a TCP port" $i $uri $port) -}}
+{{- end -}}
+{{- $ports = append $ports $port -}}
+{{- end -}}
+{{ toJson (uniq $ports) }}
+{{- end }}
+
+{{/* A NetworkPolicy egress rule: DNS queries, to networkPolicy.dnsTo or anywhere. */}}
+{{- define "slonk.dnsEgress" -}}
+- ports:
+    - {protocol: UDP, port: 53}
+    - {protocol: TCP, port: 53}
+  {{- with .Values.networkPolicy.dnsTo }}
+  to: {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- end }}

@@ -262,6 +262,8 @@ def _pod_spec(cluster: Cluster, pod: Pod, hosts: str, runtime: str) -> dict[str,
         "hostname": pod.name,
         "image": pod.image,
         "capabilities": list(pod.capabilities),
+        "dropCapabilities": list(pod.drop_capabilities),
+        "noNewPrivileges": pod.no_new_privileges,
         "command": list(pod.command),
         "env": env,
         "overlays": [

@@ -48,7 +48,10 @@ class Pod:
     sidecars: tuple[Sidecar, ...] = ()
     service_account: str | None = None  # None: no token mounted (automountServiceAccountToken)
     image: str = ""
+    # The container's securityContext: capabilities added and dropped, no_new_privs.
     capabilities: tuple[str, ...] = ()
+    drop_capabilities: tuple[str, ...] = ()
+    no_new_privileges: bool = False
 
 
 @dataclass
@@ -156,6 +159,7 @@ def plan(documents: Iterable[Mapping[str, Any]], namespace: str) -> Plan:
             pod_spec = template["spec"]
             account = pod_spec.get("serviceAccountName", "default")
             container, *others = template["spec"]["containers"]
+            security = container.get("securityContext", {})
             for ordinal in range(int(doc["spec"]["replicas"])):
                 name = f"{meta['name']}-{ordinal}"
                 labels = {**template["metadata"]["labels"], POD_NAME_LABEL: name}
@@ -181,11 +185,11 @@ def plan(documents: Iterable[Mapping[str, Any]], namespace: str) -> Plan:
                             account if pod_spec.get("automountServiceAccountToken", True) else None
                         ),
                         image=container["image"],
-                        capabilities=tuple(
-                            container.get("securityContext", {})
-                            .get("capabilities", {})
-                            .get("add", [])
+                        capabilities=tuple(security.get("capabilities", {}).get("add", [])),
+                        drop_capabilities=tuple(
+                            security.get("capabilities", {}).get("drop", [])
                         ),
+                        no_new_privileges=security.get("allowPrivilegeEscalation") is False,
                     )
                 )
     return result

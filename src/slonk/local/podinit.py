@@ -36,6 +36,19 @@ def bind(source_fd: int, target: str, read_only: bool) -> None:
         _mount("-o", "remount,bind,ro", target)
 
 
+def confined(command: list[str], spec: dict) -> list[str]:
+    """The command under the container's securityContext, as a runtime would start it: with
+    `drop: [ALL]`, root keeps only the added capabilities (and so does everything it starts);
+    without, the pod keeps all of root's. allowPrivilegeEscalation false sets no_new_privs."""
+    options = []
+    if "ALL" in spec.get("dropCapabilities", []):
+        keep = "".join(f",+{c.lower()}" for c in spec["capabilities"])
+        options += ["--bounding-set", f"-all{keep}", "--inh-caps", "-all"]
+    if spec.get("noNewPrivileges"):
+        options.append("--no-new-privs")
+    return ["setpriv", *options, "--", *command] if options else command
+
+
 def main(spec_path: str) -> None:
     spec = json.loads(Path(spec_path).read_text())
     # Hold every volume's source before the pod's own /tmp or /run can hide it.
@@ -51,7 +64,7 @@ def main(spec_path: str) -> None:
         Path(path).write_text(text)
     socket.sethostname(spec["hostname"])
     os.chdir("/")
-    command = spec["command"]
+    command = confined(spec["command"], spec)
     os.execvpe(command[0], command, spec["env"])
 
 

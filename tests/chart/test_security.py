@@ -1,0 +1,360 @@
+"""The chart's network policies (who may talk to whom) and its pods' security contexts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+
+from slonk import chart
+from slonk.config.render import render
+from slonk.config.spec import parse_spec
+
+from .netpol import Endpoint, allowed
+from .test_validity import _template_error
+
+OUTSIDE = Endpoint("203.0.113.7")
+STRANGER = Endpoint("10.244.9.9", "hpc", {"app.kubernetes.io/name": "something-else"})
+OTHER_NAMESPACE = Endpoint("10.244.8.8", "web", {"app.kubernetes.io/name": "slonk"})
+DNS = Endpoint("10.244.0.53", "kube-system", {"k8s-app": "kube-dns"})
+
+
+def _docs(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    rendered = chart.render(chart.default_chart(), values or {}, namespace="hpc")
+    return [d for d in yaml.safe_load_all(chart.manifest(rendered)) if d]
+
+
+def _get(docs, kind: str, name: str) -> dict[str, Any]:
+    return next(d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name)
+
+
+def _policies(docs) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == "NetworkPolicy"]
+
+
+def _pods(docs) -> dict[str, Endpoint]:
+    """One endpoint per StatefulSet, as its pods look to the network: labels and named ports."""
+    pods = {}
+    for i, sts in enumerate(d for d in docs if d["kind"] == "StatefulSet"):
+        template = sts["spec"]["template"]
+        ports = {
+            p["name"]: p["containerPort"]
+            for c in template["spec"]["containers"] for p in c.get("ports", [])
+        }
+        name = sts["metadata"]["name"].removeprefix("slonk-")
+        pods[name] = Endpoint(f"10.244.1.{i}", "hpc", template["metadata"]["labels"], ports)
+    return pods
+
+
+def _slurm_conf(docs) -> list[str]:
+    spec = yaml.safe_load(_get(docs, "ConfigMap", "slonk-cluster")["data"]["cluster.yaml"])
+    return render(parse_spec(spec))["slurm.conf"].splitlines()
+
+
+def _container(docs, statefulset: str) -> dict[str, Any]:
+    return _get(docs, "StatefulSet", statefulset)["spec"]["template"]["spec"]["containers"][0]
+
+
+@pytest.fixture(scope="module")
+def default_docs():
+    return _docs()
+
+
+@pytest.fixture(scope="module")
+def dev_docs():
+    return _docs({"ldap": {"dev": {"enabled": True}}})
+
+
+# (source, destination, port, protocol, allowed) in the default rendering.
+DEFAULT_FLOWS = [
+    # slurmctld: from the release's pods, on its port only.
+    ("login", "controller", 6817, "TCP", True),
+    ("cpu", "controller", 6817, "TCP", True),
+    ("controller", "controller", 6817, "TCP", True),
+    ("cpu", "controller", 22, "TCP", False),
+    ("outside", "controller", 6817, "TCP", False),
+    ("stranger", "controller", 6817, "TCP", False),
+    ("other-namespace", "controller", 6817, "TCP", False),
+    # slurmd: from the release's pods; any port between workers (jobs' own traffic).
+    ("controller", "cpu", 6818, "TCP", True),
+    ("login", "cpu", 6818, "TCP", True),
+    ("cpu", "cpu", 6818, "TCP", True),
+    ("cpu", "cpu", 41000, "TCP", True),
+    ("cpu", "cpu", 41000, "UDP", True),
+    ("login", "cpu", 41000, "TCP", False),
+    ("controller", "cpu", 60001, "TCP", True),
+    ("controller", "cpu", 41000, "TCP", False),
+    ("outside", "cpu", 6818, "TCP", False),
+    ("stranger", "cpu", 6818, "TCP", False),
+    # Login pods: ssh from anyone; srun's ports from the controller and workers.
+    ("outside", "login", 22, "TCP", True),
+    ("stranger", "login", 22, "TCP", True),
+    ("outside", "login", 2222, "TCP", False),
+    ("controller", "login", 60001, "TCP", True),
+    ("cpu", "login", 63000, "TCP", True),
+    ("cpu", "login", 63001, "TCP", False),
+    ("cpu", "login", 59999, "TCP", False),
+    ("outside", "login", 60001, "TCP", False),
+    ("stranger", "login", 60001, "TCP", False),
+    # Out of the login pods: DNS, slurmctld, slurmd; nothing else.
+    ("login", "dns", 53, "UDP", True),
+    ("login", "dns", 53, "TCP", True),
+    ("login", "outside", 443, "TCP", False),
+    ("login", "stranger", 80, "TCP", False),
+    ("login", "controller", 22, "TCP", False),
+    ("login", "login", 22, "TCP", False),
+    # The controller and workers keep their egress (jobs, git, the Kubernetes API).
+    ("cpu", "outside", 443, "TCP", True),
+    ("controller", "outside", 443, "TCP", True),
+]
+
+
+def _endpoint(docs, name: str) -> Endpoint:
+    named = {"outside": OUTSIDE, "stranger": STRANGER, "other-namespace": OTHER_NAMESPACE,
+             "dns": DNS}
+    return named.get(name) or _pods(docs)[name]
+
+
+@pytest.mark.parametrize(("source", "destination", "port", "protocol", "expected"), DEFAULT_FLOWS)
+def test_who_may_talk_to_whom(default_docs, source, destination, port, protocol, expected):
+    src, dst = _endpoint(default_docs, source), _endpoint(default_docs, destination)
+    assert allowed(_policies(default_docs), src, dst, port, protocol) is expected
+
+
+@pytest.mark.parametrize("fixture", ["default_docs", "dev_docs"])
+def test_every_pod_is_selected_by_a_policy(request, fixture):
+    docs = request.getfixturevalue(fixture)
+    for name, pod in _pods(docs).items():
+        assert not allowed(_policies(docs), STRANGER, pod, 1234), name
+
+
+@pytest.mark.parametrize(
+    ("source", "destination", "port", "expected"),
+    [
+        ("login", "ldap", 389, True),
+        ("cpu", "ldap", 389, True),
+        ("controller", "ldap", 389, True),
+        ("stranger", "ldap", 389, False),
+        ("outside", "ldap", 389, False),
+        ("login", "ldap", 22, False),
+        ("ldap", "outside", 443, False),
+        ("ldap", "dns", 53, True),
+    ],
+)
+def test_only_the_release_reads_the_development_directory(
+    dev_docs, source, destination, port, expected
+):
+    src, dst = _endpoint(dev_docs, source), _endpoint(dev_docs, destination)
+    assert allowed(_policies(dev_docs), src, dst, port) is expected
+
+
+@pytest.mark.parametrize(
+    ("uris", "ldap_to", "flows"),
+    [
+        (["ldap://ldap1.example.org", "ldap://ldap2.example.org:3389"], [],
+         {("203.0.113.7", 389): True, ("203.0.113.7", 3389): True, ("203.0.113.7", 636): False}),
+        (["ldaps://[2001:db8::1]:1636", "ldaps://ldap.example.org"], [],
+         {("203.0.113.7", 1636): True, ("203.0.113.7", 636): True, ("203.0.113.7", 389): False}),
+        (["ldaps://ldap.example.org"], [{"ipBlock": {"cidr": "192.0.2.0/24"}}],
+         {("192.0.2.10", 636): True, ("203.0.113.7", 636): False}),
+    ],
+)
+def test_login_pods_reach_the_site_directory_on_its_ports(uris, ldap_to, flows):
+    docs = _docs({
+        "ldap": {"enabled": True, "uris": uris, "userBase": "ou=p", "groupBase": "ou=g"},
+        "networkPolicy": {"login": {"ldapTo": ldap_to}},
+    })
+    login = _pods(docs)["login"]
+    for (address, port), expected in flows.items():
+        assert allowed(_policies(docs), login, Endpoint(address), port) is expected, (address, port)
+
+
+def test_ssh_from_and_extra_rules():
+    docs = _docs({"networkPolicy": {
+        "dnsTo": [{"namespaceSelector": {"matchLabels": {
+            "kubernetes.io/metadata.name": "kube-system"}}}],
+        "login": {
+            "sshFrom": [{"ipBlock": {"cidr": "198.51.100.0/24", "except": ["198.51.100.128/25"]}}],
+            "extraEgress": [{"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}], "ports": [{"port": 443}]}],
+        },
+        "controller": {"extraIngress": [{"from": [{"namespaceSelector": {"matchLabels": {
+            "kubernetes.io/metadata.name": "monitoring"}}}], "ports": [{"port": 9100}]}]},
+    }})
+    policies, pods = _policies(docs), _pods(docs)
+    login, controller = pods["login"], pods["controller"]
+    assert allowed(policies, Endpoint("198.51.100.7"), login, 22)
+    assert not allowed(policies, Endpoint("198.51.100.200"), login, 22)
+    assert not allowed(policies, OUTSIDE, login, 22)
+    assert allowed(policies, login, OUTSIDE, 443)
+    assert allowed(policies, login, DNS, 53, "UDP")
+    assert not allowed(policies, login, OUTSIDE, 53, "UDP")
+    scraper = Endpoint("10.244.7.7", "monitoring", {"app": "prometheus"})
+    assert allowed(policies, scraper, controller, 9100)
+    assert not allowed(policies, scraper, controller, 6817)
+
+
+def test_policies_follow_the_ports_in_values():
+    docs = _docs({"slurm": {"slurmctldPort": 7817, "slurmdPort": 7818,
+                            "slurmConf": {"SrunPortRange": "40000-40009"}}})
+    policies, pods = _policies(docs), _pods(docs)
+    assert allowed(policies, pods["cpu"], pods["controller"], 7817)
+    assert not allowed(policies, pods["cpu"], pods["controller"], 6817)
+    assert allowed(policies, pods["login"], pods["cpu"], 7818)
+    assert allowed(policies, pods["cpu"], pods["login"], 40009)
+    assert not allowed(policies, pods["cpu"], pods["login"], 40010)
+    assert "SrunPortRange=40000-40009" in _slurm_conf(docs)
+
+
+def test_srun_ports_pinned_by_default_and_ephemeral_on_request(default_docs):
+    assert "SrunPortRange=60001-63000" in _slurm_conf(default_docs)
+    docs = _docs({"slurm": {"slurmConf": {"SrunPortRange": None}}})
+    assert not [line for line in _slurm_conf(docs) if line.startswith("SrunPortRange")]
+    policies, pods = _policies(docs), _pods(docs)
+    assert allowed(policies, pods["cpu"], pods["login"], 45123)
+    assert allowed(policies, pods["controller"], pods["login"], 45123)
+    assert not allowed(policies, OUTSIDE, pods["login"], 45123)
+
+
+def test_policies_can_be_turned_off():
+    docs = _docs({"networkPolicy": {"enabled": False}, "ldap": {"dev": {"enabled": True}}})
+    assert _policies(docs) == []
+
+
+def test_no_login_policy_without_login_pods():
+    docs = _docs({"login": {"replicas": 0}})
+    assert [p["metadata"]["name"] for p in _policies(docs)] == ["slonk-controller", "slonk-workers"]
+
+
+BASE = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "SETUID"]
+
+
+@pytest.mark.parametrize(
+    ("statefulset", "added"),
+    [
+        ("slonk-controller", BASE),
+        ("slonk-login", sorted([*BASE, "AUDIT_WRITE", "NET_BIND_SERVICE", "SYS_CHROOT"])),
+    ],
+)
+def test_controller_and_login_keep_only_what_their_daemons_need(default_docs, statefulset, added):
+    context = _container(default_docs, statefulset)["securityContext"]
+    assert context == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"], "add": added},
+        "seccompProfile": {"type": "RuntimeDefault"},
+        "readOnlyRootFilesystem": False,
+    }
+    assert "privileged" not in context and "runAsNonRoot" not in context
+
+
+def test_development_directory_is_confined(dev_docs):
+    context = _container(dev_docs, "slonk-ldap")["securityContext"]
+    assert context["allowPrivilegeEscalation"] is False
+    assert context["capabilities"] == {"drop": ["ALL"], "add": [
+        "CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "NET_BIND_SERVICE", "SETGID", "SETUID"]}
+    assert context["seccompProfile"] == {"type": "RuntimeDefault"}
+
+
+def test_workers_drop_every_capability_they_do_not_list(default_docs):
+    context = _container(default_docs, "slonk-cpu")["securityContext"]
+    assert context["capabilities"]["drop"] == ["ALL"]
+    assert context["capabilities"]["add"] == [*BASE, "SYS_ADMIN", "SYS_RESOURCE", "SYSLOG"]
+    assert context["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert "privileged" not in context
+
+
+def test_security_contexts_are_values():
+    docs = _docs({
+        "login": {"securityContext": {"seccompProfile": {"type": "Unconfined"}},
+                  "priorityClassName": "interactive"},
+        "workers": {"capabilities": [*BASE, "SYS_PTRACE"], "priorityClassName": "batch"},
+    })
+    login = _get(docs, "StatefulSet", "slonk-login")["spec"]["template"]["spec"]
+    assert login["containers"][0]["securityContext"]["seccompProfile"] == {"type": "Unconfined"}
+    assert login["containers"][0]["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    assert login["priorityClassName"] == "interactive"
+    worker = _get(docs, "StatefulSet", "slonk-cpu")["spec"]["template"]["spec"]
+    assert worker["containers"][0]["securityContext"]["capabilities"]["add"][-1] == "SYS_PTRACE"
+    assert worker["priorityClassName"] == "batch"
+
+
+def test_load_balancer_source_ranges_only_on_a_load_balancer():
+    ranges = ["10.0.0.0/8", "2001:db8::/32"]
+    docs = _docs({"login": {"service": {"type": "LoadBalancer",
+                                        "loadBalancerSourceRanges": ranges}}})
+    assert _get(docs, "Service", "slonk-login")["spec"]["loadBalancerSourceRanges"] == ranges
+    error = _template_error("--set", "login.service.type=NodePort",
+                            "--set", "login.service.loadBalancerSourceRanges={10.0.0.0/8}")
+    assert "login.service.loadBalancerSourceRanges: only a LoadBalancer enforces them" in error
+
+
+GOOD_CIDRS = ["0.0.0.0/0", "10.0.0.0/8", "192.168.1.1/32", "255.255.255.255/32", "::/0",
+              "2001:db8::/32", "fe80::1/128", "2001:db8:0:0:0:0:0:1/64", "::1/128", "1::/16"]
+BAD_CIDRS = ["10.0.0.0", "10.0.0.0/33", "10.0.0.256/8", "010.0.0.0/8", "10.0.0/8",
+             " 10.0.0.0/8", "10.0.0.0/8 ", "10.0.0.0/8\n", "10.0.0.0/8,0.0.0.0/0", "::/129",
+             "2001:db8::g/32", "2001:db8:::1/64", "1:2:3:4:5:6:7:8:9/64", "example.org/8", "",
+             "0.0.0.0/0\x00", "-10.0.0.0/8"]
+
+
+@pytest.mark.parametrize("cidr", GOOD_CIDRS)
+def test_load_balancer_source_ranges_accept_cidrs(cidr):
+    docs = _docs({"login": {"service": {"type": "LoadBalancer",
+                                        "loadBalancerSourceRanges": [cidr]}}})
+    assert _get(docs, "Service", "slonk-login")["spec"]["loadBalancerSourceRanges"] == [cidr]
+
+
+@pytest.mark.parametrize("cidr", BAD_CIDRS)
+def test_load_balancer_source_ranges_refuse_anything_else(cidr):
+    with pytest.raises(chart.ChartError) as refused:
+        _docs({"login": {"service": {"type": "LoadBalancer",
+                                     "loadBalancerSourceRanges": ["10.0.0.0/8", cidr]}}})
+    assert "at '/login/service/loadBalancerSourceRanges/1'" in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--set", "controller.securityContext.runAsNonRoot=true"],
+         "at '/controller/securityContext': additional properties 'runAsNonRoot' not allowed"),
+        (["--set", "login.securityContext.privileged=true"],
+         "at '/login/securityContext': additional properties 'privileged' not allowed"),
+        (["--set", "login.securityContext.capabilities.add={SYS_ADMN}"],
+         "at '/login/securityContext/capabilities/add/0'"),
+        (["--set", "workers.capabilities={CAP_SYS_ADMIN}"], "at '/workers/capabilities/0'"),
+        (["--set", "workers.seccompProfile.type=Off"], "at '/workers/seccompProfile/type'"),
+        (["--set", "workers.capabilities={CHOWN,DAC_OVERRIDE,FOWNER,KILL,SETGID,SYS_ADMIN}"],
+         "workers.capabilities: SETUID is missing"),
+        (["--set", "login.securityContext.capabilities.add={SETUID,SETGID,SYS_CHROOT}"],
+         "login.securityContext.capabilities.add: CHOWN is missing"),
+        (["--set", "controller.securityContext.capabilities.add=null"],
+         "controller.securityContext.capabilities.add: CHOWN is missing"),
+        (["--set", "slurm.slurmConf.SrunPortRange=60001"],
+         "slurm.slurmConf.SrunPortRange: \"60001\" must be FIRST-LAST"),
+        (["--set", "slurm.slurmConf.SrunPortRange=63000-60001"],
+         "slurm.slurmConf.SrunPortRange: \"63000-60001\" must be FIRST-LAST with 1024 <= FIRST"),
+        (["--set", "slurm.slurmConf.SrunPortRange=22-1000"], "with 1024 <= FIRST"),
+        (["--set", "slurm.slurmConf.SrunPortRange=60001-99999"], "LAST <= 65535"),
+        (["--set", "networkPolicy.login.sshFrom[0].ipBlock.cidr=10.0.0.0/40"],
+         "at '/networkPolicy/login/sshFrom/0/ipBlock/cidr'"),
+        (["--set", "networkPolicy.login.sshFrom[0].ipBlok.cidr=10.0.0.0/8"],
+         "at '/networkPolicy/login/sshFrom/0': additional properties 'ipBlok' not allowed"),
+        (["--set", "ldap.enabled=true,ldap.uris={ldap://ldap.example.org:70000},"
+                   "ldap.userBase=ou=p,ldap.groupBase=ou=g"],
+         "ldap.uris[0]: \"ldap://ldap.example.org:70000\": port 70000 is not a TCP port"),
+        (["--set", "networkPolicy.enable=false"],
+         "at '/networkPolicy': additional properties 'enable' not allowed"),
+    ],
+)
+def test_bad_security_values_fail_with_the_key_path(args, message):
+    assert message in _template_error(*args)
+
+
+def test_a_container_that_keeps_its_runtimes_capabilities_needs_no_list():
+    docs = _docs({"login": {"securityContext": {"capabilities": {"drop": [], "add": []}}}})
+    assert _container(docs, "slonk-login")["securityContext"]["capabilities"] == {
+        "drop": [], "add": []}
+
+
+def test_privileged_workers_keep_no_capability_list():
+    docs = _docs({"workers": {"privileged": True, "capabilities": []}})
+    assert _container(docs, "slonk-cpu")["securityContext"] == {"privileged": True}
