@@ -216,16 +216,13 @@ def _known_hosts(cluster: Cluster, objects: Plan, addresses: dict[str, str]) -> 
     cluster.known_hosts.write_text("".join(f"{line}\n" for line in lines))
 
 
-def _hidden_install_paths(tmpfs: dict[str, str]) -> list[Path]:
-    """Where slonk and its Python live, when a pod's own /tmp or /run would hide them (a
-    checkout under /tmp): the pod binds them back at the same path. A whole checkout, since
-    values may name its files (the tests' fake nvidia-smi)."""
-    needed = {
-        Path(sys.prefix),
-        Path(sys.base_prefix),
-        paths.checkout() or Path(slonk.__file__).parents[1],
-    }
-    return sorted(p for p in needed if any(p.is_relative_to(t) for t in tmpfs))
+def _install_paths(tmpfs: dict[str, str]) -> list[Path]:
+    """What a host-runtime pod binds read-only at the same path: where slonk and its Python
+    live, when its own /tmp or /run would hide them, and a whole checkout always (values may
+    name its files: the tests' fake nvidia-smi), so that no pod can write to it."""
+    source = paths.checkout() or Path(slonk.__file__).parents[1]
+    needed = {Path(sys.prefix), Path(sys.base_prefix), source}
+    return sorted(p for p in needed if p == source or any(p.is_relative_to(t) for t in tmpfs))
 
 
 def _pod_spec(cluster: Cluster, pod: Pod, hosts: str, runtime: str) -> dict[str, Any]:
@@ -245,7 +242,7 @@ def _pod_spec(cluster: Cluster, pod: Pod, hosts: str, runtime: str) -> dict[str,
 
     binds = [
         {"source": str(path), "target": str(path), "readOnly": True}
-        for path in (_hidden_install_paths(POD_TMPFS) if runtime == "host" else [])
+        for path in (_install_paths(POD_TMPFS) if runtime == "host" else [])
     ]
     for mount in pod.mounts:
         source = state_path(cluster.state_dir, mount, pod.name)
@@ -271,6 +268,9 @@ def _pod_spec(cluster: Cluster, pod: Pod, hosts: str, runtime: str) -> dict[str,
         ],
         "tmpfs": POD_TMPFS,
         "binds": binds,
+        # Host runtime: where a state directory (tokens, Secrets, other pods' layers) would
+        # show through the host's files; a podman pod sees only its volumes.
+        "hide": sorted({str(cluster.state_dir), str(DEFAULT_STATE_DIR.resolve())}),
         "files": {"/etc/hosts": hosts, "/etc/hostname": f"{pod.name}\n"},
         "sidecars": _sidecar_specs(cluster, pod),
     }
