@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from slonk.local.cluster import DEFAULT_STATE_DIR, Cluster
+from slonk.local.cluster import DEFAULT_STATE_DIR, Cluster, _pod_spec
 from slonk.local.fake_apiserver import PORT
+from slonk.local.manifests import LocalModeError, Mount, Pod
 from slonk.local.network import BRIDGE_ADDRESS
 
 from .conftest import LocalCluster, slonk
@@ -73,6 +74,16 @@ def test_a_state_dir_under_the_checkout_is_hidden_and_its_volumes_still_mount(tm
     ]  # fmt: skip
     assert (state / "volumes" / "home" / "new").read_text() == "written\n"
     assert not (checkout / "x").exists() and not (tmp_path / "absent").exists()
+
+
+@pytest.mark.parametrize("state_dir", ["/var/lib/slonk", "/var", "/"])
+def test_a_state_dir_holding_what_pods_use_is_refused(state_dir: str):
+    """Hidden in the pod, it would hide them too (here /var/lib/slonk/git, the hooks' state)."""
+    pod = Pod("slonk-cpu-0", "worker", {}, ("true",), {},
+              (Mount("claim", "hooks", "/var/lib/slonk/git"),), "slonk")
+    with pytest.raises(LocalModeError, match=f"state dir {state_dir} holds /"):
+        _pod_spec(Cluster(Path(state_dir)), pod, "", "host")
+    _pod_spec(Cluster(Path(state_dir)), pod, "", "podman")  # sees only its volumes: fine
 
 
 @pytest.fixture(scope="module")

@@ -247,6 +247,18 @@ def _pod_spec(cluster: Cluster, pod: Pod, hosts: str, runtime: str) -> dict[str,
     for mount in pod.mounts:
         source = state_path(cluster.state_dir, mount, pod.name)
         binds.append({"source": str(source), "target": mount.target, "readOnly": mount.read_only})
+    overlays = [
+        writable("/etc", [str(rootfs / "etc"), "/etc"]),
+        writable("/var", ["/var"]),
+        {"target": "/usr", "lower": [str(rootfs / "usr"), "/usr"]},
+    ]
+    # A host-runtime pod hides the state dir (podinit): it must hold none of the pod's paths.
+    used = [*(o["target"] for o in overlays), *POD_TMPFS, *(b["target"] for b in binds)]
+    for path in [*used, str(paths.HOOKS_STATE)] if runtime == "host" else []:
+        if Path(path).is_relative_to(cluster.state_dir):
+            raise LocalModeError(
+                f"state dir {cluster.state_dir} holds {path}, which pods use: choose another"
+            )
     env = {"PATH": POD_PATH, "HOME": "/root", "LANG": "C.UTF-8", **pod.env}
     if pod.service_account:
         account = cluster.state_dir / "serviceaccounts" / pod.service_account
@@ -261,11 +273,7 @@ def _pod_spec(cluster: Cluster, pod: Pod, hosts: str, runtime: str) -> dict[str,
         "capabilities": list(pod.capabilities),
         "command": list(pod.command),
         "env": env,
-        "overlays": [
-            writable("/etc", [str(rootfs / "etc"), "/etc"]),
-            writable("/var", ["/var"]),
-            {"target": "/usr", "lower": [str(rootfs / "usr"), "/usr"]},
-        ],
+        "overlays": overlays,
         "tmpfs": POD_TMPFS,
         "binds": binds,
         # Host runtime: where a state directory (tokens, Secrets, other pods' layers) would
