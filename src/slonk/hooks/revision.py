@@ -322,15 +322,15 @@ def _stage(tree: Path, settings: HookSettings, staging: Path) -> list[str]:
             continue
         if folder is None:
             continue
-        entries, wrong = walk(folder, directory, settings)
-        found += wrong
-        if not wrong:
-            try:
+        try:
+            entries, wrong = walk(folder, directory, settings)
+            found += wrong
+            if not wrong:
                 _copy(folder, entries, staging / phase, settings.max_file_bytes)
-            except Refused as err:
-                found.append(f"{directory}/{err}")
-            except OSError as err:
-                found.append(f"{directory}: changed while it was copied ({err.strerror})")
+        except Refused as err:
+            found.append(f"{directory}/{err}")
+        except OSError as err:
+            found.append(f"{directory}: changed while it was copied ({err.strerror})")
     if found:
         return found
     # What runs is the copy: it is what gets checked.
@@ -438,7 +438,8 @@ def watch(
     log(f"watching {root / spec.hooks.link}")
     while True:
         found = published(root, spec.hooks.link)
-        if found and found[1] != seen:
+        if found and found[1] != seen and os.path.lexists(found[0]):
+            # (A tree gone since the readlink was swapped away: the next look finds the new.)
             tree, revision = found
             try:
                 spec = load()
