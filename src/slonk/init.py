@@ -25,7 +25,6 @@ from slonk.users import sync as users_sync
 from slonk.users.directory import DirectoryError
 
 BOOT_LDAP_WAIT_SECONDS = 5.0
-DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 class InitError(RuntimeError):
@@ -104,7 +103,7 @@ def install_job_programs(spec: ClusterSpec) -> str:
     for name, arguments in programs.items():
         wrapper = paths.HOOK_BIN / name
         wrapper.write_text(
-            f'#!/bin/sh\nexport PATH="${{PATH:-{DEFAULT_PATH}}}"\n'
+            f'#!/bin/sh\nexport PATH="${{PATH:-{paths.DEFAULT_PATH}}}"\n'
             f"exec {sys.executable} {arguments}\n"
         )
         wrapper.chmod(0o755)

@@ -20,6 +20,9 @@ HOME = Path("/home")
 GIT_ROOT = Path("/var/lib/slonk/git")
 HOOKS_STATE = Path("/var/lib/slonk/hooks")
 HOOK_BIN = Path("/run/slonk/bin")
+# slurmd runs Prolog/Epilog with no PATH: their wrappers set this one, and a hook's
+# `#!/usr/bin/env NAME` is looked up on it.
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Health checks: the node's plan and its boot results (slonk.health.runner).
 HEALTH_STATE = Path("/run/slonk/health")
 HEALTH_PLAN = HEALTH_STATE / "plan.json"

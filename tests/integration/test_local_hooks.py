@@ -1,5 +1,6 @@
 """Prolog and epilog from git on a local cluster: push once, every node runs it; a broken
-push is refused; a failing prolog drains its node and the job goes elsewhere."""
+push, or one no job could run, is refused; a failing prolog drains its node as a hook's
+fault, the job goes elsewhere, and the recycle loop leaves the machine alone."""
 
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ def hooks(healthy: LocalCluster) -> Iterator[LocalCluster]:
     commit = repo.push({name: None for name in repo.git("ls-files").split() if "/" in name})
     _active_everywhere(healthy, commit)
     for node, (_, reason) in healthy.nodes().items():
-        if reason.startswith("slonk:prolog:"):
+        if reason.startswith("slonk:hook:"):
             healthy.pod("slonk-controller-0").check_output(
                 f"scontrol update nodename={node} state=resume")
 
@@ -51,6 +52,10 @@ def test_a_pushed_prolog_runs_on_every_worker(hooks: LocalCluster):
     job = _run_on_both(hooks)
     for worker in WORKERS:
         assert f"marked {worker}" in _hook_log(hooks, worker, job)
+        # Hook logs hold jobs' environments: root's alone.
+        modes = hooks.pod(worker).check_output(
+            f"stat -c '%a %U' /var/log/slonk/hooks /var/log/slonk/hooks/{job}.log")
+        assert modes.splitlines() == ["700 root", "600 root"]
 
 
 def test_a_broken_push_is_refused_and_the_last_good_prolog_keeps_running(hooks: LocalCluster):
@@ -72,7 +77,7 @@ def test_a_failing_prolog_drains_its_node_and_the_job_is_requeued(hooks: LocalCl
     _active_everywhere(hooks, failing)
     job = hooks.submit("--nodelist=slonk-cpu-0", "--output=/dev/null", "--wrap", "true")
     wait_for("slonk-cpu-0 drained", lambda: hooks.nodes()["slonk-cpu-0"][0] == "drained")
-    assert hooks.nodes()["slonk-cpu-0"][1] == "slonk:prolog:10-gpu-check: exit 1"
+    assert hooks.nodes()["slonk-cpu-0"][1] == "slonk:hook:prolog:10-gpu-check: exit 1"
     assert "no GPU" in _hook_log(hooks, "slonk-cpu-0", job)
     # Requeued, not held (nohold_on_prolog_fail): Slurm starts it again after its requeue delay.
     wait_for(f"job {job} requeued", lambda: hooks.jobs().get(job) == "PENDING")
@@ -93,3 +98,58 @@ def test_the_epilog_sees_the_jobs_environment(hooks: LocalCluster):
     job = _run_on_both(hooks)
     wait_for("the epilog's output", lambda: f"epilog job={job} user=demo" in _hook_log(
         hooks, "slonk-cpu-0", job))
+
+
+@pytest.mark.parametrize(("script", "problem"), [
+    ("#!/bin/bash\r\necho hi\r\n", "#! line ends in a carriage return (CRLF line ends?)"),
+    ("#!/usr/bin/env no-such-interpreter\necho hi\n",
+     "#! interpreter no-such-interpreter is not on the jobs' PATH"),
+])
+def test_a_script_no_job_could_run_is_refused(hooks: LocalCluster, script: str, problem: str):
+    good = hooks.hooks.push({"prolog.d/10-mark": "#!/bin/sh\necho still good\n"})
+    _active_everywhere(hooks, good)
+    bad = hooks.hooks.push({"prolog.d/20-bad": script})
+    wait_for("the refusal on every worker", lambda: all(
+        f"refused: {bad}" in _status(hooks, w) for w in WORKERS), timeout=15)
+    assert f"prolog.d/20-bad: {problem}" in _status(hooks, "slonk-cpu-0")
+    job = _run_on_both(hooks)
+    assert "still good" in _hook_log(hooks, "slonk-cpu-1", job)
+    assert all(state == "idle" for state, _ in hooks.nodes().values())
+
+
+def _deletes(cluster: LocalCluster, pod: str) -> int:
+    log = (cluster.state_dir / "apiserver" / "log").read_text()
+    return log.count(f'DELETE /api/v1/namespaces/default/pods/{pod} HTTP/1.1" 200')
+
+
+@pytest.fixture
+def recycling(hooks: LocalCluster) -> Iterator[LocalCluster]:
+    """Recycling at once, and slonk-cpu-1's GPUs made faulty (the fake nvidia-smi's state
+    is in /home); healed and back to the cluster's values afterwards."""
+    values = hooks.state_dir.parent / "recycle-at-once.yaml"
+    values.write_text("health: {recycle: {idleSeconds: 0, maxRecycles: 100}}\n")
+    hooks.slonk("upgrade", "-f", str(values))
+    try:
+        yield hooks
+    finally:
+        hooks.pod("slonk-cpu-0").run("rm -f /home/.fake-gpu/slonk-cpu-1")
+        hooks.wait_idle(("slonk-cpu-1",))  # a new, healthy pod resumed by its checks
+        hooks.slonk("upgrade")
+
+
+def test_a_node_a_hook_drained_is_not_recycled(recycling: LocalCluster):
+    cluster = recycling
+    failing = cluster.hooks.push({"prolog.d/10-broken": "#!/bin/sh\nexit 1\n"})
+    _active_everywhere(cluster, failing)
+    cluster.submit("--nodelist=slonk-cpu-0", "--output=/dev/null", "--wrap", "true")
+    reason = "slonk:hook:prolog:10-broken: exit 1"
+    wait_for("slonk-cpu-0 drained by the hook",
+             lambda: cluster.nodes()["slonk-cpu-0"] == ("drained", reason))
+    before, recycled = _deletes(cluster, "slonk-cpu-0"), _deletes(cluster, "slonk-cpu-1")
+    # A machine fault on the other node: once the loop recycles it, it has passed over
+    # slonk-cpu-0 (idle, drained by slonk) too.
+    cluster.pod("slonk-cpu-1").check_output(
+        "mkdir -p /home/.fake-gpu && echo ecc > /home/.fake-gpu/slonk-cpu-1")
+    wait_for("slonk-cpu-1 recycled", lambda: _deletes(cluster, "slonk-cpu-1") > recycled)
+    assert _deletes(cluster, "slonk-cpu-0") == before
+    assert cluster.nodes()["slonk-cpu-0"] == ("drained", reason)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from slonk.config.spec import HEALTH_CHECKS, RecycleSettings, SpecError, parse_spec
-from slonk.health import checks, command, gpu, node, recycle, runner
+from slonk.health import checks, command, gpu, node, reasons, recycle, runner
 from slonk.health.kube import KubeError
 from slonk.health.probe import Unhealthy, bounded
 
@@ -146,8 +146,9 @@ def test_scontrol_oneliner_is_parsed():
     a, b = node.parse_nodes(text)
     assert (a.state, a.flags) == ("idle", {"DRAIN"})
     assert a.reason == "slonk:storage: /home is mounted read-only"
-    assert (a.slonk_cause, a.slurmd_started) == ("storage", "2026-11-22T05:50:00")
-    assert (b.state, b.drained, b.slonk_cause) == ("mixed", False, None)
+    assert (a.cause, a.slurmd_started) == (
+        reasons.Cause(reasons.HEALTH, "storage"), "2026-11-22T05:50:00")
+    assert (b.state, b.drained, b.cause) == ("mixed", False, None)
 
 
 def _node(reason="", drained=True, state="idle", started="t0"):
@@ -172,9 +173,15 @@ def _result(check, ok, detail="bad"):
      ("drain", "slonk:scratch: full")),
     # a check that did not run this time neither keeps nor lifts another's drain
     (_node("slonk:gpu: XID 79"), [_result("scratch", True)], None),
-    # hooks' and the recycler's drains are not health's to lift
-    (_node("slonk:prolog:10-x: exit 1"), [_result("gpu", True)], None),
+    # hooks' and the recycler's drains are not health's to lift, nor to replace
+    (_node("slonk:hook:prolog:10-x: exit 1"), [_result("gpu", True)], None),
+    (_node("slonk:hook:prolog:10-x: exit 1"), [_result("gpu", False)], None),
+    (_node("slonk:prolog:10-x: exit 1"), [_result("gpu", True)], None),  # before `hook:`
     (_node("slonk:quarantine: recycled 3 times"), [_result("gpu", True)], None),
+    (_node("slonk:quarantine: recycled 3 times"), [_result("gpu", False)], None),
+    # what only looks like slonk's is a person's
+    (_node("slonk:gpu:typed by hand"), [_result("gpu", True)], None),
+    (_node("slonk: broken"), [_result("gpu", False)], None),
 ])
 def test_drain_and_resume_rules(current, results, expected):
     assert node.decide(current, results, undrain=True) == expected
@@ -222,8 +229,13 @@ def test_recycling_waits_for_idle_then_for_the_new_pod_then_quarantines():
     _node("slonk:gpu: XID 79", state="mixed"),  # still draining its jobs
     _node("slonk:quarantine: recycled 2 times"),
     _node(drained=False),
+    # a failing script is fixed in git: recycling machines for it would quarantine them all
+    _node("slonk:hook:prolog:10-x: exit 1"),
+    _node("slonk:hook:epilog:10-x: timed out after 30 s"),
+    _node("slonk:prolog:10-x: exit 1"),
+    _node("slonk:pod: stopping"),
 ])
-def test_recycling_leaves_busy_healthy_quarantined_and_peoples_nodes_alone(current):
+def test_recycling_leaves_busy_healthy_quarantined_hooks_and_peoples_nodes_alone(current):
     history = recycle.History()
     assert list(recycle.due([current], history, SETTINGS, now=0)) == []
     assert list(recycle.due([current], history, SETTINGS, now=10_000)) == []
@@ -262,3 +274,41 @@ def test_a_taint_that_failed_is_tried_again():
     assert history.untainted == {"n": "slonk:quarantine: x"}
     recycle.taint(kube, history)
     assert kube.tainted == ["refused", "n"] and history.untainted == {}
+
+
+@pytest.mark.parametrize(("reason", "cause"), [
+    ("slonk:gpu: 1 of 2 GPUs visible", ("health", "gpu")),
+    ("slonk:hook:prolog:10-x: exit 1", ("hook", "prolog:10-x")),
+    ("slonk:hook:epilog:a: b: c: exit 2", ("hook", "epilog:a")),
+    ("slonk:prolog:10-x: exit 1", ("hook", "prolog:10-x")),
+    ("slonk:quarantine: recycled 2 times", ("quarantine", "quarantine")),
+    ("slonk:pod: stopping", ("pod", "pod")),
+    ("maintenance", None),
+    ("", None),
+    ("slonk:", None),
+    ("slonk: gpu: x", None),
+    ("slonk:GPU: x", None),
+    ("slonk:gpu:x", None),
+    ("Slonk:gpu: x", None),
+])
+def test_one_classifier_reads_every_reason(reason, cause):
+    found = reasons.classify(reason)
+    assert (found and (found.kind, found.name)) == cause if cause else found is None
+
+
+def test_every_writer_is_read_back_as_its_kind():
+    for check in checks.CHECKS:
+        assert reasons.classify(runner.Result(check, False, "x", 0).reason) == reasons.Cause(
+            reasons.HEALTH, check)
+        assert check not in reasons.RESERVED
+    assert reasons.classify(reasons.hook("prolog", "10-x", "exit 1")).kind == reasons.HOOK
+    assert reasons.classify(reasons.quarantine("recycled")).kind == reasons.QUARANTINE
+    for word in reasons.RESERVED:
+        with pytest.raises(ValueError):
+            reasons.health(word, "x")
+
+
+def test_a_reason_is_one_bounded_line():
+    reason = reasons.hook("prolog", "x", "first\nsecond\r\x1b[2J" + "y" * 500)
+    assert reason.startswith("slonk:hook:prolog:x: first second  [2J")
+    assert len(reason) == reasons.MAX_LENGTH

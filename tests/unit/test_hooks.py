@@ -4,31 +4,52 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import stat
 import subprocess
 
 import pytest
 
 from slonk.config.spec import HookSettings
+from slonk.health import node
 from slonk.hooks import dispatch
-from slonk.hooks.revision import consider, problems, read_status, write_settings
+from slonk.hooks.revision import (
+    MAX_DEPTH,
+    MAX_ENTRIES,
+    Refused,
+    consider,
+    interpreter,
+    problems,
+    published,
+    read_status,
+    write_settings,
+)
+from slonk.local import gitsync
 from slonk.local.gitsync import sync_once
 
 SETTINGS = HookSettings(phases={"prolog": "prolog.d", "epilog": "epilog.d"}, timeout_seconds=2,
                         max_file_bytes=200)
+GOOD, BAD = "a" * 40, "b" * 40  # revisions are commit ids
 
 
 def _script(folder, name, text, mode=0o755):
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / name).write_text(text)
-    (folder / name).chmod(mode)
+    path = folder / name
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    path.chmod(mode)
 
 
 def test_a_good_tree_passes(tmp_path):
     _script(tmp_path / "prolog.d", "10-sh", "#!/bin/sh\necho hi\n")
     _script(tmp_path / "prolog.d", "20-py", "#!/usr/bin/env python3\nprint('hi')\n")
+    _script(tmp_path / "prolog.d", "30-env-s", "#!/usr/bin/env -S bash -e\necho hi\n")
+    _script(tmp_path / "prolog.d", "40-arg", "#! /bin/sh -e\t\necho hi\n")
     _script(tmp_path / "epilog.d", "10-bash", "#!/bin/bash\n[[ -n x ]] && echo ok\n")
+    _script(tmp_path / "epilog.d" / ".lib", "common.sh", "f() { :; }\n", 0o644)
+    (tmp_path / "epilog.d" / ".common").symlink_to(".lib/common.sh")  # inside: fine
     (tmp_path / "prolog.d" / ".hidden").write_text("ignored")
     (tmp_path / "README").write_text("not a hook")
+    (tmp_path / "elsewhere").symlink_to("/etc/shadow")  # outside the phases: never copied
     assert problems(tmp_path, SETTINGS) == []
 
 
@@ -39,55 +60,232 @@ def test_a_good_tree_passes(tmp_path):
      "prolog.d/c: line 2: syntax error near unexpected token `then'"),
     ("d", "#!/usr/bin/python3\ndef f(:\n", 0o755, "prolog.d/d: line 2: invalid syntax"),
     ("e", "#!/bin/sh\n" + "#" * 300 + "\n", 0o755, "prolog.d/e: larger than 200 bytes"),
+    # A script no job could run: it would fail every prolog and drain every node.
+    ("f", "#!/bin/bash\r\necho hi\r\n", 0o755,
+     "prolog.d/f: #! line ends in a carriage return (CRLF line ends?)"),
+    ("g", "#!/usr/bin/no-such-shell\necho\n", 0o755,
+     "prolog.d/g: #! interpreter /usr/bin/no-such-shell does not exist in this image"),
+    ("h", "#!/usr/bin/env no-such-shell\necho\n", 0o755,
+     "prolog.d/h: #! interpreter no-such-shell is not on the jobs' PATH"),
+    ("i", "#!/usr/bin/python3\nx = 1\0\n", 0o755,
+     "prolog.d/i: "),  # Python's words for NUL bytes vary: what counts is no crash
 ])
 def test_bad_scripts_are_named(tmp_path, name, text, mode, problem):
     _script(tmp_path / "prolog.d", name, text, mode)
-    assert problems(tmp_path, SETTINGS) == [problem]
+    (found,) = problems(tmp_path, SETTINGS)
+    assert found.startswith(problem)
+
+
+@pytest.mark.parametrize(("head", "problem"), [
+    (b"#!/bin/bash\r\n", "#! line ends in a carriage return (CRLF line ends?)"),
+    (b"#!/bin/bash\r", "#! line ends in a carriage return"),
+    (b"#!\n", "#! line names no interpreter"),
+    (b"#!  \t\n", "#! line names no interpreter"),
+    (b"#!bash\n", "#! interpreter bash is not an absolute path"),
+    (b"#!../../bin/sh\n", "#! interpreter ../../bin/sh is not an absolute path"),
+    (b"#!/etc/passwd\n", "#! interpreter /etc/passwd is not an executable file"),
+    (b"#!/usr/bin\n", "#! interpreter /usr/bin is not an executable file"),
+    (b"#!/bin/sh\x1b[2J\n", "#! line has a control character: /bin/sh\\x1b[2J"),
+    (b"#!/bin/sh\x00\n", "#! line has a control character"),
+    (b"#!/bin/\xff\n", "#! line is not UTF-8"),
+    (b"#!/bin/sh" + b" " * 300 + b"\n", "#! line longer than 255 bytes"),
+    (b"#!/usr/bin/env\n", "#! env: name the program to run first"),
+    (b"#!/usr/bin/env python3 -u\n", "#! env is given 'python3 -u' as one name"),
+    (b"#!/usr/bin/env -i sh\n", "#! env: name the program to run first"),
+    (b"#!/usr/bin/env FOO=1 sh\n", "#! env: name the program to run first"),
+    (b"#!/usr/bin/env -S\n", "#! env: name the program to run first"),
+    (b"#!/usr/bin/env ./x\n", "#! interpreter ./x is not an absolute path"),
+    (b"#!/usr/bin/env bash\n", None),
+    (b"#!/usr/bin/env -S python3 -u\n", None),
+    (b"#!/bin/sh", None),  # no newline: the whole file is the line
+])
+def test_the_interpreter_must_be_there_to_run_the_script(head, problem):
+    if problem is None:
+        assert interpreter(head).startswith("/")
+    else:
+        with pytest.raises(Refused) as refused:
+            interpreter(head)
+        assert str(refused.value).startswith(problem)
+
+
+def test_env_looks_names_up_on_the_jobs_path(tmp_path):
+    _script(tmp_path, "only-here", "#!/bin/sh\n")
+    assert interpreter(b"#!/usr/bin/env only-here\n", str(tmp_path)) == str(tmp_path / "only-here")
+    with pytest.raises(Refused, match="not on the jobs' PATH"):
+        interpreter(b"#!/usr/bin/env only-here\n")
+
+
+def _special(kind, path):
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.bind(str(path))
+
+
+@pytest.mark.parametrize(("make", "problem"), [
+    (lambda d: _script(d, "10-ok\r", "#!/bin/sh\n"), "prolog.d/10-ok\\x0d: name has a control"),
+    (lambda d: _script(d, "10\nx", "#!/bin/sh\n"), "prolog.d/10\\x0ax: name has a control"),
+    (lambda d: _script(d, "\x1b]0;hi\x07", "#!/bin/sh\n"), "prolog.d/\\x1b]0;hi\\x07: name has"),
+    (lambda d: _script(d, "-rf", "#!/bin/sh\n"), "prolog.d/-rf: name starts with '-'"),
+    (lambda d: _script(d, ".-x", "#!/bin/sh\n"), None),  # a dash later in a name is fine
+    (lambda d: os.close(os.open(bytes(d / "10-") + b"\xff", os.O_CREAT, 0o755)),
+     "prolog.d/10-\\xff: name is not UTF-8"),
+    (lambda d: (d / ".x").symlink_to("/etc/shadow"),
+     "prolog.d/.x: symlink to /etc/shadow points outside its directory"),
+    (lambda d: (d / ".x").symlink_to("/dev/sda"),
+     "prolog.d/.x: symlink to /dev/sda points outside its directory"),
+    (lambda d: (d / ".x").symlink_to("../../../../../../etc/passwd"),
+     "prolog.d/.x: symlink to ../../../../../../etc/passwd points outside its directory"),
+    (lambda d: (d / ".x").symlink_to(".nothing"), "prolog.d/.x: symlink to .nothing points to"),
+    (lambda d: (d / ".x").symlink_to(".x"), "prolog.d/.x: symlink to .x points to nothing"),
+    (lambda d: (_special("fifo", d / ".f"), (d / ".x").symlink_to(".f")),
+     "prolog.d/.x: symlink to .f points to a special file"),
+    (lambda d: (_script(d, ".t", "#!/bin/sh\n"), (d / "10-x").symlink_to(".t")),
+     "prolog.d/10-x: not a regular file"),
+    (lambda d: _special("fifo", d / ".fifo"),
+     "prolog.d/.fifo: not a regular file, directory or symlink"),
+    (lambda d: _special("socket", d / ".s"), "prolog.d/.s: not a regular file, directory"),
+    (lambda d: _script(d, "10-suid", "#!/bin/sh\n", 0o4755), "prolog.d/10-suid: setuid or setgid"),
+    (lambda d: _script(d / ".lib", "x", "", 0o2755), "prolog.d/.lib/x: setuid or setgid bit"),
+    (lambda d: (d / "10-dir").mkdir(), "prolog.d/10-dir: not a regular file"),
+    (lambda d: [_script(d / ".many", f"{i}", "") for i in range(MAX_ENTRIES + 1)],
+     f"prolog.d: more than {MAX_ENTRIES} entries"),
+    (lambda d: (d / "/".join(".d" for _ in range(MAX_DEPTH + 1))).mkdir(parents=True),
+     f"directories nested deeper than {MAX_DEPTH}"),
+    (lambda d: [_script(d, f".{i}", "#" * 200) for i in range(9)],
+     "prolog.d: more than 1600 bytes in all"),
+])
+def test_what_git_content_may_hold(tmp_path, make, problem):
+    """Each entry of a phase's directory, helpers too: the copy in slonk's store runs."""
+    (tmp_path / "prolog.d").mkdir()
+    make(tmp_path / "prolog.d")
+    found = problems(tmp_path, SETTINGS)
+    if problem is None:
+        assert found == []
+    else:
+        assert any(problem in line for line in found), found
+
+
+def test_a_phase_directory_must_be_a_directory_of_the_repository(tmp_path):
+    (tmp_path / "prolog.d").symlink_to("/etc")
+    (tmp_path / "real").mkdir()
+    (tmp_path / "hooks").symlink_to("real")
+    _script(tmp_path / "real" / "epilog.d", "10-x", "#!/bin/sh\n")
+    nested = HookSettings(phases={"prolog": "prolog.d", "epilog": "hooks/epilog.d"})
+    assert problems(tmp_path, nested) == [
+        "prolog.d: not a directory inside the repository",
+        "hooks/epilog.d: not a directory inside the repository",
+    ]
 
 
 def test_a_bad_revision_is_refused_and_the_good_one_stays(tmp_path):
     good, bad, state = tmp_path / "good", tmp_path / "bad", tmp_path / "state"
     _script(good / "prolog.d", "10-ok", "#!/bin/sh\necho ok\n")
-    _script(bad / "prolog.d", "10-ok", "#!/bin/sh\nif\n")
-    assert consider(good, "aaa", SETTINGS, state)
-    assert not consider(bad, "bbb", SETTINGS, state)
+    _script(bad / "prolog.d", "10-ok", "#!/bin/bash\r\necho ok\r\n")
+    assert consider(good, GOOD, SETTINGS, state)
+    assert not consider(bad, BAD, SETTINGS, state)
     status = read_status(state)
-    assert status["active"]["revision"] == "aaa"
-    assert status["refused"]["revision"] == "bbb"
-    assert "prolog.d/10-ok" in status["refused"]["reason"]
+    assert status["active"]["revision"] == GOOD
+    assert status["refused"]["revision"] == BAD
+    assert status["refused"]["reason"] == (
+        "prolog.d/10-ok: #! line ends in a carriage return (CRLF line ends?)")
     assert (state / "active" / "prolog" / "10-ok").read_text() == "#!/bin/sh\necho ok\n"
+    assert [p.name for p in (state / "revisions").iterdir()] == [GOOD]  # no staging left
     good.rename(tmp_path / "gone")  # git-sync removes old worktrees: the store keeps a copy
     assert (state / "active" / "prolog" / "10-ok").exists()
 
 
-def test_dispatcher_runs_in_order_logs_and_fails_on_the_first_error(tmp_path, monkeypatch):
-    state, logs = tmp_path / "state", tmp_path / "logs"
-    tree = tmp_path / "tree"
-    _script(tree / "prolog.d", "10-first", "#!/bin/sh\necho first $SLURM_JOB_ID\n")
-    _script(tree / "prolog.d", "20-fails", "#!/bin/sh\necho oops >&2\nexit 3\n")
-    _script(tree / "prolog.d", "30-never", "#!/bin/sh\necho never\n")
-    consider(tree, "rev", SETTINGS, state)
+def test_the_store_copy_is_roots_whatever_the_checkout_modes(tmp_path):
+    tree, state = tmp_path / "tree", tmp_path / "state"
+    _script(tree / "prolog.d", "10-open", "#!/bin/sh\n", 0o777)
+    _script(tree / "prolog.d" / ".lib", "common.sh", "", 0o666)
+    (tree / "prolog.d" / ".lib").chmod(0o777)
+    (tree / "prolog.d" / ".common").symlink_to(".lib/common.sh")
+    assert consider(tree, GOOD, SETTINGS, state)
+    active = state / "active" / "prolog"
+    assert stat.S_IMODE((active / "10-open").stat().st_mode) == 0o755
+    assert stat.S_IMODE((active / ".lib").stat().st_mode) == 0o755
+    assert stat.S_IMODE((active / ".lib" / "common.sh").stat().st_mode) == 0o644
+    assert os.readlink(active / ".common") == ".lib/common.sh"
+
+
+def test_many_problems_are_counted_not_all_listed(tmp_path):
+    for i in range(30):
+        _script(tmp_path / "tree" / "prolog.d", f"{i:02}", "no interpreter\n")
+    assert not consider(tmp_path / "tree", BAD, SETTINGS, tmp_path / "state")
+    reason = read_status(tmp_path / "state")["refused"]["reason"]
+    assert reason.endswith("prolog.d/19: no #! line; and 10 more")
+
+
+@pytest.mark.parametrize("target", ["/etc", "../../etc", f"../{'c' * 40}"])
+def test_a_link_out_of_git_syncs_root_is_refused(tmp_path, target):
+    root, state = tmp_path / "root", tmp_path / "state"
+    root.mkdir()
+    (root / "hooks").symlink_to(target)
+    tree, revision = published(root, "hooks")
+    assert revision == target
+    assert not consider(tree, revision, SETTINGS, state)
+    assert read_status(state)["refused"]["reason"] == (
+        f"{target}: not a commit's worktree in git-sync's root")
+
+
+def test_a_revision_name_is_a_commit_id(tmp_path):
+    _script(tmp_path / "tree" / "prolog.d", "10-ok", "#!/bin/sh\n")
+    for name in ("..", ".", "main", "a" * 39, "A" * 40, "a" * 40 + "\n"):
+        assert not consider(tmp_path / "tree", name, SETTINGS, tmp_path / "state")
+    assert not (tmp_path / "state" / "active").exists()
+
+
+def _run(tmp_path, monkeypatch, scripts, phase="prolog", job="42"):
+    state, logs, tree = tmp_path / "state", tmp_path / "logs", tmp_path / "tree"
+    for name, text in scripts.items():
+        _script(tree / f"{phase}.d", name, text)
+    assert consider(tree, GOOD, SETTINGS, state)
     write_settings(SETTINGS, state)
     drained = []
-    monkeypatch.setattr(dispatch, "drain", drained.append)
-    monkeypatch.setenv("SLURM_JOB_ID", "42")
-    assert dispatch.run("prolog", state, logs) == 1
-    log = (logs / "42.log").read_text()
+    monkeypatch.setattr(node, "drain", lambda name, reason: drained.append(reason))
+    monkeypatch.setenv("SLURM_JOB_ID", job)
+    return dispatch.run(phase, state, logs), drained
+
+
+def test_dispatcher_runs_in_order_logs_and_fails_on_the_first_error(tmp_path, monkeypatch):
+    code, drained = _run(tmp_path, monkeypatch, {
+        "10-first": "#!/bin/sh\necho first $SLURM_JOB_ID\n",
+        "20-fails": "#!/bin/sh\necho oops >&2\nexit 3\n",
+        "30-never": "#!/bin/sh\necho never\n",
+    })
+    assert code == 1
+    log = (tmp_path / "logs" / "42.log").read_text()
     assert "first 42" in log and "oops" in log and "never" not in log
-    assert drained == ["slonk:prolog:20-fails: exit 3"]
-    assert dispatch.run("epilog", state, logs) == 0  # no epilog scripts: nothing to do
+    assert drained == ["slonk:hook:prolog:20-fails: exit 3"]  # a hook's drain, not health's
+    assert node.NodeState("n", "idle", frozenset({"DRAIN"}), drained[0]).cause.kind == "hook"
+    assert dispatch.run("epilog", tmp_path / "state", tmp_path / "logs") == 0  # nothing to do
+
+
+def test_hook_logs_are_roots_alone(tmp_path, monkeypatch):
+    logs = tmp_path / "logs"
+    logs.mkdir(mode=0o755)
+    (logs / "42.log").write_text("left readable by an older slonk\n")
+    (logs / "42.log").chmod(0o644)
+    code, _ = _run(tmp_path, monkeypatch, {"10-env": "#!/bin/sh\nenv\n"})
+    assert code == 0
+    assert stat.S_IMODE(logs.stat().st_mode) == 0o700
+    assert stat.S_IMODE((logs / "42.log").stat().st_mode) == 0o600
+
+
+@pytest.mark.parametrize("job", ["../../etc/x", "42\n", "", "-1"])
+def test_a_strange_job_id_names_no_log_path(tmp_path, monkeypatch, job):
+    code, _ = _run(tmp_path, monkeypatch, {"10-ok": "#!/bin/sh\necho ok\n"}, job=job)
+    assert code == 0
+    assert [p.name for p in (tmp_path / "logs").iterdir()] == ["no-job.log"]
 
 
 def test_dispatcher_times_out_a_script(tmp_path, monkeypatch):
-    state, tree = tmp_path / "state", tmp_path / "tree"
-    _script(tree / "epilog.d", "10-slow", "#!/bin/sh\nsleep 30\n")
-    consider(tree, "rev", SETTINGS, state)
-    write_settings(SETTINGS, state)
-    drained = []
-    monkeypatch.setattr(dispatch, "drain", drained.append)
-    assert dispatch.run("epilog", state, tmp_path / "logs") == 1
-    assert drained == ["slonk:epilog:10-slow: timed out after 2 s"]
-    assert json.loads((state / "settings.json").read_text()) == {"timeoutSeconds": 2}
+    code, drained = _run(tmp_path, monkeypatch, {"10-slow": "#!/bin/sh\nsleep 30\n"}, "epilog")
+    assert code == 1
+    assert drained == ["slonk:hook:epilog:10-slow: timed out after 2 s"]
+    assert json.loads((tmp_path / "state" / "settings.json").read_text()) == {"timeoutSeconds": 2}
 
 
 def _commit(repo, name, text):
@@ -110,3 +308,45 @@ def test_local_git_sync_keeps_git_syncs_contract(tmp_path):
     assert sync_once(f"file://{repo}", "HEAD", root, "hooks", 1) == second
     assert (root / "hooks" / "b").read_text() == "2"
     assert not (root / ".worktrees" / first).exists()
+    assert sync_once(str(repo), first, root, "hooks", 0) == first  # a path, a commit, no depth
+
+
+@pytest.mark.parametrize(("repo", "ref", "link", "refused"), [
+    ("ext::sh -c touch% {pwned}", "HEAD", "hooks", "GITSYNC_REPO"),
+    ("ext::sh -c 'touch {pwned}'", "HEAD", "hooks", "GITSYNC_REPO"),
+    ("fd::3", "HEAD", "hooks", "GITSYNC_REPO"),
+    ("--upload-pack=touch {pwned}", "HEAD", "hooks", "GITSYNC_REPO"),
+    ("-u", "HEAD", "hooks", "GITSYNC_REPO"),
+    ("ssh://-oProxyCommand=touch%20{pwned}/x", "HEAD", "hooks", "GITSYNC_REPO"),
+    ("-oProxyCommand=x:repo", "HEAD", "hooks", "GITSYNC_REPO"),
+    ("gopher://example.org/repo", "HEAD", "hooks", "GITSYNC_REPO"),
+    ("file://{repo}\n", "HEAD", "hooks", "GITSYNC_REPO"),
+    ("relative/path", "HEAD", "hooks", "GITSYNC_REPO"),
+    ("file://{repo}", "--upload-pack=touch {pwned}", "hooks", "GITSYNC_REF"),
+    ("file://{repo}", "-h", "hooks", "GITSYNC_REF"),
+    ("file://{repo}", "main:refs/heads/x", "hooks", "GITSYNC_REF"),
+    ("file://{repo}", "+main", "hooks", "GITSYNC_REF"),
+    ("file://{repo}", "main..x", "hooks", "GITSYNC_REF"),
+    ("file://{repo}", "HEAD\n", "hooks", "GITSYNC_REF"),
+    ("file://{repo}", "HEAD", "../../etc", "GITSYNC_LINK"),
+    ("file://{repo}", "HEAD", "-x", "GITSYNC_LINK"),
+])
+def test_local_git_sync_refuses_what_git_would_read_as_an_option_or_a_command(
+    tmp_path, repo, ref, link, refused
+):
+    source, pwned = tmp_path / "repo", tmp_path / "pwned"
+    subprocess.run(["git", "init", "-q", str(source)], check=True)
+    _commit(source, "a", "1")
+    with pytest.raises(gitsync.Refused, match=refused):
+        sync_once(repo.format(repo=source, pwned=pwned), ref.format(pwned=pwned),
+                  tmp_path / "root", link, 1)
+    assert not pwned.exists()
+
+
+def test_git_itself_refuses_other_transports(tmp_path, monkeypatch):
+    """Behind the checks, git's own allow-list (a redirect, a check missed)."""
+    monkeypatch.setattr(gitsync, "check_repo", lambda repo: repo)
+    with pytest.raises(subprocess.CalledProcessError) as failed:
+        sync_once(f"ext::sh -c touch% {tmp_path}/pwned", "HEAD", tmp_path / "root", "hooks", 1)
+    assert "transport 'ext' not allowed" in failed.value.stderr
+    assert not (tmp_path / "pwned").exists()

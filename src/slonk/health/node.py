@@ -8,7 +8,8 @@ import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from slonk.health.runner import REASON_PREFIX, Result
+from slonk.health import reasons
+from slonk.health.runner import Result
 
 SCONTROL_TIMEOUT_SECONDS = 10
 FIELD = re.compile(r"(\w+)=(\S*)")
@@ -32,12 +33,10 @@ class NodeState:
         return "DRAIN" in self.flags
 
     @property
-    def slonk_cause(self) -> str | None:
-        """What slonk drained the node for (`gpu`, `prolog`, `quarantine`), None when slonk
-        did not drain it."""
-        if not self.drained or not self.reason.startswith(REASON_PREFIX):
-            return None
-        return self.reason.removeprefix(REASON_PREFIX).split(":", 1)[0]
+    def cause(self) -> reasons.Cause | None:
+        """Why slonk drained the node (a check, a hook, quarantine), None when slonk did not
+        drain it."""
+        return reasons.classify(self.reason) if self.drained else None
 
 
 def scontrol(*args: str) -> str:
@@ -87,17 +86,18 @@ def read_nodes(*names: str) -> list[NodeState]:
 
 def decide(node: NodeState, results: Sequence[Result], undrain: bool) -> tuple[str, str] | None:
     """('drain', reason), ('resume', old reason) or None. A drain slonk made for one check is
-    replaced only once that check passes; hooks' and quarantine drains are not health's to lift."""
+    replaced only once that check passes; hooks' and quarantine drains are not health's to
+    lift or replace, and a person's drain is theirs."""
     failed = [r for r in results if not r.ok]
     passed = {r.check for r in results if r.ok}
-    cause = node.slonk_cause
-    if node.drained and cause is None:
-        return None  # a person's drain: theirs to lift
+    cause = node.cause
+    if node.drained and (cause is None or cause.kind != reasons.HEALTH):
+        return None
     if failed:
-        if cause is None or cause in passed:
+        if cause is None or cause.name in passed:
             return ("drain", failed[0].reason)
         return None
-    if undrain and cause in passed:
+    if undrain and cause is not None and cause.name in passed:
         return ("resume", node.reason)
     return None
 

@@ -1,9 +1,11 @@
 """The controller's recycle loop (the s6 service `health-recycle`).
 
-A node slonk drained that has sat idle for `idleSeconds` gets its pod deleted: Kubernetes
-makes a fresh one, which runs its boot checks and, healthy, is resumed by its first health
-run. A node recycled `maxRecycles` times within `windowSeconds` is not recycled again: it
-stays drained as `slonk:quarantine` and its Kubernetes node is tainted for replacement.
+A node a health check drained (the machine's fault, see slonk.health.reasons) that has sat
+idle for `idleSeconds` gets its pod deleted: Kubernetes makes a fresh one, which runs its
+boot checks and, healthy, is resumed by its first health run. A node recycled `maxRecycles`
+times within `windowSeconds` is not recycled again: it stays drained as `slonk:quarantine`
+and its Kubernetes node is tainted for replacement. Nodes a job hook drained are left alone:
+a bad script is fixed in git, not by replacing machines.
 """
 
 from __future__ import annotations
@@ -19,14 +21,13 @@ from typing import Protocol
 from slonk.config.spec import ClusterSpec, RecycleSettings, SpecError
 from slonk.files import write_atomically
 from slonk.health import node as slurm
+from slonk.health import reasons
 from slonk.health.kube import KubeError
 from slonk.services import idle
 
 # On the controller's state volume, beside slurmctld's own state: a controller restart must
 # not forget how often a node was recycled.
 HISTORY = Path("/var/spool/slurmctld/slonk-recycle.json")
-QUARANTINE = "quarantine"
-REASON_MAX = 250  # keeps `scontrol show node` readable
 
 
 def log(message: str) -> None:
@@ -69,9 +70,10 @@ def due(
         if history.restarting.get(node.name) == node.slurmd_started:
             continue
         history.restarting.pop(node.name, None)
-        cause = node.slonk_cause
-        if cause in (None, QUARANTINE) or node.state != "idle":
-            history.idle_since.pop(node.name, None)  # busy, healthy, or a person's drain
+        cause = node.cause
+        if cause is None or cause.kind != reasons.HEALTH or node.state != "idle":
+            # busy, healthy, or drained by a hook, by quarantine or by a person
+            history.idle_since.pop(node.name, None)
             continue
         since = history.idle_since.setdefault(node.name, now)
         if now - since < settings.idle_seconds:
@@ -108,8 +110,7 @@ def pass_once(spec: ClusterSpec, kube: Kubernetes, history: History, now: float)
             )
             continue
         window = settings.window_seconds
-        reason = f"slonk:{QUARANTINE}: recycled {recent} times in {window} s; last {node.reason}"
-        reason = reason[:REASON_MAX]
+        reason = reasons.quarantine(f"recycled {recent} times in {window} s; last {node.reason}")
         slurm.drain(node.name, reason)
         log(f"quarantined {node.name}: {reason}")
         if settings.taint_nodes:

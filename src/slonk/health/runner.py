@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from slonk.files import write_atomically
+from slonk.health import reasons
 from slonk.health.checks import CHECKS, Node
 from slonk.health.probe import Unhealthy
 from slonk.paths import HEALTH_PLAN, HEALTH_STATE
@@ -26,7 +27,6 @@ BOOT_RESULTS = HEALTH_STATE / "boot.json"
 # A check returns within its timeout by itself (its probes are bounded); this is the slack
 # before the runner stops waiting for one that does not.
 JOIN_SLACK_SECONDS = 1.0
-REASON_PREFIX = "slonk:"
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class Result:
     @property
     def reason(self) -> str:
         """Slurm's drain reason: `slonk:<check>: <detail>`."""
-        return f"{REASON_PREFIX}{self.check}: {self.detail}"
+        return reasons.health(self.check, self.detail)
 
     def line(self) -> str:
         status = "ok  " if self.ok else "FAIL"

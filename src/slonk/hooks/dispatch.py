@@ -4,8 +4,10 @@ scripts, in order.
 Runs for every job on every node, so it imports slonk's health code only where the node has
 checks, and its drain code only on a failure, and does no work when a phase has nothing to
 run. Each prolog/epilog script's output goes to the
-job's hook log; the first failure drains the node with a `slonk:<phase>:<script>` reason and
-fails the phase, so Slurm requeues the job (SchedulerParameters=nohold_on_prolog_fail).
+job's hook log, readable by root only (it holds the job's environment); the first failure
+drains the node with a `slonk:hook:<phase>:<script>` reason (a script's fault, not the
+machine's: never recycled, see slonk.health.reasons) and fails the phase, so Slurm requeues
+the job (SchedulerParameters=nohold_on_prolog_fail).
 Task prolog/epilog scripts run as the job's user with Slurm's stdout (it reads `export`
 lines from it), so they neither log here nor drain.
 """
@@ -14,15 +16,18 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TextIO
 
 from slonk.paths import HEALTH_PLAN, HOOKS_STATE
 
 LOGS = Path("/var/log/slonk/hooks")
 DRAINING_PHASES = ("prolog", "epilog")
+JOB_ID = re.compile(r"[0-9]{1,20}")
 
 
 def scripts(state: Path, phase: str) -> list[Path]:
@@ -34,12 +39,12 @@ def scripts(state: Path, phase: str) -> list[Path]:
     return [p for p in entries if not p.name.startswith(".") and p.is_file()]
 
 
-def drain(reason: str) -> None:
-    from slonk.health import node  # only on failure: jobs that pass import nothing more
+def drain(phase: str, script: str, detail: str) -> None:
+    from slonk.health import node, reasons  # only on failure: jobs that pass import no more
 
     name = os.environ.get("SLURMD_NODENAME", "")
     try:
-        node.drain(name, reason)
+        node.drain(name, reasons.hook(phase, script, detail))
     except node.SlurmError as err:
         print(f"slonk hooks: could not drain {name}: {err}", file=sys.stderr)
 
@@ -55,6 +60,17 @@ def health_checks(phase: str) -> int:
     return 0 if all(r.ok for r in results) else 1
 
 
+def open_log(logs: Path, job: str) -> TextIO:
+    """The job's hook log, root's alone: scripts print other users' job environments. Modes
+    are set on every open, so a log or directory an older slonk left readable is closed."""
+    logs.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(logs, 0o700)
+    name = f"{job}.log" if JOB_ID.fullmatch(job) else "no-job.log"
+    fd = os.open(logs / name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    os.fchmod(fd, 0o600)
+    return open(fd, "a")
+
+
 def run(phase: str, state: Path = HOOKS_STATE, logs: Path = LOGS) -> int:
     if health_checks(phase):
         return 1
@@ -63,10 +79,7 @@ def run(phase: str, state: Path = HOOKS_STATE, logs: Path = LOGS) -> int:
         return 0
     timeout = json.loads((state / "settings.json").read_text())["timeoutSeconds"]
     draining = phase in DRAINING_PHASES
-    out = None
-    if draining:
-        logs.mkdir(parents=True, exist_ok=True)
-        out = open(logs / f"{os.environ.get('SLURM_JOB_ID', 'no-job')}.log", "a")  # noqa: SIM115
+    out = open_log(logs, os.environ.get("SLURM_JOB_ID", "")) if draining else None
     try:
         for script in todo:
             if out:
@@ -90,7 +103,7 @@ def run(phase: str, state: Path = HOOKS_STATE, logs: Path = LOGS) -> int:
                 if out:
                     out.write(f"== {phase} {script.name} failed: {detail}\n")
                 if draining:
-                    drain(f"slonk:{phase}:{script.name}: {detail}")
+                    drain(phase, script.name, detail)
                 return 1
     finally:
         if out:

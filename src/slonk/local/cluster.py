@@ -216,16 +216,13 @@ def _known_hosts(cluster: Cluster, objects: Plan, addresses: dict[str, str]) -> 
     cluster.known_hosts.write_text("".join(f"{line}\n" for line in lines))
 
 
-def _hidden_install_paths(tmpfs: dict[str, str]) -> list[Path]:
-    """Where slonk and its Python live, when a pod's own /tmp or /run would hide them (a
-    checkout under /tmp): the pod binds them back at the same path. A whole checkout, since
-    values may name its files (the tests' fake nvidia-smi)."""
-    needed = {
-        Path(sys.prefix),
-        Path(sys.base_prefix),
-        paths.checkout() or Path(slonk.__file__).parents[1],
-    }
-    return sorted(p for p in needed if any(p.is_relative_to(t) for t in tmpfs))
+def _install_paths(tmpfs: dict[str, str]) -> list[Path]:
+    """What a host-runtime pod binds read-only at the same path: where slonk and its Python
+    live, when its own /tmp or /run would hide them, and a whole checkout always (values may
+    name its files: the tests' fake nvidia-smi), so that no pod can write to it."""
+    source = paths.checkout() or Path(slonk.__file__).parents[1]
+    needed = {Path(sys.prefix), Path(sys.base_prefix), source}
+    return sorted(p for p in needed if p == source or any(p.is_relative_to(t) for t in tmpfs))
 
 
 def _pod_spec(cluster: Cluster, pod: Pod, hosts: str, runtime: str) -> dict[str, Any]:
@@ -245,11 +242,23 @@ def _pod_spec(cluster: Cluster, pod: Pod, hosts: str, runtime: str) -> dict[str,
 
     binds = [
         {"source": str(path), "target": str(path), "readOnly": True}
-        for path in (_hidden_install_paths(POD_TMPFS) if runtime == "host" else [])
+        for path in (_install_paths(POD_TMPFS) if runtime == "host" else [])
     ]
     for mount in pod.mounts:
         source = state_path(cluster.state_dir, mount, pod.name)
         binds.append({"source": str(source), "target": mount.target, "readOnly": mount.read_only})
+    overlays = [
+        writable("/etc", [str(rootfs / "etc"), "/etc"]),
+        writable("/var", ["/var"]),
+        {"target": "/usr", "lower": [str(rootfs / "usr"), "/usr"]},
+    ]
+    # A host-runtime pod hides the state dir (podinit): it must hold none of the pod's paths.
+    used = [*(o["target"] for o in overlays), *POD_TMPFS, *(b["target"] for b in binds)]
+    for path in [*used, str(paths.HOOKS_STATE)] if runtime == "host" else []:
+        if Path(path).is_relative_to(cluster.state_dir):
+            raise LocalModeError(
+                f"state dir {cluster.state_dir} holds {path}, which pods use: choose another"
+            )
     env = {"PATH": POD_PATH, "HOME": "/root", "LANG": "C.UTF-8", **pod.env}
     if pod.service_account:
         account = cluster.state_dir / "serviceaccounts" / pod.service_account
@@ -266,13 +275,12 @@ def _pod_spec(cluster: Cluster, pod: Pod, hosts: str, runtime: str) -> dict[str,
         "noNewPrivileges": pod.no_new_privileges,
         "command": list(pod.command),
         "env": env,
-        "overlays": [
-            writable("/etc", [str(rootfs / "etc"), "/etc"]),
-            writable("/var", ["/var"]),
-            {"target": "/usr", "lower": [str(rootfs / "usr"), "/usr"]},
-        ],
+        "overlays": overlays,
         "tmpfs": POD_TMPFS,
         "binds": binds,
+        # Host runtime: where a state directory (tokens, Secrets, other pods' layers) would
+        # show through the host's files; a podman pod sees only its volumes.
+        "hide": sorted({str(cluster.state_dir), str(DEFAULT_STATE_DIR.resolve())}),
         "files": {"/etc/hosts": hosts, "/etc/hostname": f"{pod.name}\n"},
         "sidecars": _sidecar_specs(cluster, pod),
     }

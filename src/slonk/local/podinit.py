@@ -4,6 +4,13 @@ Run by `slonk local` as PID 1 of a fresh PID, mount and UTS namespace (already j
 the pod's network namespace). The host's root is the pod's image, with the image's own
 files (rootfs/) layered over /etc and /usr, and a writable layer per pod over /etc and /var,
 as a container runtime would do. Every mount dies with the pod's mount namespace.
+
+The host's root is visible in the pod, and with it the state directory of `slonk local`
+(the controller's ServiceAccount token, every pod's Secrets and layers, the client SSH key),
+at its host path: directly, through the /var overlay's lower layer, or under a checkout bound
+back in. Once the binds that could show it are made (from file descriptors opened before,
+so they keep their sources), each path in `hide` is covered by an empty tmpfs, read-only
+once the binds whose targets lie under it are made. Users in the pod cannot unmount it.
 """
 
 from __future__ import annotations
@@ -49,16 +56,30 @@ def confined(command: list[str], spec: dict) -> list[str]:
     return ["setpriv", *options, "--", *command] if options else command
 
 
+def _under(target: str, hidden: list[str]) -> bool:
+    return any(Path(target).is_relative_to(path) for path in hidden)
+
+
 def main(spec_path: str) -> None:
     spec = json.loads(Path(spec_path).read_text())
-    # Hold every volume's source before the pod's own /tmp or /run can hide it.
+    # Hold every volume's source before the pod's own /tmp or /run, or the hiding, covers it.
     sources = [os.open(v["source"], os.O_PATH | os.O_DIRECTORY) for v in spec["binds"]]
     for layer in spec["overlays"]:
         overlay(layer["target"], layer["lower"], layer.get("upper"), layer.get("work"))
     for target, mode in spec["tmpfs"].items():
         _mount("-t", "tmpfs", "-o", f"mode={mode}", "tmpfs", target)
-    for fd, volume in zip(sources, spec["binds"], strict=True):
+    hide = spec.get("hide", [])
+    binds = list(zip(sources, spec["binds"], strict=True))
+    for fd, volume in [b for b in binds if not _under(b[1]["target"], hide)]:
         bind(fd, volume["target"], volume["readOnly"])
+    hidden = [path for path in hide if Path(path).is_dir()]  # as the pod sees it by now
+    for path in hidden:
+        _mount("-t", "tmpfs", "-o", "mode=0755,size=64k", "slonk-hidden", path)
+    for fd, volume in [b for b in binds if _under(b[1]["target"], hide)]:
+        bind(fd, volume["target"], volume["readOnly"])
+    for path in hidden:
+        _mount("-o", "remount,ro", path)
+    for fd in sources:
         os.close(fd)
     for path, text in spec["files"].items():
         Path(path).write_text(text)

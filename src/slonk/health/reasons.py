@@ -1,0 +1,71 @@
+"""The one home of slonk's Slurm drain reasons: how each kind is written, and what a reason
+read back from Slurm is.
+
+Every reason slonk writes starts `slonk:`; the word after it says who drained the node:
+
+  slonk:<check>: <detail>                 a health check: the machine is at fault (HEALTH)
+  slonk:hook:<phase>:<script>: <detail>   a job hook from git failed: the script is (HOOK)
+  slonk:quarantine: <detail>              recycled too often; left for a person (QUARANTINE)
+  slonk:pod: <detail>                     the pod is stopping (POD; set as DOWN, in rootfs'
+                                          svscan/SIGTERM, which is shell)
+
+Only HEALTH drains are the machine's: only they are lifted by a passing check or recycled.
+A reason that does not parse as one of these is treated as a person's, and left alone.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+PREFIX = "slonk:"
+HEALTH, HOOK, QUARANTINE, POD = "health", "hook", "quarantine", "pod"
+# Before hooks had their own word, a failed prolog drained as `slonk:prolog:<script>: ...`:
+# such drains may still stand after an upgrade, and are hooks' too.
+LEGACY_HOOK_WORDS = ("prolog", "epilog")
+RESERVED = (HOOK, QUARANTINE, POD, *LEGACY_HOOK_WORDS)  # never a health check's name
+MAX_LENGTH = 250  # keeps `scontrol show node` readable
+WORD = re.compile(r"[a-z][a-z0-9_-]*")
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+@dataclass(frozen=True)
+class Cause:
+    kind: str  # HEALTH, HOOK, QUARANTINE or POD
+    name: str  # the check for HEALTH, `<phase>:<script>` for HOOK, else the kind
+
+
+def _reason(head: str, detail: str) -> str:
+    """Control characters would break `scontrol --oneliner` (and the log): one line only."""
+    return CONTROL.sub(" ", f"{PREFIX}{head}: {detail}")[:MAX_LENGTH]
+
+
+def health(check: str, detail: str) -> str:
+    if check in RESERVED or not WORD.fullmatch(check):
+        raise ValueError(f"{check!r} cannot name a health check: it would read as another kind")
+    return _reason(check, detail)
+
+
+def hook(phase: str, script: str, detail: str) -> str:
+    return _reason(f"{HOOK}:{phase}:{script}", detail)
+
+
+def quarantine(detail: str) -> str:
+    return _reason(QUARANTINE, detail)
+
+
+def classify(reason: str) -> Cause | None:
+    """Who wrote a drain reason; None for one slonk did not write (a person's)."""
+    if not reason.startswith(PREFIX):
+        return None
+    word, colon, rest = reason.removeprefix(PREFIX).partition(":")
+    if not colon or not WORD.fullmatch(word):
+        return None
+    if word == HOOK or word in LEGACY_HOOK_WORDS:
+        script = rest.split(": ", 1)[0]
+        return Cause(HOOK, script if word == HOOK else f"{word}:{script}")
+    if word in (QUARANTINE, POD):
+        return Cause(word, word)
+    if not rest.startswith(" "):
+        return None  # `slonk:gpu:x` is no check's reason: not ours
+    return Cause(HEALTH, word)
