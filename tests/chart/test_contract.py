@@ -81,6 +81,17 @@ HOSTILE = [
     ("slurm.extraLines", ["A=1\nB=2"], "slurm.extraLines[0]"),
     ("slurm.extraLines", ["MaxJobCount=5\\"], "slurm.extraLines[0]"),
     ("slurm.slurmctldPort", 70000, None),
+    ("slurm.slurmConf", {"SlurmctldAddr": "evil.example.org"}, "slurm.slurmConf.SlurmctldAddr"),
+    ("slurm.extraLines", ["SelectType=select/linear", "selecttype=x"], "slurm.extraLines[1]"),
+    ("partitions[0].name", "DEFAULT", None),
+    ("partitions[0].name", "default", None),
+    ("partitions[0].options", {"Priority": 1000}, "partitions[0].options.Priority"),
+    ("partitions[0].priorityTier", 70000, None),
+    ("nodepools[0].name", "default", None),
+    ("nodepools[0].cpus", 70000, None),
+    ("nodepools[0].cpus", 10**20, None),
+    ("nodepools[0].memoryMiB", 2**40, None),
+    ("health.intervalSeconds", 1e21, None),
     ("nodepools[0].name", "ldap", None),
     ("nodepools[0].replicas", 100_000_000, None),
     ("nodepools[0].features", ["gpu\nNodeName=evil"], "nodepools[0].features[0]"),
@@ -241,7 +252,31 @@ def test_the_templates_reserve_the_pods_keys():
         assert body and set(body.group(1).split()) == {k.lower() for k in keys}
 
 
-@pytest.mark.parametrize("value", ["line\nbreak", "tab\there", "nul\x00", "del\x7f", "cr\r"])
-def test_control_characters_are_found_anywhere(value):
-    assert patterns.first_control_character({"a": [{"b": value}]}) == ("a[0].b", value)
-    assert patterns.first_control_character({"a": [{"b": "fine: text, #1"}]}) is None
+@pytest.mark.parametrize(
+    "value", ["line\nbreak", "tab\there", "nul\x00", "del\x7f", "cr\r", 2**31, -(2**31), 1e21,
+              float("nan")])
+def test_unsafe_values_are_found_anywhere(value):
+    path, _ = patterns.first_unsafe_value({"a": [{"b": value}]})
+    assert path == "a[0].b"
+    assert patterns.first_unsafe_value({"a": [{"b": "fine: text, #1", "c": 2**31 - 1}]}) is None
+
+
+@pytest.mark.parametrize(
+    ("slurm", "message"),
+    [
+        ({"extraLines": ["SrunPortRange=1025-1030"]},
+         "slurm.extraLines[0]: SrunPortRange is set by slurmConf.SrunPortRange already"),
+        ({"slurmConf": {"SrunPortRange": None}, "extraLines": ["SrunPortRange=1025-1030"]},
+         "slurm.extraLines[0]: set SrunPortRange in"),
+        ({"slurmConf": {"SrunPortRange": None, "srunportrange": "80-90"}},
+         "slurm.slurmConf.srunportrange: write it SrunPortRange"),
+        ({"slurmConf": {"MaxJobCount": 5}, "extraLines": ["maxjobcount=6"]},
+         "slurm.extraLines[0]: maxjobcount is set by slurmConf.MaxJobCount already"),
+    ],
+)
+def test_the_network_policies_and_slurm_agree_on_srun_ports(slurm, message):
+    """The chart pins srun's ports in its policies from slurmConf.SrunPortRange: no other
+    spelling or line may give Slurm other ports."""
+    values = copy.deepcopy(BASE_VALUES)
+    values["slurm"] = slurm
+    assert message in _chart_error(values)

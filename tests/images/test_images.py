@@ -91,6 +91,15 @@ def test_images_carry_no_secrets(role: str):
     assert found.stdout == ""
 
 
+@pytest.mark.parametrize("role", ROLES)
+def test_images_carry_no_setuid_programs(role: str):
+    """A job that ran one would get the pod's capabilities (SYS_ADMIN on workers)."""
+    found = podman("run", "--rm", "--entrypoint", "sh", image(role), "-c",
+                   "find / -xdev -type f -perm /6000 -print")
+    assert found.returncode == 0, found.stderr
+    assert found.stdout == ""
+
+
 @pytest.mark.parametrize("role", ["controller", "worker", "login"])
 def test_the_entrypoint_names_a_missing_mount(role: str, tmp_path: Path):
     bare = podman("run", "--rm", image(role))

@@ -120,7 +120,37 @@ def test_load_spec_names_the_file(tmp_path, demo_spec):
 
 def test_extra_lines_keep_comments_and_settings(demo_spec):
     demo_spec["extraLines"] = ["# tuned for pods", "  MaxJobCount=50000  ", ""]
-    assert parse_spec(demo_spec).extra_lines == ("# tuned for pods", "MaxJobCount=50000", "")
+    spec = parse_spec(demo_spec)
+    assert spec.extra_lines == ("# tuned for pods", "")
+    assert spec.slurm_conf["MaxJobCount"] == "50000"  # a setting like slurmConf's: never twice
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"slurmConf": {"SrunPortRange": "1-2"}, "extraLines": ["srunportrange=3-4"]},
+         "extraLines[0]: srunportrange is set by slurmConf.SrunPortRange already"),
+        ({"extraLines": ["Prolog=/a", "PROLOG=/b"]},
+         "extraLines[1]: PROLOG is set by extraLines[0] already"),
+        ({"slurmConf": {"SlurmctldAddr": "evil.example.org"}},
+         "slurmConf.SlurmctldAddr: set by slonk"),
+        ({"partitions": [{"name": "Default", "pools": ["cpu"]}]},
+         "partitions[0].name: 'Default' is Slurm's keyword"),
+        ({"partitions": [{"name": "p", "pools": ["cpu"], "options": {"priority": 9}}]},
+         "partitions[0].options.priority: set by slonk"),
+        ({"partitions": [{"name": "p", "pools": ["cpu"], "priorityTier": 70000}]},
+         "partitions[0].priorityTier: must be <= 65535"),
+        ({"nodepools": [{"name": "cpu", "replicas": 1, "cpus": 70000, "memoryMiB": 1}]},
+         "nodepools[0].cpus: must be <= 65535"),
+        ({"nodepools": [{"name": "cpu", "replicas": 1, "cpus": 10**20, "memoryMiB": 1}]},
+         "nodepools[0].cpus: 100000000000000000000 is beyond 2147483647"),
+        ({"health": {"enabled": True, "intervalSeconds": float("inf")}},
+         "health.intervalSeconds: inf is beyond 2147483647"),
+    ],
+)
+def test_settings_are_written_once_and_within_slurms_ranges(demo_spec, change, message):
+    demo_spec.update(change)
+    assert _error(demo_spec).startswith(message)
 
 
 @pytest.mark.parametrize(

@@ -251,7 +251,7 @@ def test_the_range_is_one_setting_for_static_and_directory_accounts(node):
     assert sorted(u.name for u in result.users) == ["big", "demo", "svc"]
     with pytest.raises(SpecError, match=r"users\[0\]\.uid: uid 150 is outside 1000-60000"):
         spec([{"name": "svc", "uid": 150, "gid": 150}])
-    with pytest.raises(SpecError, match=r"accounts\.maxId: must be <= 2147483647"):
+    with pytest.raises(SpecError, match=r"accounts\.maxId: 4294967296 is beyond 2147483647"):
         spec(accounts={"maxId": 2**32})
     with pytest.raises(SpecError, match=r"accounts\.minId: must be >= 1, got 0"):
         spec(accounts={"minId": 0})

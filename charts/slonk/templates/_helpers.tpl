@@ -183,7 +183,7 @@ Checks the schema cannot express. Each failure names the values key, as the sche
 {{- if not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$" .Release.Name) -}}
 {{- fail (printf "release name %q: must be a DNS-1123 label (it prefixes every Slurm node name)" .Release.Name) -}}
 {{- end -}}
-{{- include "slonk.refuseControlCharacters" (dict "path" "" "value" .Values) -}}
+{{- include "slonk.refuseUnsafeValues" (dict "path" "" "value" .Values) -}}
 {{- $managed := include "slonk.managedSlurmKeys" . | splitList " " -}}
 {{- range $file := list "slurmConf" "cgroupConf" -}}
 {{- include "slonk.refuseSlurmKeys" (dict "path" (printf "slurm.%s" $file) "settings" (index $.Values.slurm $file) "reserved" $managed) -}}
@@ -191,10 +191,26 @@ Checks the schema cannot express. Each failure names the values key, as the sche
 {{- range $i, $part := .Values.partitions -}}
 {{- include "slonk.refuseSlurmKeys" (dict "path" (printf "partitions[%d].options" $i) "settings" $part.options "reserved" (include "slonk.partitionKeys" . | splitList " ")) -}}
 {{- end -}}
+{{- $set := dict -}}
+{{- range $key, $_ := .Values.slurm.slurmConf -}}
+{{- $_ := set $set (lower $key) (printf "slurmConf.%s" $key) -}}
+{{- if and (eq (lower $key) "srunportrange") (ne $key "SrunPortRange") -}}
+{{- fail (printf "slurm.slurmConf.%s: write it SrunPortRange (the NetworkPolicies read that key)" $key) -}}
+{{- end -}}
+{{- end -}}
 {{- range $i, $line := .Values.slurm.extraLines -}}
 {{- $key := trim $line | splitList "=" | first -}}
-{{- if and (not (hasPrefix "#" (trim $line))) (has (lower $key) $managed) -}}
+{{- if not (or (eq (trim $line) "") (hasPrefix "#" (trim $line))) -}}
+{{- if has (lower $key) $managed -}}
 {{- fail (printf "slurm.extraLines[%d]: %s is set by slonk from the spec" $i $key) -}}
+{{- end -}}
+{{- if hasKey $set (lower $key) -}}
+{{- fail (printf "slurm.extraLines[%d]: %s is set by %s already" $i $key (get $set (lower $key))) -}}
+{{- end -}}
+{{- if eq (lower $key) "srunportrange" -}}
+{{- fail (printf "slurm.extraLines[%d]: set SrunPortRange in slurm.slurmConf (the NetworkPolicies read it there)" $i) -}}
+{{- end -}}
+{{- $_ := set $set (lower $key) (printf "extraLines[%d]" $i) -}}
 {{- end -}}
 {{- end -}}
 {{- end }}
@@ -203,12 +219,12 @@ Checks the schema cannot express. Each failure names the values key, as the sche
 keys in any case). The same list as MANAGED_KEYS in src/slonk/config/spec.py (a test holds
 them equal). */}}
 {{- define "slonk.managedSlurmKeys" -}}
-clustername slurmctldhost controlmachine controladdr backupcontroller backupaddr slurmctldport slurmdport nodename nodeset partitionname frontendname downnodes include
+clustername slurmctldhost controlmachine controladdr backupcontroller backupaddr slurmctldaddr slurmctldport slurmdport nodename nodeset partitionname frontendname downnodes include
 {{- end }}
 
 {{- /* What slonk writes on a partition's line: PARTITION_KEYS in spec.py. */}}
 {{- define "slonk.partitionKeys" -}}
-partitionname nodes default maxtime defaulttime prioritytier preemptmode state
+partitionname nodes default maxtime defaulttime prioritytier priority preemptmode state
 {{- end }}
 
 {{- /* Call with (dict "path" "slurm.slurmConf" "settings" $map "reserved" $lowerKeys): a key
@@ -227,10 +243,11 @@ slonk sets, or a key given twice in different case, fails naming it. */}}
 {{- end }}
 
 {{- /* Call with (dict "path" "" "value" .Values): no string in the values may hold a control
-character (a newline would add a line to slurm.conf, passwd or a command), as the pods'
-spec parser refuses too. Kubernetes' own objects (annotations, resources, placement) are
-checked by the API server and are left to it. */}}
-{{- define "slonk.refuseControlCharacters" -}}
+character (a newline would add a line to slurm.conf, passwd or a command), and no number may
+be beyond 2^31-1 (`int` would wrap it, toYaml would write it as a string), as the pods' spec
+parser refuses too (patterns.first_unsafe_value). Kubernetes' own objects (annotations,
+resources, placement) are checked by the API server and are left to it. */}}
+{{- define "slonk.refuseUnsafeValues" -}}
 {{- $path := .path -}}
 {{- if kindIs "map" .value -}}
 {{- range $key, $item := .value -}}
@@ -239,15 +256,17 @@ checked by the API server and are left to it. */}}
 {{- fail (printf "%s: the key holds a control character" $at) -}}
 {{- end -}}
 {{- if not (has $key (list "global" "podAnnotations" "podLabels" "annotations" "resources" "nodeSelector" "tolerations" "affinity")) -}}
-{{- include "slonk.refuseControlCharacters" (dict "path" $at "value" $item) -}}
+{{- include "slonk.refuseUnsafeValues" (dict "path" $at "value" $item) -}}
 {{- end -}}
 {{- end -}}
 {{- else if kindIs "slice" .value -}}
 {{- range $i, $item := .value -}}
-{{- include "slonk.refuseControlCharacters" (dict "path" (printf "%s[%d]" $path $i) "value" $item) -}}
+{{- include "slonk.refuseUnsafeValues" (dict "path" (printf "%s[%d]" $path $i) "value" $item) -}}
 {{- end -}}
 {{- else if and (kindIs "string" .value) (regexMatch "[\\x00-\\x1f\\x7f]" .value) -}}
 {{- fail (printf "%s: %q holds a control character (a newline, tab, ...)" $path .value) -}}
+{{- else if and (or (kindIs "float64" .value) (kindIs "int64" .value) (kindIs "int" .value)) (or (gt (.value | float64) 2147483647.0) (lt (.value | float64) -2147483647.0)) -}}
+{{- fail (printf "%s: %v is beyond 2147483647" $path .value) -}}
 {{- end -}}
 {{- end }}
 

@@ -22,6 +22,8 @@ EXTRA_LINE = r"^ *(#[ -~]*|[A-Za-z][A-Za-z0-9]*=[!$-\[\]-~]+)? *$"
 
 # Names Slurm reads in node, partition, GRES and topology lines.
 SLURM_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
+# A name Slurm reads as its keyword for the defaults of the lines after it.
+SLURM_DEFAULT = r"(?i)^default$"
 # A DNS-1123 label: a Slurm node is a pod and a Service of the same name.
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DNS_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
@@ -53,26 +55,33 @@ GIT_REF = r"^[A-Za-z0-9_][A-Za-z0-9._/-]*$"
 
 # Any character below space, and DEL: no value slonk writes anywhere may hold one.
 CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f]")
+# No number in values or cluster.yaml may be larger: Helm's `int` wraps bigger ones around
+# (1e20 becomes a negative CPU count), `toYaml` writes them as 1e+21, which YAML reads back
+# as a string, and Slurm keeps most counts in 32 bits.
+LARGEST_NUMBER = 2**31 - 1
 
 
 def matches(pattern: str, value: str) -> bool:
     return re.fullmatch(pattern, value) is not None
 
 
-def first_control_character(data: Any, path: str = "") -> tuple[str, str] | None:
-    """The key path and text of the first string (key or value) holding a control
-    character, anywhere in a parsed document; None when there is none."""
-    if isinstance(data, str):
-        return (path or "<root>", data) if CONTROL_CHARACTERS.search(data) else None
+def first_unsafe_value(data: Any, path: str = "") -> tuple[str, str] | None:
+    """The key path of the first string (key or value) holding a control character, or of
+    the first number beyond +-LARGEST_NUMBER, anywhere in a parsed document, with what is
+    wrong with it; None when there is none."""
+    where = path or "<root>"
+    if isinstance(data, str) and CONTROL_CHARACTERS.search(data):
+        return where, f"{data!r} holds a control character (a newline, tab, ...)"
+    number = isinstance(data, int | float) and not isinstance(data, bool)
+    if number and not abs(data) <= LARGEST_NUMBER:  # NaN too
+        return where, f"{data!r} is beyond {LARGEST_NUMBER}"
     if isinstance(data, dict):
         for key, value in data.items():
-            where = f"{path}.{key}" if path else str(key)
-            if isinstance(key, str) and CONTROL_CHARACTERS.search(key):
-                return where, key
-            if found := first_control_character(value, where):
+            at = f"{path}.{key}" if path else str(key)
+            if found := first_unsafe_value(key, at) or first_unsafe_value(value, at):
                 return found
     if isinstance(data, list):
         for i, item in enumerate(data):
-            if found := first_control_character(item, f"{path}[{i}]"):
+            if found := first_unsafe_value(item, f"{path}[{i}]"):
                 return found
     return None

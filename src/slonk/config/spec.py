@@ -26,16 +26,21 @@ DNS_LABEL_MAX = 63
 # `slurmConf` and `extraLines`. Slurm reads keys case-insensitively, and so does this check.
 MANAGED_KEYS = frozenset(
     "ClusterName SlurmctldHost ControlMachine ControlAddr BackupController BackupAddr "
-    "SlurmctldPort SlurmdPort NodeName NodeSet PartitionName FrontendName DownNodes "
-    "Include".split()
+    "SlurmctldAddr SlurmctldPort SlurmdPort NodeName NodeSet PartitionName FrontendName "
+    "DownNodes Include".split()
 )
-# What slonk writes on a partition's line; its `options` may add anything else.
+# What slonk writes on a partition's line, and Slurm's alias of one (Priority): its
+# `options` may add anything else.
 PARTITION_KEYS = frozenset(
-    "PartitionName Nodes Default MaxTime DefaultTime PriorityTier PreemptMode State".split()
+    "PartitionName Nodes Default MaxTime DefaultTime PriorityTier Priority PreemptMode "
+    "State".split()
 )
 PARTITION_STATES = ("UP", "DOWN", "DRAIN", "INACTIVE")
-# Pool names whose StatefulSet or node names would be another component's.
-RESERVED_POOL_NAMES = ("controller", "login", "ldap")
+# Pool names whose StatefulSet or node names would be another component's, and Slurm's
+# keyword for the defaults of the lines after it.
+RESERVED_POOL_NAMES = ("controller", "login", "ldap", "default")
+# Slurm's 16-bit counts: CPUs= and PriorityTier=.
+MAX_UINT16 = 65535
 # Every replica is a pod, a Service and a Slurm node: the bound keeps a typo from asking the
 # chart for a hundred million Services.
 MAX_REPLICAS = 10000
@@ -427,17 +432,29 @@ def _conf_map(
     return dict(overrides)
 
 
-def _extra_line(line: str, path: str) -> str:
-    line = line.strip(" ")
-    if not matches(patterns.EXTRA_LINE, line):
-        raise SpecError(
-            f"{path}: {line!r} is not one 'Key=Value' slurm.conf setting (value without spaces, "
-            "'#', '\"' or '\\') or a '#' comment"
-        )
-    key = line.partition("=")[0]
-    if not line.startswith("#") and _is_one_of(key, MANAGED_KEYS):
-        raise SpecError(f"{path}: {key} is set by slonk from the spec")
-    return line
+def _extra_lines(r: _Reader, slurm_conf: dict[str, Any]) -> tuple[str, ...]:
+    """extraLines: each a comment, kept as it is, or one Key=Value setting, merged into
+    `slurm_conf` so that no key is ever written twice (Slurm would silently take the last)."""
+    comments = []
+    origin = {key.lower(): f"slurmConf.{key}" for key in slurm_conf}
+    for i, line in enumerate(r.strings("extraLines")):
+        path, line = f"extraLines[{i}]", line.strip(" ")
+        if not matches(patterns.EXTRA_LINE, line):
+            raise SpecError(
+                f"{path}: {line!r} is not one 'Key=Value' slurm.conf setting (value without "
+                "spaces, '#', '\"' or '\\') or a '#' comment"
+            )
+        if not line or line.startswith("#"):
+            comments.append(line)
+            continue
+        key, _, value = line.partition("=")
+        if _is_one_of(key, MANAGED_KEYS):
+            raise SpecError(f"{path}: {key} is set by slonk from the spec")
+        if key.lower() in origin:
+            raise SpecError(f"{path}: {key} is set by {origin[key.lower()]} already")
+        origin[key.lower()] = path
+        slurm_conf[key] = value
+    return tuple(comments)
 
 
 def _gpus(data: Any, path: str) -> Gpus | None:
@@ -473,7 +490,7 @@ def _pool(data: Any, path: str, release: str) -> NodePool:
     return NodePool(
         name=name,
         replicas=replicas,
-        cpus=r.count("cpus", minimum=1),
+        cpus=r.count("cpus", minimum=1, maximum=MAX_UINT16),
         memory_mib=r.count("memoryMiB", minimum=1),
         gpus=_gpus(r.data.get("gpus"), r.at("gpus")),
         features=features,
@@ -503,6 +520,11 @@ def _partition(data: Any, path: str, pools: set[str]) -> Partition:
     )
     r.require("name", str)
     name = r.text("name", patterns.SLURM_NAME, "a valid Slurm partition name")
+    if matches(patterns.SLURM_DEFAULT, str(name)):
+        raise SpecError(
+            f"{r.at('name')}: {name!r} is Slurm's keyword for the defaults of the partitions "
+            "after it, not a partition"
+        )
     members = r.strings("pools")
     for i, pool in enumerate(members):
         if pool not in pools:
@@ -517,7 +539,7 @@ def _partition(data: Any, path: str, pools: set[str]) -> Partition:
         default=r.get("default", bool, False),
         max_time=str(r.text("maxTime", patterns.SLURM_TIME, time_format, "INFINITE")),
         default_time=r.text("defaultTime", patterns.SLURM_TIME, time_format),
-        priority_tier=r.get("priorityTier", int) and r.count("priorityTier"),
+        priority_tier=r.get("priorityTier", int) and r.count("priorityTier", maximum=MAX_UINT16),
         preempt_mode=r.text("preemptMode", patterns.PREEMPT_MODE, "a Slurm PreemptMode"),
         state=state,
         options=_conf_map(r, "options", reserved=PARTITION_KEYS),
@@ -762,9 +784,8 @@ def _unique(values: list[Any], path: str, what: str, key: str = "name") -> None:
 
 def parse_spec(data: Any) -> ClusterSpec:
     """Validate a parsed `cluster.yaml` document and build the spec."""
-    if found := patterns.first_control_character(data):
-        where, text = found
-        raise SpecError(f"{where}: {text!r} holds a control character (a newline, tab, ...)")
+    if found := patterns.first_unsafe_value(data):
+        raise SpecError(": ".join(found))
     r = _Reader(data, "", SPEC_KEYS)
     version = r.get("version", int, SPEC_VERSION)
     if version != SPEC_VERSION:
@@ -797,7 +818,8 @@ def parse_spec(data: Any) -> ClusterSpec:
     topology = r.get("topology", str, "tree")
     if topology not in TOPOLOGY_PLUGINS:
         raise SpecError(f"topology: must be one of {', '.join(TOPOLOGY_PLUGINS)}")
-    extra = r.strings("extraLines")
+    slurm_conf = _conf_map(r, "slurmConf")
+    extra_lines = _extra_lines(r, slurm_conf)
     return ClusterSpec(
         cluster_name=cluster_name,
         release=release,
@@ -811,9 +833,9 @@ def parse_spec(data: Any) -> ClusterSpec:
         partitions=tuple(partitions),
         confinement=confinement,
         topology=topology,
-        slurm_conf=_conf_map(r, "slurmConf"),
+        slurm_conf=slurm_conf,
         cgroup_conf=_conf_map(r, "cgroupConf"),
-        extra_lines=tuple(_extra_line(line, f"extraLines[{i}]") for i, line in enumerate(extra)),
+        extra_lines=extra_lines,
         users=tuple(users),
         groups=tuple(groups),
         accounts=rules,
