@@ -67,6 +67,8 @@ def _hooks(args: argparse.Namespace) -> int:
     status = revision.read_status()
     active, refused = status.get("active"), status.get("refused")
     print(f"active:  {active['revision']} since {active['since']}" if active else "active:  none")
+    for note in (active or {}).get("unchecked", []):
+        print(f"unchecked: {note}")
     if refused:
         print(f"refused: {refused['revision']} at {refused['at']}: {refused['reason']}")
     return 0

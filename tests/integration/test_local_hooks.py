@@ -38,7 +38,9 @@ def hooks(healthy: LocalCluster) -> Iterator[LocalCluster]:
     """Leaves the repository with no hooks and every node slonk drained back in service."""
     yield healthy
     repo = healthy.hooks
-    commit = repo.push({name: None for name in repo.git("ls-files").split() if "/" in name})
+    # -z: names as they are (a test pushes one with U+2028, which split() would cut)
+    tracked = repo.git("ls-files", "-z").split("\0")
+    commit = repo.push({name: None for name in tracked if "/" in name})
     _active_everywhere(healthy, commit)
     for node, (_, reason) in healthy.nodes().items():
         if reason.startswith("slonk:hook:"):
@@ -100,18 +102,25 @@ def test_the_epilog_sees_the_jobs_environment(hooks: LocalCluster):
         hooks, "slonk-cpu-0", job))
 
 
-@pytest.mark.parametrize(("script", "problem"), [
-    ("#!/bin/bash\r\necho hi\r\n", "#! line ends in a carriage return (CRLF line ends?)"),
-    ("#!/usr/bin/env no-such-interpreter\necho hi\n",
+@pytest.mark.parametrize(("name", "script", "problem"), [
+    ("20-bad", "#!/bin/bash\r\necho hi\r\n", "#! line ends in a carriage return (CRLF line ends?)"),
+    ("20-bad", "#!/usr/bin/env no-such-interpreter\necho hi\n",
      "#! interpreter no-such-interpreter is not on the jobs' PATH"),
+    # The pod's /bin/sh is dash: bash syntax there fails on every node.
+    ("20-bad", "#!/bin/sh\narr=(1 2 3)\n", '2: Syntax error: "(" unexpected'),
+    # A name that would end a line in the drain reason (and crash-loop the recycler).
+    ("20-x\u2028y", "#!/bin/sh\nexit 1\n", "name is not printable ASCII"),
 ])
-def test_a_script_no_job_could_run_is_refused(hooks: LocalCluster, script: str, problem: str):
+def test_a_script_no_job_could_run_is_refused(
+    hooks: LocalCluster, name: str, script: str, problem: str
+):
     good = hooks.hooks.push({"prolog.d/10-mark": "#!/bin/sh\necho still good\n"})
     _active_everywhere(hooks, good)
-    bad = hooks.hooks.push({"prolog.d/20-bad": script})
+    bad = hooks.hooks.push({f"prolog.d/{name}": script})
     wait_for("the refusal on every worker", lambda: all(
         f"refused: {bad}" in _status(hooks, w) for w in WORKERS), timeout=15)
-    assert f"prolog.d/20-bad: {problem}" in _status(hooks, "slonk-cpu-0")
+    shown = name.encode("unicode_escape").decode()
+    assert f"prolog.d/{shown}: {problem}" in _status(hooks, "slonk-cpu-0")
     job = _run_on_both(hooks)
     assert "still good" in _hook_log(hooks, "slonk-cpu-1", job)
     assert all(state == "idle" for state, _ in hooks.nodes().values())

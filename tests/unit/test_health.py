@@ -310,5 +310,136 @@ def test_every_writer_is_read_back_as_its_kind():
 
 def test_a_reason_is_one_bounded_line():
     reason = reasons.hook("prolog", "x", "first\nsecond\r\x1b[2J" + "y" * 500)
-    assert reason.startswith("slonk:hook:prolog:x: first second  [2J")
+    assert reason.startswith("slonk:hook:prolog:x: first second ?[2J")
     assert len(reason) == reasons.MAX_LENGTH
+
+
+# What Python's str.splitlines() ends a line at, beyond \n and \r.
+LINE_ENDS = ("\u2028", "\u2029", "\x85", "\x1c", "\x1d", "\x1e", "\x0b", "\x0c")
+
+
+@pytest.mark.parametrize("odd", [*LINE_ENDS, "\x00", "\x1b", "\x7f", "\u00e9", "\ud800"])
+def test_every_reason_is_printable_ascii_whatever_it_is_given(odd):
+    """A script's name comes from git: `30-x<U+2028>y` exiting 1 must not write a reason
+    that a reader of `scontrol --oneliner` splits in two."""
+    written = [
+        reasons.hook("prolog", f"x{odd}y", f"exit{odd}1"),
+        reasons.health("gpu", f"GPU{odd}0 lost"),
+        reasons.quarantine(f"recycled 2 times; last slonk:gpu: {odd}"),
+    ]
+    for reason in written:
+        assert all(" " <= char <= "~" for char in reason), reason
+        assert reason.splitlines() == [reason]
+    blank = " " if odd.isspace() else "?"  # line ends read as blanks, the rest as unknown
+    assert written[0] == f"slonk:hook:prolog:x{blank}y: exit{blank}1"
+    assert [reasons.classify(r).kind for r in written] == ["hook", "health", "quarantine"]
+
+
+def _line(name, state, reason=""):
+    return (f"NodeName={name} Arch=x86_64 State={state} SlurmdStartTime=t0"
+            + (f" Reason={reason} [root@2026-11-22T05:50:12]" if reason else ""))
+
+
+def test_scontrol_lines_end_at_line_feeds_only(capsys):
+    """A reason written before slonk kept them ASCII, or by a person, may hold U+2028, NEL,
+    FS...: the record stays one node's, with its reason whole."""
+    reason = "slonk:hook:prolog:x\u2028y\x85z\x1c\x0b\x0c: exit 1"
+    text = "\n".join([_line("a", "IDLE+DRAIN", reason), _line("b", "IDLE")]) + "\n"
+    a, b = node.parse_nodes(text)
+    assert (a.name, a.reason, a.cause.kind) == ("a", reason, reasons.HOOK)
+    assert (b.name, b.state, b.drained) == ("b", "idle", False)
+    assert capsys.readouterr().err == ""
+
+
+def test_a_line_that_is_no_nodes_record_is_reported_and_skipped(capsys):
+    text = "\n".join([
+        _line("a", "IDLE+DRAIN", "maintenance"),
+        "   second line of a person's reason State=",
+        "NodeName=b Arch=x86_64",  # no state
+        "State=IDLE",  # no name
+        "garbage \u2028 \x1b[2J",
+        _line("c", "MIXED"),
+        "",
+    ])
+    assert [n.name for n in node.parse_nodes(text)] == ["a", "c"]
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 4 and all(line.startswith("slonk health: skipped a line") for line in err)
+    assert "\\u2028 \\x1b[2J" in err[-1]  # escaped: the log stays one line an event
+
+
+def test_a_node_with_no_readable_record_is_a_slurm_error(monkeypatch):
+    monkeypatch.setattr(node, "scontrol", lambda *args: "NodeName=n Arch=x86_64\n")
+    with pytest.raises(node.SlurmError, match="no record of the node could be read"):
+        node.apply("n", [_result("gpu", False)], undrain=True)
+
+
+RECYCLE_NOW = {"enabled": True, "recycle": {"idleSeconds": 0, "maxRecycles": 5}}
+
+
+class RecordingKubernetes:
+    def __init__(self, refuse=()) -> None:
+        self.deleted: list[str] = []
+        self.refuse = refuse
+
+    def delete_pod(self, name: str) -> None:
+        if name in self.refuse:
+            raise KubeError(f"delete pod {name}: 422 Unprocessable Entity")
+        self.deleted.append(name)
+
+    def quarantine_node(self, pod: str, slurm_node: str, reason: str) -> str:
+        return "local"
+
+
+def _recycle_pass(monkeypatch, text, kube, history):
+    monkeypatch.setattr(node, "scontrol", lambda *args: text)
+    recycle.pass_once(parse_spec({**BASE, "health": RECYCLE_NOW}), kube, history, now=1000)
+
+
+def test_the_recycler_goes_on_past_a_bad_record_and_a_refused_node(monkeypatch, capsys):
+    text = "\n".join([
+        _line("slonk-cpu-0", "IDLE+DRAIN", "slonk:gpu: XID 79"),
+        "NodeName=x \u2028State=",  # what crashed the loop before: no state
+        _line("slonk-cpu-1", "IDLE+DRAIN", "slonk:gpu: 1 of 2 GPUs visible"),
+        _line("slonk-cpu-2", "IDLE+DRAIN", "slonk:hook:prolog:x?y: exit 1"),
+    ])
+    kube, history = RecordingKubernetes(refuse=("slonk-cpu-0",)), recycle.History()
+    _recycle_pass(monkeypatch, text, kube, history)
+    assert kube.deleted == ["slonk-cpu-1"]  # a hook's drain is never recycled
+    assert "could not recycle slonk-cpu-0, trying again next pass" in capsys.readouterr().err
+    kube.refuse = ()
+    _recycle_pass(monkeypatch, text, kube, history)
+    assert kube.deleted == ["slonk-cpu-1", "slonk-cpu-0"]
+
+
+def test_a_pass_that_fails_for_any_reason_does_not_stop_the_loop(monkeypatch, capsys):
+    passes = []
+
+    def pass_once(spec, kube, history, now):
+        passes.append(now)
+        if len(passes) == 1:
+            raise KeyError("State")  # what a record it could not read once raised
+
+    class Stop(Exception):
+        pass
+
+    def sleep(seconds):
+        if len(passes) == 2:
+            raise Stop
+
+    monkeypatch.setattr(recycle, "pass_once", pass_once)
+    monkeypatch.setattr(recycle.time, "sleep", sleep)
+    monkeypatch.setattr(recycle.History, "load", classmethod(lambda cls: cls()))
+    monkeypatch.setattr(recycle.History, "save", lambda self, path=None: None)
+    spec = parse_spec({**BASE, "health": RECYCLE_NOW})
+    with pytest.raises(Stop):
+        recycle.run_forever(lambda: spec, lambda namespace: RecordingKubernetes())
+    assert len(passes) == 2
+    assert "pass failed, trying again next period: KeyError: 'State'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("saved", ["{not json", "[]", '{"recycles": 3}', '{"other": {}}', "\xff"])
+def test_a_history_that_cannot_be_read_starts_a_new_one(tmp_path, capsys, saved):
+    path = tmp_path / "history.json"
+    path.write_bytes(saved.encode("latin-1"))
+    assert recycle.History.load(path) == recycle.History()
+    assert "starting a new history" in capsys.readouterr().err

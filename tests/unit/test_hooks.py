@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import stat
 import subprocess
 
 import pytest
 
+from slonk import cli
 from slonk.config.spec import HookSettings
 from slonk.health import node
-from slonk.hooks import dispatch
+from slonk.hooks import dispatch, revision
 from slonk.hooks.revision import (
     MAX_DEPTH,
     MAX_ENTRIES,
@@ -26,6 +28,7 @@ from slonk.hooks.revision import (
 )
 from slonk.local import gitsync
 from slonk.local.gitsync import sync_once
+from slonk.paths import DEFAULT_PATH
 
 SETTINGS = HookSettings(phases={"prolog": "prolog.d", "epilog": "epilog.d"}, timeout_seconds=2,
                         max_file_bytes=200)
@@ -95,13 +98,19 @@ def test_bad_scripts_are_named(tmp_path, name, text, mode, problem):
     (b"#!/usr/bin/env FOO=1 sh\n", "#! env: name the program to run first"),
     (b"#!/usr/bin/env -S\n", "#! env: name the program to run first"),
     (b"#!/usr/bin/env ./x\n", "#! interpreter ./x is not an absolute path"),
-    (b"#!/usr/bin/env bash\n", None),
-    (b"#!/usr/bin/env -S python3 -u\n", None),
-    (b"#!/bin/sh", None),  # no newline: the whole file is the line
+    (b"#!/usr/bin/env -S bash -c 'x'\n", "#! env -S with quotes, escapes, variables"),
+    (b"#!/usr/bin/env -S bash $X\n", "#! env -S with quotes, escapes, variables"),
+    (b"#!/bin/sh\xe2\x80\xa8x\n", "#! line has a control character: /bin/sh\\u2028x"),
+    (b"#!/usr/bin/env bash\n", [shutil.which("bash", path=DEFAULT_PATH)]),
+    (b"#!/usr/bin/env -S python3 -u\n", [shutil.which("python3", path=DEFAULT_PATH), "-u"]),
+    (b"#!/bin/sh", ["/bin/sh"]),  # no newline: the whole file is the line
+    # The kernel hands the rest of the line, blanks trimmed, to the interpreter as one word.
+    (b"#! /bin/bash  -e -u \t\n", ["/bin/bash", "-e -u"]),
+    (b"#!/bin/bash\t--no-such-option\n", ["/bin/bash", "--no-such-option"]),
 ])
 def test_the_interpreter_must_be_there_to_run_the_script(head, problem):
-    if problem is None:
-        assert interpreter(head).startswith("/")
+    if isinstance(problem, list):
+        assert interpreter(head) == problem
     else:
         with pytest.raises(Refused) as refused:
             interpreter(head)
@@ -110,9 +119,99 @@ def test_the_interpreter_must_be_there_to_run_the_script(head, problem):
 
 def test_env_looks_names_up_on_the_jobs_path(tmp_path):
     _script(tmp_path, "only-here", "#!/bin/sh\n")
-    assert interpreter(b"#!/usr/bin/env only-here\n", str(tmp_path)) == str(tmp_path / "only-here")
+    found = interpreter(b"#!/usr/bin/env only-here\n", str(tmp_path))
+    assert found == [str(tmp_path / "only-here")]
     with pytest.raises(Refused, match="not on the jobs' PATH"):
         interpreter(b"#!/usr/bin/env only-here\n")
+
+
+MARK = "touch {mark}\n"  # a script that leaves a mark if the check ever runs it
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    # /bin/sh is dash: bash's syntax passes `bash -n` and fails on every node.
+    ("#!/bin/sh\narr=(1 2 3)\n", '2: Syntax error: "(" unexpected'),
+    ("#!/usr/bin/env sh\n[[ -n x ]] && echo\n", None),  # `[[` is a command to dash: no fault
+    # The #! argument: what the shell itself refuses, and what the check cannot vouch for.
+    ("#!/bin/sh -k\necho\n", "/bin/sh: 0: Illegal option -k"),
+    ("#!/bin/sh --login\necho\n", "/bin/sh: 0: Illegal option --"),
+    ("#!/bin/bash -k\necho\n", None),
+    ("#!/bin/bash --no-such-option\necho\n",
+     "#! argument '--no-such-option': not one bash's syntax check can vouch for"),
+    ("#!/bin/sh -Z\necho\n", "#! argument '-Z': not one sh's syntax check can vouch for"),
+    # The kernel passes one argument: `-e -u` is a word bash cannot read.
+    ("#!/bin/bash -e -u\necho\n", "#! argument '-e -u': not one bash's"),
+    ("#!/bin/bash -o pipefail\necho\n", "#! argument '-o pipefail': not one bash's"),
+    ("#!/usr/bin/env -S bash -o pipefail\necho\n", "#! argument '-o': not one bash's"),
+    # Arguments that would make `SHELL ARG -n SCRIPT` run the script or leave it unread.
+    ("#!/bin/bash --rcfile\n" + MARK + "if then\n", "#! argument '--rcfile': not one bash's"),
+    ("#!/bin/bash --init-file\n" + MARK, "#! argument '--init-file': not one bash's"),
+    ("#!/bin/bash -c\n" + MARK + "if then\n", "#! argument '-c': not one bash's"),
+    ("#!/bin/bash -s\nif then\n", "#! argument '-s': not one bash's"),
+    ("#!/bin/bash -t\necho\nif then\n", "#! argument '-t': not one bash's"),
+    ("#!/bin/sh -i\n" + MARK, "#! argument '-i': not one sh's"),
+    ("#!/bin/bash --\n" + MARK, "#! argument '--': not one bash's"),
+    ("#!/bin/bash -ex\n" + MARK + "if then\n", "line 3: syntax error"),
+    ("#!/bin/bash -l\n" + MARK, None),
+    ("#!/bin/bash --login\n" + MARK, None),
+    ("#!/bin/sh +x\n" + MARK, None),
+    ("#!/usr/bin/env -S bash -e -u\n" + MARK, None),
+    ("#!/usr/bin/env -S bash -e -u\n" + MARK + "fi\n", "line 3: syntax error"),
+    ("#!/usr/bin/python3 -u\nprint('hi')\n", None),
+    ("#!/usr/bin/python3 -u\nprint 'hi'\n", "line 2: Missing parentheses in call to 'print'"),
+    ("#!/usr/bin/python3 -c\nimport os\n", "#! argument '-c': not one python3's"),
+    ("#!/usr/bin/python3 -mhttp.server\n", "#! argument '-mhttp.server': not one python3's"),
+])
+def test_scripts_are_checked_by_their_own_interpreter_and_arguments(tmp_path, text, problem):
+    """The check runs what every node will run, on the script, and never runs the script."""
+    mark = tmp_path / "ran"
+    _script(tmp_path / "tree" / "prolog.d", "10-x", text.format(mark=mark))
+    found = problems(tmp_path / "tree", SETTINGS)
+    if problem is None:
+        assert found == []
+    else:
+        (line,) = found
+        assert line.startswith(f"prolog.d/10-x: {problem}"), line
+    assert not mark.exists()
+
+
+def test_the_check_gets_the_interpreters_own_command_line(tmp_path):
+    """Interpreter, #! argument, -n, the script's absolute path, stdin from /dev/null, the
+    jobs' environment: what is checked is what slurmd will run."""
+    record = tmp_path / "argv"
+    _script(tmp_path / "bin", "bash",
+            f'#!/bin/sh\nprintf "%s\\n" "$@" "$PATH" "$BASH_ENV" > {record}\ncat >> {record}\n')
+    _script(tmp_path / "tree" / "prolog.d", "10-x", f"#!{tmp_path}/bin/bash -e\n")
+    os.environ["BASH_ENV"] = "/the/watchers"
+    try:
+        assert problems(tmp_path / "tree", SETTINGS) == []
+    finally:
+        del os.environ["BASH_ENV"]
+    copy = record.read_text().split("\n")
+    assert copy[:2] == ["-e", "-n"]
+    assert copy[2].endswith("/staging/prolog/10-x") and copy[2].startswith("/")
+    assert copy[3:] == [DEFAULT_PATH, "", ""]  # no BASH_ENV, nothing read from stdin
+
+
+def test_python_is_compiled_by_the_scripts_own_python(tmp_path):
+    _script(tmp_path / "bin", "python2", '#!/bin/sh\necho "line 1: python2 says no" >&2\nexit 1\n')
+    _script(tmp_path / "tree" / "prolog.d", "10-py", f"#!{tmp_path}/bin/python2\nprint('3')\n")
+    assert problems(tmp_path / "tree", SETTINGS) == ["prolog.d/10-py: line 1: python2 says no"]
+
+
+def test_other_interpreters_run_unchecked_and_the_status_says_so(tmp_path, monkeypatch, capsys):
+    """`perl -c` runs BEGIN blocks: no check at all rather than one that runs the script."""
+    mark, state = tmp_path / "ran", tmp_path / "state"
+    _script(tmp_path / "tree" / "prolog.d", "10-perl",
+            f'#!/usr/bin/perl\nBEGIN {{ open(my $f, ">", "{mark}") }}\nprint "hi\\n";\n')
+    _script(tmp_path / "tree" / "prolog.d", "20-sh", "#!/bin/sh\necho\n")
+    assert consider(tmp_path / "tree", GOOD, SETTINGS, state)
+    assert not mark.exists()
+    assert read_status(state)["active"]["unchecked"] == [
+        "prolog.d/10-perl: syntax not checked: perl has no check that runs nothing"]
+    monkeypatch.setattr(revision, "read_status", lambda: read_status(state))
+    assert cli.main(["hooks", "status"]) == 0
+    assert "unchecked: prolog.d/10-perl: syntax not checked" in capsys.readouterr().out
 
 
 def _special(kind, path):
@@ -124,13 +223,28 @@ def _special(kind, path):
 
 
 @pytest.mark.parametrize(("make", "problem"), [
-    (lambda d: _script(d, "10-ok\r", "#!/bin/sh\n"), "prolog.d/10-ok\\x0d: name has a control"),
-    (lambda d: _script(d, "10\nx", "#!/bin/sh\n"), "prolog.d/10\\x0ax: name has a control"),
-    (lambda d: _script(d, "\x1b]0;hi\x07", "#!/bin/sh\n"), "prolog.d/\\x1b]0;hi\\x07: name has"),
+    # Names reach Slurm's drain reasons and the logs: printable ASCII, or no line stays one.
+    (lambda d: _script(d, "10-ok\r", "#!/bin/sh\n"), "prolog.d/10-ok\\x0d: name is not printable"),
+    (lambda d: _script(d, "10\nx", "#!/bin/sh\n"), "prolog.d/10\\x0ax: name is not printable"),
+    (lambda d: _script(d, "\x1b]0;hi\x07", "#!/bin/sh\n"), "prolog.d/\\x1b]0;hi\\x07: name is"),
+    (lambda d: _script(d, "30-x\u2028y", "#!/bin/sh\nexit 1\n"),
+     "prolog.d/30-x\\u2028y: name is not printable ASCII"),
+    (lambda d: _script(d, "30-x\x85y", "#!/bin/sh\n"), "prolog.d/30-x\\x85y: name is not"),
+    (lambda d: _script(d, "30-x\x1cy", "#!/bin/sh\n"), "prolog.d/30-x\\x1cy: name is not"),
+    (lambda d: _script(d, "30-x\x0by", "#!/bin/sh\n"), "prolog.d/30-x\\x0by: name is not"),
+    (lambda d: _script(d, "30-caf\u00e9", "#!/bin/sh\n"), "prolog.d/30-café: name is not"),
+    (lambda d: _script(d / ".lib\u2029", "x", ""), "prolog.d/.lib\\u2029: name is not printable"),
+    (lambda d: (d / ".x").symlink_to(".y\u2028"), "prolog.d/.x: symlink target is not printable"),
     (lambda d: _script(d, "-rf", "#!/bin/sh\n"), "prolog.d/-rf: name starts with '-'"),
+    # `bash -n +x` reads +x as an option and the script from stdin: never checked.
+    (lambda d: _script(d, "+x", "#!/bin/bash\nif then\n"), "prolog.d/+x: name starts with '+'"),
+    (lambda d: _script(d / ".lib", "+O", ""), "prolog.d/.lib/+O: name starts with '+'"),
     (lambda d: _script(d, ".-x", "#!/bin/sh\n"), None),  # a dash later in a name is fine
+    (lambda d: _script(d, "10 a:b,c=d", "#!/bin/sh\n"), None),  # printable ASCII is fine
     (lambda d: os.close(os.open(bytes(d / "10-") + b"\xff", os.O_CREAT, 0o755)),
-     "prolog.d/10-\\xff: name is not UTF-8"),
+     "prolog.d/10-\\xff: name is not printable ASCII"),
+    # Git checks out files; a hard link could bring in a file from elsewhere on the volume.
+    (lambda d: (_script(d, ".a", ""), os.link(d / ".a", d / ".b")), "prolog.d/.a: a hard link"),
     (lambda d: (d / ".x").symlink_to("/etc/shadow"),
      "prolog.d/.x: symlink to /etc/shadow points outside its directory"),
     (lambda d: (d / ".x").symlink_to("/dev/sda"),
@@ -165,6 +279,107 @@ def test_what_git_content_may_hold(tmp_path, make, problem):
         assert found == []
     else:
         assert any(problem in line for line in found), found
+
+
+def _swap_dir_for_link(where, to):
+    where.rename(where.with_name(where.name + ".old"))
+    where.symlink_to(to)
+
+
+def _swap_dir_for_dir(where, to):
+    where.rename(where.with_name(where.name + ".old"))
+    shutil.copytree(to, where)
+
+
+def _swap_file_for_link(where, to):
+    where.unlink()
+    where.symlink_to(to / where.name)
+
+
+def _swap_file_for_file(where, to):
+    shutil.copy(to / where.name, where.with_name(".new"))
+    os.replace(where.with_name(".new"), where)
+
+
+@pytest.fixture
+def racy_tree(tmp_path):
+    """A good tree, and a root-only directory a writer in git-sync's volume would like a
+    job to read: the same names, a secret in each file."""
+    secret = tmp_path / "root-only"
+    secret.mkdir(mode=0o700)
+    for name in ("common.sh", "10-ok", "name-of-a-secret-file"):
+        (secret / name).write_text("#!/bin/sh\n# SECRET\n")
+    tree = tmp_path / "tree"
+    _script(tree / "prolog.d", "10-ok", "#!/bin/sh\n. /x/.lib/common.sh\n")
+    _script(tree / "prolog.d" / ".lib", "common.sh", "f() { :; }\n", 0o644)
+    return tree, secret
+
+
+def _leaked(state):
+    files = [p for p in state.rglob("*") if p.is_file() and not p.is_symlink()]
+    return [p for p in files if any(s in p.read_bytes() for s in (b"SECRET", b"of-a-secret"))]
+
+
+@pytest.mark.parametrize(("swap", "what"), [
+    (_swap_dir_for_link, ".lib"),
+    (_swap_dir_for_dir, ".lib"),
+    (_swap_file_for_link, ".lib/common.sh"),
+    (_swap_file_for_file, ".lib/common.sh"),
+    (_swap_file_for_file, "10-ok"),
+])
+def test_an_entry_swapped_between_walk_and_copy_is_refused_not_copied(
+    tmp_path, monkeypatch, racy_tree, swap, what
+):
+    tree, secret = racy_tree
+    real_copy = revision._copy
+
+    def swap_then_copy(*args):
+        swap(tree / "prolog.d" / what, secret)
+        return real_copy(*args)
+
+    monkeypatch.setattr(revision, "_copy", swap_then_copy)
+    state = tmp_path / "state"
+    assert not consider(tree, GOOD, SETTINGS, state)
+    assert "prolog.d" in read_status(state)["refused"]["reason"]
+    assert "changed while it was copied" in read_status(state)["refused"]["reason"]
+    assert _leaked(state) == []
+
+
+def test_a_phase_directory_swapped_after_it_was_opened_is_copied_as_walked(
+    tmp_path, monkeypatch, racy_tree
+):
+    tree, secret = racy_tree
+    real_copy = revision._copy
+
+    def swap_then_copy(*args):
+        _swap_dir_for_link(tree / "prolog.d", secret)
+        return real_copy(*args)
+
+    monkeypatch.setattr(revision, "_copy", swap_then_copy)
+    state = tmp_path / "state"
+    assert consider(tree, GOOD, SETTINGS, state)
+    assert sorted(p.name for p in (state / "active" / "prolog").iterdir()) == [".lib", "10-ok"]
+    assert _leaked(state) == []
+
+
+@pytest.mark.parametrize("swap", [_swap_dir_for_link, _swap_dir_for_dir])
+def test_a_directory_swapped_while_walked_is_refused_and_never_listed(
+    tmp_path, monkeypatch, racy_tree, swap
+):
+    tree, secret = racy_tree
+    real_open = revision._open_dir
+
+    def open_after_a_swap(name, dir_fd=None):
+        if name == ".lib":
+            swap(tree / "prolog.d" / ".lib", secret)
+        return real_open(name, dir_fd)
+
+    monkeypatch.setattr(revision, "_open_dir", open_after_a_swap)
+    state = tmp_path / "state"
+    assert not consider(tree, GOOD, SETTINGS, state)
+    assert "prolog.d" in read_status(state)["refused"]["reason"]
+    assert "name-of-a-secret" not in (state / "status.json").read_text()
+    assert _leaked(state) == []
 
 
 def test_a_phase_directory_must_be_a_directory_of_the_repository(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -13,7 +14,8 @@ from slonk.health.runner import Result
 
 SCONTROL_TIMEOUT_SECONDS = 10
 FIELD = re.compile(r"(\w+)=(\S*)")
-REASON_SUFFIX = re.compile(r" \[[^]]*@[^]]*\]$")
+REASON_SUFFIX = re.compile(r" \[[^]]*@[^]]*\]\Z")
+MAX_SHOWN = 200  # of a line that cannot be read, in the log
 
 
 class SlurmError(RuntimeError):
@@ -57,11 +59,19 @@ def scontrol(*args: str) -> str:
 
 def parse_nodes(text: str) -> list[NodeState]:
     """`scontrol --oneliner show node`: `Key=value` fields, the reason (spaces and all) last,
-    ending in `[user@time]`. (Debian's Slurm 22.05 has no --json.)"""
+    ending in `[user@time]`. (Debian's Slurm 22.05 has no --json.) One node a line, ended by a
+    line feed only: a reason may hold what str.splitlines() also ends lines at (U+2028, NEL,
+    FS, VT...). A line without a node's name and state (a reason a person wrote with a line
+    end in it) is logged and skipped: one strange record never hides the others."""
     nodes = []
-    for line in text.splitlines():
+    for line in text.split("\n"):
         head, _, reason = line.partition(" Reason=")
         fields = dict(FIELD.findall(head))
+        if "NodeName" not in fields or "State" not in fields:
+            if line.strip():
+                print(f"slonk health: skipped a line of scontrol's output with no node's name "
+                      f"and state: {line[:MAX_SHOWN]!a}", file=sys.stderr, flush=True)
+            continue
         state, *flags = fields["State"].split("+")
         nodes.append(
             NodeState(
@@ -104,7 +114,10 @@ def decide(node: NodeState, results: Sequence[Result], undrain: bool) -> tuple[s
 
 def apply(name: str, results: Sequence[Result], undrain: bool) -> str:
     """Act on the node in Slurm; returns what was done, for the log."""
-    (node,) = read_nodes(name)
+    found = [n for n in read_nodes(name) if n.name == name]
+    if len(found) != 1:
+        raise SlurmError(f"scontrol show node {name}: no record of the node could be read")
+    (node,) = found
     action = decide(node, results, undrain)
     if action is None:
         return f"left {node.state}{'+drain' if node.drained else ''}" + (

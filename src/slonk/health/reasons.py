@@ -26,7 +26,6 @@ LEGACY_HOOK_WORDS = ("prolog", "epilog")
 RESERVED = (HOOK, QUARANTINE, POD, *LEGACY_HOOK_WORDS)  # never a health check's name
 MAX_LENGTH = 250  # keeps `scontrol show node` readable
 WORD = re.compile(r"[a-z][a-z0-9_-]*")
-CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 @dataclass(frozen=True)
@@ -36,8 +35,14 @@ class Cause:
 
 
 def _reason(head: str, detail: str) -> str:
-    """Control characters would break `scontrol --oneliner` (and the log): one line only."""
-    return CONTROL.sub(" ", f"{PREFIX}{head}: {detail}")[:MAX_LENGTH]
+    """One line of printable ASCII, whatever a script's name or a check's detail holds:
+    Slurm prints the reason inside `scontrol --oneliner`'s line, and a reader splitting it
+    (Python's splitlines() ends lines at U+2028, NEL, FS, VT...) must find that line whole.
+    Blanks become spaces, anything else a `?`."""
+    text = f"{PREFIX}{head}: {detail}"
+    return "".join(
+        char if " " <= char <= "~" else " " if char.isspace() else "?" for char in text
+    )[:MAX_LENGTH]
 
 
 def health(check: str, detail: str) -> str:

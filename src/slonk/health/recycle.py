@@ -52,10 +52,19 @@ class History:
 
     @classmethod
     def load(cls, path: Path = HISTORY) -> History:
+        """The saved history; a fresh one, said in the log, when it cannot be read: a bad
+        file must not stop every start of the loop."""
         try:
-            return cls(**json.loads(path.read_text()))
+            history = cls(**json.loads(path.read_text()))
         except FileNotFoundError:
             return cls()
+        except (OSError, ValueError, TypeError) as err:
+            log(f"starting a new history: {path} cannot be read ({err})")
+            return cls()
+        if not all(isinstance(v, dict) for v in asdict(history).values()):
+            log(f"starting a new history: {path} is not a history")
+            return cls()
+        return history
 
     def save(self, path: Path = HISTORY) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -98,23 +107,29 @@ def taint(kube: Kubernetes, history: History) -> None:
 
 
 def pass_once(spec: ClusterSpec, kube: Kubernetes, history: History, now: float) -> None:
+    """Recycle or quarantine every node due. A node Slurm or Kubernetes refuses is logged
+    and tried again next pass: one node never keeps the others waiting."""
     settings = spec.health.recycle
     for action, node, recent in list(due(slurm.read_nodes(), history, settings, now)):
-        history.idle_since.pop(node.name, None)
-        if action == "recycle":
-            kube.delete_pod(node.name)
-            history.recycles[node.name].append(now)
-            history.restarting[node.name] = node.slurmd_started
-            log(
-                f"recycled {node.name} ({node.reason}); {recent + 1} in {settings.window_seconds} s"
-            )
+        try:
+            if action == "recycle":
+                kube.delete_pod(node.name)
+                history.recycles[node.name].append(now)
+                history.restarting[node.name] = node.slurmd_started
+                log(f"recycled {node.name} ({node.reason}); "
+                    f"{recent + 1} in {settings.window_seconds} s")
+            else:
+                window = settings.window_seconds
+                reason = reasons.quarantine(
+                    f"recycled {recent} times in {window} s; last {node.reason}")
+                slurm.drain(node.name, reason)
+                log(f"quarantined {node.name}: {reason}")
+                if settings.taint_nodes:
+                    history.untainted[node.name] = reason
+        except (slurm.SlurmError, KubeError) as err:
+            log(f"could not {action} {node.name}, trying again next pass: {err}")
             continue
-        window = settings.window_seconds
-        reason = reasons.quarantine(f"recycled {recent} times in {window} s; last {node.reason}")
-        slurm.drain(node.name, reason)
-        log(f"quarantined {node.name}: {reason}")
-        if settings.taint_nodes:
-            history.untainted[node.name] = reason
+        history.idle_since.pop(node.name, None)
     taint(kube, history)
 
 
@@ -137,4 +152,6 @@ def run_forever(load: Callable[[], ClusterSpec], connect: Callable[[str], Kubern
             pass_once(spec, kube, history, time.time())
         except (slurm.SlurmError, KubeError) as err:
             log(f"pass skipped: {err}")
+        except Exception as err:  # whatever it was, a crash-loop would stop all recycling
+            log(f"pass failed, trying again next period: {type(err).__name__}: {err}")
         history.save()

@@ -8,21 +8,28 @@ stays active: a typo pushed to the hooks repository never reaches a job, and nei
 script no job could run (a CRLF `#!` line, an interpreter the image lacks), which would
 otherwise fail the prolog and drain every node it met.
 
-The repository is untrusted input. Copied and checked is every entry of each phase's
-directory (helpers included), without following a symlink:
-- names: UTF-8, no control characters, not starting with `-`;
-- kinds: regular files, directories, and symlinks resolving inside the phase's directory to
-  a file or directory; no FIFO, socket or device, no setuid or setgid bit;
+The repository is untrusted input, and so is git-sync's volume: whatever can write there may
+swap an entry at any moment. Copied and checked is every entry of each phase's directory
+(helpers included), each opened from its parent directory's descriptor without following a
+symlink, and copied only if it is the very file or directory the walk saw:
+- names: printable ASCII (they reach Slurm's drain reasons, logs and the status, where a
+  U+2028 or a NEL ends a line), not starting with `-` or `+` (a program's options);
+- kinds: regular files with one link, directories, and symlinks resolving inside the phase's
+  directory to a file or directory; no FIFO, socket or device, no setuid or setgid bit;
 - sizes: each file within maxFileBytes, the directory within TREE_BYTES_PER_FILE of them,
   MAX_ENTRIES entries, MAX_DEPTH levels;
 - the copy is root's, files 0755 or 0644 whatever modes the checkout had;
 - each script run (a phase directory's entries not starting with `.`): a regular executable
   file whose `#!` line names, by absolute path, an executable in this pod (`/usr/bin/env NAME`:
-  NAME found on the jobs' PATH), and which passes its interpreter's syntax check.
+  NAME found on the jobs' PATH). Shell and Python scripts must pass a syntax check by that
+  very interpreter with the `#!` line's arguments; scripts of other interpreters run
+  unchecked, and the status says so (`perl -c` would run BEGIN blocks: no check that
+  runs nothing exists for them).
 """
 
 from __future__ import annotations
 
+import errno
 import itertools
 import json
 import os
@@ -31,6 +38,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -55,9 +63,36 @@ MAX_REPORTED = 20  # problems named in the status; the rest are counted
 SYNTAX_TIMEOUT_SECONDS = 30
 # git-sync names each worktree after its commit (SHA-1 or SHA-256).
 REVISION = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
-# C0, DEL and C1: what a terminal or Slurm's one-line output would act on.
-CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-SHELLS = ("sh", "bash", "dash")
+# What a name (or a symlink's target) in a hook tree may hold.
+PRINTABLE_ASCII = re.compile(r"[\x20-\x7e]+")
+# The kernel hands a `#!` line's interpreter the rest of the line as one argument.
+SHEBANG = re.compile(r"[ \t]*([^ \t]*)[ \t]*(.*?)[ \t]*")
+# What `env -S` would read other than words between blanks: the check could not know the
+# command it makes.
+ENV_SPECIAL = re.compile(r"[\\'\"$#]")
+# Interpreters with a syntax check that runs nothing, and the `#!` arguments each may get.
+# An argument must change how the script runs, never what is read: `bash --rcfile -n FILE`
+# runs FILE, `-c`, `-s` and `-t` leave it unread, `-i` reads startup files, so these (and
+# anything not listed) are refused rather than trusted to the check.
+SHELLS = ("sh", "dash", "bash", "ksh", "ksh93", "mksh", "zsh")
+SHELL_ARGUMENT = re.compile(r"[-+][abefhklmnpruvxBCEHPT]+|--(?:login|noprofile|norc|posix)")
+PYTHON = re.compile(r"python[0-9.]*")
+PYTHON_ARGUMENT = re.compile(r"-[BEIOPSbdqsuv]+")
+# Run by the script's own Python, whatever its version (2.6 and later read this too).
+PYTHON_CHECK = """import sys
+path = sys.argv[1]
+try:
+    compile(open(path, 'rb').read(), path, 'exec')
+except SyntaxError as err:
+    sys.stderr.write('line %s: %s\\n' % (err.lineno, err.msg) if err.lineno else err.msg + '\\n')
+    sys.exit(1)
+except Exception as err:
+    sys.stderr.write('cannot be compiled: %s\\n' % err)
+    sys.exit(1)
+"""
+# Syntax checks run with what the jobs' hooks get from slurmd: no environment of the
+# watcher's (BASH_ENV, PYTHONSTARTUP...) and messages in plain English.
+CHECK_ENV = {"PATH": paths.DEFAULT_PATH, "LC_ALL": "C"}
 
 
 def log(message: str) -> None:
@@ -83,12 +118,10 @@ def shown(text: str) -> str:
 
 
 def _check_text(text: str, what: str) -> None:
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        raise Refused(f"{what} is not UTF-8") from None
-    if CONTROL.search(text):
-        raise Refused(f"{what} has a control character")
+    """Names reach Slurm's drain reasons, the log and the status: each must stay one line
+    wherever it goes (Python's splitlines() ends lines at U+2028, NEL, FS, VT...)."""
+    if not PRINTABLE_ASCII.fullmatch(text):
+        raise Refused(f"{what} is not printable ASCII")
 
 
 @dataclass(frozen=True)
@@ -97,13 +130,25 @@ class Entry:
     kind: str  # "dir", "file" or "link"
     mode: int
     target: str = ""  # a link's
+    identity: tuple[int, int] = (0, 0)  # (st_dev, st_ino) as walked: what the copy takes
 
 
-def _link_target(path: str, root: str) -> str:
+def _open_dir(name: str | Path, dir_fd: int | None = None) -> int:
+    """A directory, never through a symlink. O_NOFOLLOW guards the last component only: a
+    path inside an untrusted tree is opened one component at a time, from its parent."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    return os.open(name, flags, dir_fd=dir_fd)
+
+
+def _identity(info: os.stat_result) -> tuple[int, int]:
+    return info.st_dev, info.st_ino
+
+
+def _link_target(dir_fd: int, name: str, root: str) -> str:
     """A symlink's target, if it stays inside the phase directory `root` (real path)."""
-    target = os.readlink(path)
+    target = os.readlink(name, dir_fd=dir_fd)
     _check_text(target, "symlink target")
-    real = os.path.realpath(path)
+    real = os.path.realpath(f"/proc/self/fd/{dir_fd}/{name}")
     if os.path.isabs(target) or (real != root and not real.startswith(root + os.sep)):
         raise Refused(f"symlink to {shown(target)} points outside its directory")
     try:
@@ -115,70 +160,102 @@ def _link_target(path: str, root: str) -> str:
     return target
 
 
-def walk(folder: Path, shown_as: str, settings: HookSettings) -> tuple[list[Entry], list[str]]:
-    """Every entry under a phase directory, never following a symlink, and what is wrong
-    with them. Stops at the first limit a tree exceeds: a huge tree is not read to its end."""
+def walk(folder: int, shown_as: str, settings: HookSettings) -> tuple[list[Entry], list[str]]:
+    """Every entry under a phase directory (an open descriptor), depth first, never
+    following a symlink, and what is wrong with them. Stops at the first limit a tree
+    exceeds: a huge tree is not read to its end."""
     entries: list[Entry] = []
     found: list[str] = []
-    root = os.path.realpath(folder)
+    root = os.path.realpath(f"/proc/self/fd/{folder}")
     budget = settings.max_file_bytes * TREE_BYTES_PER_FILE
     total = seen = 0
-    pending = [("", 0)]
-    while pending:
-        relative, depth = pending.pop()
-        with os.scandir(os.path.join(folder, relative)) as listing:
+
+    def scan(fd: int, relative: str, depth: int) -> str | None:
+        """The directory's entries; a limit exceeded, if one was."""
+        nonlocal total, seen
+        with os.scandir(fd) as listing:
             children = sorted(
                 itertools.islice(listing, MAX_ENTRIES - seen + 1), key=lambda e: e.name
             )
         seen += len(children)
         if seen > MAX_ENTRIES:
-            return entries, [*found, f"{shown_as}: more than {MAX_ENTRIES} entries"]
+            return f"more than {MAX_ENTRIES} entries"
         for child in children:
             name = os.path.join(relative, child.name)
             try:
                 _check_text(child.name, "name")
-                if child.name.startswith("-"):
-                    raise Refused("name starts with '-'")
+                if child.name[0] in "-+":
+                    raise Refused(f"name starts with '{child.name[0]}'")
                 info = child.stat(follow_symlinks=False)
                 if info.st_mode & (stat.S_ISUID | stat.S_ISGID):
                     raise Refused("setuid or setgid bit")
                 if stat.S_ISLNK(info.st_mode):
-                    entries.append(Entry(name, "link", 0, _link_target(child.path, root)))
+                    entries.append(Entry(name, "link", 0, _link_target(fd, child.name, root)))
                 elif stat.S_ISDIR(info.st_mode):
                     if depth >= MAX_DEPTH:
                         raise Refused(f"directories nested deeper than {MAX_DEPTH}")
-                    entries.append(Entry(name, "dir", info.st_mode))
-                    pending.append((name, depth + 1))
+                    entries.append(Entry(name, "dir", info.st_mode, identity=_identity(info)))
+                    inner = _open_dir(child.name, fd)
+                    try:
+                        if _identity(os.fstat(inner)) != _identity(info):
+                            raise Refused("changed while it was walked")
+                        exceeded = scan(inner, name, depth + 1)
+                    finally:
+                        os.close(inner)
+                    if exceeded:
+                        return exceeded
                 elif stat.S_ISREG(info.st_mode):
                     if info.st_size > settings.max_file_bytes:
                         raise Refused(f"larger than {settings.max_file_bytes} bytes")
+                    if info.st_nlink > 1:  # git checks out files, never links them
+                        raise Refused("a hard link")
                     total += info.st_size
-                    entries.append(Entry(name, "file", info.st_mode))
+                    entries.append(Entry(name, "file", info.st_mode, identity=_identity(info)))
                 else:
                     raise Refused("not a regular file, directory or symlink")
             except Refused as err:
                 found.append(f"{shown_as}/{shown(name)}: {err}")
         if total > budget:
-            return entries, [*found, f"{shown_as}: more than {budget} bytes in all"]
-    return entries, found
-
-
-def _phase_folder(tree: Path, directory: str) -> Path | None:
-    """The phase's directory in the tree, None when the repository has none; refused when
-    it is not a real directory there (a symlink on the way could lead anywhere)."""
-    folder = tree / directory
-    if not os.path.lexists(folder):
+            return f"more than {budget} bytes in all"
         return None
-    expected = os.path.normpath(os.path.join(os.path.realpath(tree), directory))
-    if not folder.is_dir() or os.path.realpath(folder) != expected:
-        raise Refused("not a directory inside the repository")
-    return folder
+
+    exceeded = scan(folder, "", 0)
+    return entries, [*found, f"{shown_as}: {exceeded}"] if exceeded else found
 
 
-def interpreter(head: bytes, search_path: str = paths.DEFAULT_PATH) -> str:
-    """The program the kernel would run a script with, from the script's first bytes, when
-    it is there to run: raises Refused naming what is wrong otherwise. Checked here, in the
-    pod the scripts run in, with the jobs' PATH."""
+def _open_phase(tree: int, directory: str) -> int | None:
+    """The phase's directory in the tree, opened component by component: None when the
+    repository has none; refused when it is not a real directory there (a symlink on the
+    way could lead anywhere)."""
+    fd = os.dup(tree)
+    try:
+        for part in directory.split("/"):
+            if part in ("", "."):
+                continue
+            if part == "..":
+                raise Refused("not a directory inside the repository")
+            try:
+                inner = _open_dir(part, fd)
+            except FileNotFoundError:
+                return None
+            except OSError as err:
+                if err.errno in (errno.ELOOP, errno.ENOTDIR):  # a symlink, a file
+                    raise Refused("not a directory inside the repository") from None
+                raise Refused(f"cannot be opened ({err.strerror})") from None
+            os.close(fd)
+            fd = inner
+        opened, fd = fd, -1
+        return opened
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def interpreter(head: bytes, search_path: str = paths.DEFAULT_PATH) -> list[str]:
+    """The command the kernel (and env) would run a script with, from the script's first
+    bytes: the interpreter's absolute path, then its arguments. Raises Refused naming what
+    is wrong when the script could not start. Checked here, in the pod the scripts run in,
+    with the jobs' PATH."""
     line, newline, _ = head[:SHEBANG_BYTES].partition(b"\n")
     if not line.startswith(b"#!"):
         raise Refused("no #! line")
@@ -190,25 +267,29 @@ def interpreter(head: bytes, search_path: str = paths.DEFAULT_PATH) -> str:
         text = line[2:].decode()
     except UnicodeDecodeError:
         raise Refused("#! line is not UTF-8") from None
-    if CONTROL.search(text.replace("\t", " ")):
+    if not text.replace("\t", " ").isprintable():
         raise Refused(f"#! line has a control character: {shown(text)}")
-    program, _, argument = text.strip(" \t").replace("\t", " ").partition(" ")
-    argument = argument.strip(" ")
+    program, argument = SHEBANG.fullmatch(text).groups()  # type: ignore[union-attr]
     _executable(program)
     if Path(program).name != "env":
-        return program
+        return [program, argument] if argument else [program]
     # The kernel hands env everything after its path as one argument; only `env -S` splits.
-    words = argument[2:].split() if argument.startswith("-S") else [argument]
+    if argument.startswith("-S"):
+        if ENV_SPECIAL.search(argument):
+            raise Refused(f"#! env -S with quotes, escapes, variables or comments: {argument!r}")
+        words = argument[2:].split()
+    else:
+        words = [argument]
     if not words or not words[0] or words[0].startswith("-") or "=" in words[0]:
         raise Refused(f"#! env: name the program to run first: {argument!r}")
-    if " " in words[0]:
+    if " " in words[0] or "\t" in words[0]:
         raise Refused(f"#! env is given {argument!r} as one name; split it with `env -S`")
     if "/" in words[0]:
-        return _executable(words[0])
+        return [_executable(words[0]), *words[1:]]
     found = shutil.which(words[0], path=search_path)
     if found is None:
         raise Refused(f"#! interpreter {words[0]} is not on the jobs' PATH ({search_path})")
-    return found
+    return [found, *words[1:]]
 
 
 def _executable(program: str) -> str:
@@ -223,123 +304,170 @@ def _executable(program: str) -> str:
     return program
 
 
-def _syntax(script: Path, program: str) -> None:
-    """A syntax check by the script's own kind of interpreter; raises Refused on a fault."""
-    name = Path(program).name
-    if name in SHELLS:
-        try:
-            result = subprocess.run(
-                ["bash", "-n", script.name],
-                cwd=script.parent,
-                capture_output=True,
-                text=True,
-                errors="replace",
-                timeout=SYNTAX_TIMEOUT_SECONDS,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            raise Refused("the shell's syntax check timed out") from None
-        if result.returncode:
-            first = (result.stderr.strip().splitlines() or ["syntax error"])[0]
-            raise Refused(shown(first.removeprefix(f"{script.name}: ")))
-    elif name.startswith("python"):
-        try:
-            compile(script.read_bytes(), str(script), "exec")
-        except SyntaxError as err:  # NUL bytes too, with no line (3.11.4+)
-            raise Refused(f"line {err.lineno}: {err.msg}" if err.lineno else err.msg) from None
-        except (ValueError, RecursionError, MemoryError) as err:  # older NUL bytes, nesting
-            raise Refused(f"cannot be compiled: {err}") from None
+def _syntax(script: Path, command: list[str]) -> str | None:
+    """A syntax check by the interpreter the script runs with, given the `#!` line's
+    arguments (a dash script in bash syntax, an option the shell lacks, fail here as on every
+    node). Raises Refused on a fault; returns a note when the script's kind has no check."""
+    kind = Path(command[0]).name
+    if kind in SHELLS:
+        allowed, check = SHELL_ARGUMENT, ["-n"]
+    elif PYTHON.fullmatch(kind):
+        allowed, check = PYTHON_ARGUMENT, ["-c", PYTHON_CHECK]
+    else:
+        return f"syntax not checked: {kind} has no check that runs nothing"
+    for argument in command[1:]:
+        if not allowed.fullmatch(argument):
+            raise Refused(f"#! argument {argument!r}: not one {kind}'s syntax check can vouch for")
+    path = os.path.abspath(script)  # absolute: never read as an option
+    try:
+        result = subprocess.run(
+            [*command, *check, path],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            cwd="/",
+            env=CHECK_ENV,
+            timeout=SYNTAX_TIMEOUT_SECONDS,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise Refused(f"{kind}'s syntax check timed out") from None
+    except OSError as err:
+        raise Refused(f"{kind}'s syntax check could not start: {err.strerror}") from None
+    if result.returncode:
+        lines = [line for line in result.stderr.split("\n") if line.strip()]
+        # The error about the script itself, not a line `-v` echoed before it.
+        about = [line for line in lines if line.startswith(f"{path}: ")] or lines
+        first = about[0] if about else f"{kind}'s syntax check failed ({result.returncode})"
+        raise Refused(shown(first.removeprefix(f"{path}: ")))
+    return None
 
 
-def _check_script(path: Path, entry: Entry) -> None:
+def _check_script(path: Path, entry: Entry) -> str | None:
     if entry.kind != "file":
         raise Refused("not a regular file")
     if not entry.mode & 0o111:
         raise Refused("not executable")
     with open(path, "rb") as script:
-        program = interpreter(script.read(SHEBANG_BYTES))
-    _syntax(path, program)
+        command = interpreter(script.read(SHEBANG_BYTES))
+    return _syntax(path, command)
 
 
-def _check_phase(folder: Path, shown_as: str, settings: HookSettings) -> list[str]:
-    entries, found = walk(folder, shown_as, settings)
+def _check_copy(folder: Path, shown_as: str, settings: HookSettings) -> tuple[list[str], list[str]]:
+    """A phase's copy in slonk's store: what is wrong with it, and what was not checked."""
+    fd = _open_dir(folder)
+    try:
+        entries, found = walk(fd, shown_as, settings)
+    finally:
+        os.close(fd)
+    unchecked = []
     for entry in entries:
         if "/" in entry.relative or entry.relative.startswith("."):
             continue  # helpers: never run by the dispatcher
         try:
-            _check_script(folder / entry.relative, entry)
+            note = _check_script(folder / entry.relative, entry)
         except Refused as err:
             found.append(f"{shown_as}/{shown(entry.relative)}: {err}")
-    return found
+        else:
+            if note:
+                unchecked.append(f"{shown_as}/{entry.relative}: {note}")
+    return found, unchecked
 
 
 def problems(tree: Path, settings: HookSettings) -> list[str]:
-    """Why this tree must not run, one line per entry; empty when every check passes."""
-    found = []
-    for directory in settings.phases.values():
-        try:
-            folder = _phase_folder(tree, directory)
-        except Refused as err:
-            found.append(f"{directory}: {err}")
-            continue
-        if folder is not None:
-            found += _check_phase(folder, directory, settings)
-    return found
+    """Why this tree must not run, one line per entry; empty when every check passes. The
+    checks a revision gets: a copy made and checked, then thrown away."""
+    with tempfile.TemporaryDirectory() as scratch:
+        return _stage(tree, settings, Path(scratch) / "staging")[0]
 
 
-def _copy(folder: Path, entries: list[Entry], target: Path, max_bytes: int) -> None:
-    """The walked entries into slonk's store: root's, with modes of its own. A file grown
-    past `max_bytes` since the walk is copied one byte over, so the copy's check refuses it."""
+def _copy(folder: int, entries: list[Entry], target: Path, max_bytes: int) -> None:
+    """The walked entries into slonk's store: root's, with modes of its own. Each is opened
+    from its parent's descriptor without following a symlink, and copied only if it is what
+    the walk saw (st_dev, st_ino): a directory swapped for a symlink to a root-only one since
+    the walk cannot lead the copy out of the tree. A file grown past `max_bytes` since the
+    walk is copied one byte over, so the copy's check refuses it."""
     target.mkdir(mode=0o755)
-    for entry in entries:
-        source, copy = folder / entry.relative, target / entry.relative
-        if entry.kind == "dir":
-            copy.mkdir(mode=0o755)
-        elif entry.kind == "link":
-            copy.symlink_to(entry.target)
-        else:
-            # The entry may have changed since the walk: open it without following a link or
-            # waiting on a FIFO, copy only a regular file, and no more than its size allows.
-            fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    opened = [("", folder)]  # the directories down to the current entry; walk is depth first
+    try:
+        for entry in entries:
+            parent, _, name = entry.relative.rpartition("/")
+            while len(opened) > 1 and opened[-1][0] != parent:
+                os.close(opened.pop()[1])
+            if opened[-1][0] != parent:
+                raise Refused(f"{shown(entry.relative)}: not after its directory")
+            copy = target / entry.relative
+            if entry.kind == "link":
+                copy.symlink_to(entry.target)
+                continue
+            # Not waiting on a FIFO swapped in: O_NONBLOCK; it is then refused as not the same.
+            kind = os.O_DIRECTORY if entry.kind == "dir" else os.O_NONBLOCK
+            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | kind
+            fd = os.open(name, flags, dir_fd=opened[-1][1])
+            info = os.fstat(fd)
+            if _identity(info) != entry.identity or (
+                entry.kind == "file" and (not stat.S_ISREG(info.st_mode) or info.st_nlink > 1)
+            ):
+                os.close(fd)
+                raise Refused(f"{shown(entry.relative)} changed while it was copied")
+            if entry.kind == "dir":
+                opened.append((entry.relative, fd))
+                copy.mkdir(mode=0o755)
+                continue
             with os.fdopen(fd, "rb") as data:
-                if not stat.S_ISREG(os.fstat(fd).st_mode):
-                    raise Refused(f"{shown(entry.relative)} changed while it was copied")
                 mode = 0o755 if entry.mode & 0o111 else 0o644
                 out_fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
                 with os.fdopen(out_fd, "wb") as out:
                     out.write(data.read(max_bytes + 1))
+    finally:
+        for _, fd in opened[1:]:
+            os.close(fd)
 
 
-def _stage(tree: Path, settings: HookSettings, staging: Path) -> list[str]:
-    """Copy each phase's directory to staging/<phase>; what the copy found wrong."""
+def _stage(tree: Path, settings: HookSettings, staging: Path) -> tuple[list[str], list[str]]:
+    """Copy each phase's directory to staging/<phase>; what the copy found wrong, and what
+    it could not check."""
     found = []
     staging.mkdir(mode=0o755)
-    for phase, directory in settings.phases.items():
-        try:
-            folder = _phase_folder(tree, directory)
-        except Refused as err:
-            found.append(f"{directory}: {err}")
-            continue
-        if folder is None:
-            continue
-        try:
-            entries, wrong = walk(folder, directory, settings)
-            found += wrong
-            if not wrong:
-                _copy(folder, entries, staging / phase, settings.max_file_bytes)
-        except Refused as err:
-            found.append(f"{directory}/{err}")
-        except OSError as err:
-            found.append(f"{directory}: changed while it was copied ({err.strerror})")
+    try:
+        tree_fd = _open_dir(tree)
+    except OSError as err:
+        return [f"the tree cannot be opened ({err.strerror})"], []
+    try:
+        for phase, directory in settings.phases.items():
+            try:
+                folder = _open_phase(tree_fd, directory)
+            except Refused as err:
+                found.append(f"{directory}: {err}")
+                continue
+            if folder is None:
+                continue
+            try:
+                entries, wrong = walk(folder, directory, settings)
+                found += wrong
+                if not wrong:
+                    _copy(folder, entries, staging / phase, settings.max_file_bytes)
+            except Refused as err:
+                found.append(f"{directory}/{err}")
+            except OSError as err:
+                found.append(f"{directory}: changed while it was copied ({err.strerror})")
+            finally:
+                os.close(folder)
+        if os.fstat(tree_fd).st_nlink == 0:  # git-sync deleted it: phases may be missing
+            found.append("the tree was removed while it was copied")
+    finally:
+        os.close(tree_fd)
     if found:
-        return found
+        return found, []
     # What runs is the copy: it is what gets checked.
-    return [
-        problem
-        for phase, directory in settings.phases.items()
-        if (staging / phase).exists()
-        for problem in _check_phase(staging / phase, directory, settings)
-    ]
+    unchecked = []
+    for phase, directory in settings.phases.items():
+        if (staging / phase).exists():
+            wrong, notes = _check_copy(staging / phase, directory, settings)
+            found += wrong
+            unchecked += notes
+    return found, unchecked
 
 
 def activate(staged: Path, revision: str, state: Path) -> None:
@@ -380,9 +508,9 @@ def consider(tree: Path, revision: str, settings: HookSettings, state: Path) -> 
     if REVISION.fullmatch(revision):
         staging = store / f".{revision}.staging"
         shutil.rmtree(staging, ignore_errors=True)
-        found = _stage(tree, settings, staging)
+        found, unchecked = _stage(tree, settings, staging)
     else:
-        staging = None
+        staging, unchecked = None, []
         found = [f"{shown(revision)}: not a commit's worktree in git-sync's root"]
     if found:
         if staging:
@@ -394,9 +522,11 @@ def consider(tree: Path, revision: str, settings: HookSettings, state: Path) -> 
         )
     else:
         activate(staging, revision, state)
-        status["active"] = {"revision": revision, "since": now}
+        status["active"] = {"revision": revision, "since": now, "unchecked": unchecked}
         status["refused"] = None
         log(f"activated revision {revision[:12]}")
+        if unchecked:
+            log(f"revision {revision[:12]}: {_summary(unchecked)}")
     write_atomically(state / STATUS, json.dumps(status, indent=1) + "\n")
     return not found
 
