@@ -6,13 +6,11 @@ import os
 import stat
 
 import pytest
-import yaml
 
 from slonk import paths, services
-from slonk.config.spec import SpecError, parse_spec
+from slonk.config.spec import parse_spec
 from slonk.init import InitError, check_identity
 from slonk.secrets import MissingSecret, install_munge_key, install_ssh_host_keys
-from slonk.watch import apply, fingerprint
 
 
 def test_identity(demo_spec):
@@ -69,31 +67,3 @@ def test_scan_dir_has_the_roles_services(tmp_path, role):
     for service in services.ROLE_SERVICES[role]:
         assert os.access(tmp_path / "scan" / service / "run", os.X_OK)
     assert os.access(tmp_path / "scan" / ".s6-svscan" / "SIGTERM", os.X_OK)
-
-
-def test_apply_refuses_an_invalid_spec_and_keeps_files(tmp_path, demo_spec):
-    spec_file, conf = tmp_path / "cluster.yaml", tmp_path / "slurm"
-    spec_file.write_text(yaml.safe_dump(demo_spec))
-    assert apply("login", spec_file, conf) == (
-        "rewrote cgroup.conf, gres.conf, slurm.conf, topology.conf; "
-        "restarted for new node definitions")
-    before = (conf / "slurm.conf").read_text()
-    demo_spec["partitions"][0]["pools"] = ["nope"]
-    spec_file.write_text(yaml.safe_dump(demo_spec))
-    with pytest.raises(SpecError, match=r"partitions\[0\].pools\[0\]: unknown nodepool 'nope'"):
-        apply("login", spec_file, conf)
-    assert (conf / "slurm.conf").read_text() == before
-
-
-def test_apply_tells_a_node_change_from_a_setting_change(tmp_path, demo_spec):
-    spec_file, conf = tmp_path / "cluster.yaml", tmp_path / "slurm"
-    spec_file.write_text(yaml.safe_dump(demo_spec))
-    apply("login", spec_file, conf)
-    assert apply("login", spec_file, conf) == "no change to the Slurm configuration"
-    demo_spec["partitions"][1]["maxTime"] = 60
-    spec_file.write_text(yaml.safe_dump(demo_spec))
-    assert apply("login", spec_file, conf) == "rewrote slurm.conf"
-    demo_spec["nodepools"][0]["replicas"] = 3
-    spec_file.write_text(yaml.safe_dump(demo_spec))
-    assert apply("login", spec_file, conf).endswith("restarted for new node definitions")
-    assert fingerprint(tmp_path / "missing") is None

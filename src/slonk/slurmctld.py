@@ -1,0 +1,168 @@
+"""slurmctld under s6, as config-watch drives it: is it answering, make it read new files,
+and when it will not run them, what it said.
+
+Measured on Slurm 22.05: `scontrol reconfigure` with a file slurmctld cannot parse kills it
+(fatal); one that needs a restart (a SelectType change) is answered with an error after the
+rest of the file was applied. Either way only a fresh start tells whether slurmctld runs the
+files, so a failed reconfigure becomes a restart. While slurmctld is tried on new files s6
+starts it at most once (`s6-svc -O`/`-o`): it says its fatal line once, and is not started
+again on them before config-watch has put the previous files back.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from slonk import paths
+
+# Starting slurmctld recovers its state and resolves every node: generous, but bounded.
+START_TIMEOUT_SECONDS = 180.0
+COMMAND_TIMEOUT_SECONDS = 60.0
+POLL_SECONDS = 0.2
+
+
+class Refused(RuntimeError):
+    """slurmctld would not run the new files; the message is what it said."""
+
+
+def _run(*command: str) -> subprocess.CompletedProcess[str]:
+    """A Slurm or s6 command; one that hangs counts as failed (it never raises)."""
+    try:
+        return subprocess.run(
+            command, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_SECONDS, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(command, -1, "", f"{command[0]}: timed out")
+
+
+def _what_it_said(lines: list[str]) -> str:
+    """Its last fatal line, with the error line just before it (a parse error names the
+    key there); else its last error line."""
+    said = [line.removeprefix("slurmctld: ").strip() for line in lines]
+    fatal = [i for i, line in enumerate(said) if line.startswith("fatal:")]
+    if fatal:
+        last = fatal[-1]
+        before = said[last - 1] if last and said[last - 1].startswith("error:") else None
+        return "; ".join(line for line in (before, said[last]) if line)
+    errors = [line for line in said if line.startswith("error:")]
+    return errors[-1] if errors else ""
+
+
+@dataclass(frozen=True)
+class Slurmctld:
+    service: Path = paths.SCAN_DIR / "slurmctld"
+    log: Path = paths.SLURMCTLD_LOG
+    start_timeout: float = START_TIMEOUT_SECONDS
+
+    def _svc(self, *flags: str) -> None:
+        subprocess.run(
+            ["s6-svc", *flags, str(self.service)],
+            check=True, capture_output=True, timeout=self.start_timeout + 10,
+        )
+
+    def _pid(self) -> int | None:
+        """The running daemon's pid, None while it is down."""
+        out = _run("s6-svstat", "-o", "up,pid", str(self.service)).stdout.split()
+        return int(out[1]) if out[:1] == ["true"] and len(out) == 2 else None
+
+    def answers(self) -> bool:
+        result = _run("scontrol", "ping")
+        return result.returncode == 0 and " is UP" in result.stdout
+
+    def version(self) -> str:
+        return _run("slurmctld", "-V").stdout.strip()
+
+    def mark(self) -> int:
+        """Where its log is now: what it says from here on is read by `said`."""
+        try:
+            return self.log.stat().st_size
+        except OSError:
+            return 0
+
+    def said(self, mark: int) -> str:
+        try:
+            with open(self.log, "rb") as log:
+                if log.seek(0, 2) < mark:
+                    mark = 0  # s6-log rotated it
+                log.seek(mark)
+                lines = log.read().decode(errors="replace").splitlines()
+        except OSError:
+            return ""
+        return _what_it_said(lines)
+
+    def keep_up(self) -> None:
+        """s6 restarts it again when it dies (undoes `-O`)."""
+        self._svc("-u")
+
+    def _wait(self, pid: int | None) -> bool:
+        """Until it answers (True) or the daemon `pid` is gone (False); None: any daemon."""
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            now = self._pid()
+            if now is None or (pid is not None and now != pid):
+                return False
+            if self.answers():
+                return True
+            time.sleep(POLL_SECONDS)
+        return False
+
+    def reconfigure(self) -> str:
+        """Make it read the new files; raises Refused if it will not run them."""
+        mark, pid = self.mark(), self._pid()
+        self._svc("-O")  # dying on the new files, it stays down until they are replaced
+        result = _run("scontrol", "reconfigure")
+        if result.returncode == 0:
+            self.keep_up()
+            return "reconfigured"
+        if not self._wait(pid):
+            raise Refused(self.said(mark) or (result.stderr or result.stdout).strip())
+        # It lives, but did not take the files as they are: a fresh start decides.
+        return self.restart()
+
+    def restart(self) -> str:
+        """Stop it (it saves its state), start it once on the new files, and wait until it
+        answers; raises Refused if it dies or does not answer within the bound."""
+        mark = self.mark()
+        self._svc("-wD", "-T", str(int(self.start_timeout * 1000)), "-d")
+        self._svc("-wu", "-T", str(int(self.start_timeout * 1000)), "-o")
+        if self._wait(self._pid()):
+            self.keep_up()
+            return "restarted"
+        pid = self._pid()
+        self._svc("-wD", "-T", str(int(self.start_timeout * 1000)), "-d")
+        if pid is not None:
+            raise Refused(f"did not answer within {self.start_timeout:g} s")
+        raise Refused(self.said(mark) or "it exited")
+
+    def started(self) -> None:
+        """The daemon s6 started with the pod: wait until it answers; raises Refused (and
+        stops it) if it dies or does not answer within the bound."""
+        deadline, first = time.monotonic() + self.start_timeout, None
+        while time.monotonic() < deadline:
+            pid = self._pid()
+            first = first or pid
+            if first is not None and pid != first:  # it died (s6 may have started another)
+                self._svc("-wD", "-T", str(int(self.start_timeout * 1000)), "-d")
+                raise Refused(self.said(0) or "it exited")
+            if pid is not None and self.answers():
+                return
+            time.sleep(POLL_SECONDS)
+        self._svc("-wD", "-T", str(int(self.start_timeout * 1000)), "-d")
+        raise Refused(f"did not answer within {self.start_timeout:g} s")
+
+    def recover(self) -> bool:
+        """After the previous files are back: start it on them; True once it answers."""
+        if self._pid() is not None:
+            self._svc("-wD", "-T", str(int(self.start_timeout * 1000)), "-d")
+        self.keep_up()
+        return self._wait(None)
+
+    def push(self) -> str:
+        """Send what it runs to every slurmd (configless: slurmd caches what slurmctld sends)."""
+        result = _run("scontrol", "reconfigure")
+        if result.returncode == 0:
+            return "sent to every slurmd"
+        return f"scontrol reconfigure to send it to the slurmds said: {result.stderr.strip()}"
