@@ -1,11 +1,13 @@
-"""slurmctld under s6, as config-watch drives it: is it answering, make it read new files,
+"""slurmctld under s6, as config-watch drives it: is it answering, start it on new files,
 and when it will not run them, what it said.
 
-Measured on Slurm 22.05: `scontrol reconfigure` with a file slurmctld cannot parse kills it
-(fatal); one that needs a restart (a SelectType change) is answered with an error after the
-rest of the file was applied. Either way only a fresh start tells whether slurmctld runs the
-files, so a failed reconfigure becomes a restart. While slurmctld is tried on new files s6
-starts it at most once (`s6-svc -O`/`-o`): it says its fatal line once, and is not started
+New files are tried by a restart, never by `scontrol reconfigure`. Measured on Slurm 22.05:
+a reconfigure with a file slurmctld cannot parse kills it on the spot (fatal: it exits
+without the state save a stop makes), and one it will not apply live (a SelectType change)
+is answered with an error after the rest of the file took effect. A stop saves its state; a
+start either runs the files or dies saying why, before serving them to anyone. (Slurm 23.11
+and later reconfigure by starting a new slurmctld too.) While slurmctld is tried on
+new files s6 starts it once (`s6-svc -o`): it says its fatal line once, and is not started
 again on them before config-watch has put the previous files back.
 """
 
@@ -94,75 +96,68 @@ class Slurmctld:
         return _what_it_said(lines)
 
     def keep_up(self) -> None:
-        """s6 restarts it again when it dies (undoes `-O`)."""
+        """s6 restarts it again when it dies (undoes `-o`)."""
         self._svc("-u")
 
+    def _timeout(self) -> list[str]:
+        return ["-T", str(int(self.start_timeout * 1000))]
+
+    def _stop(self) -> None:
+        """A stop: slurmctld saves its state and exits; s6 leaves it down."""
+        self._svc("-wD", *self._timeout(), "-d")
+
     def _wait(self, pid: int | None) -> bool:
-        """Until it answers (True) or the daemon `pid` is gone (False); None: any daemon."""
+        """Until daemon `pid` answers (True), or is gone or the bound passed (False)."""
         deadline = time.monotonic() + self.start_timeout
-        while time.monotonic() < deadline:
-            now = self._pid()
-            if now is None or (pid is not None and now != pid):
+        while pid is not None and time.monotonic() < deadline:
+            if self._pid() != pid:
                 return False
             if self.answers():
                 return True
             time.sleep(POLL_SECONDS)
         return False
 
-    def reconfigure(self) -> str:
-        """Make it read the new files; raises Refused if it will not run them."""
-        mark, pid = self.mark(), self._pid()
-        self._svc("-O")  # dying on the new files, it stays down until they are replaced
-        result = _run("scontrol", "reconfigure")
-        if result.returncode == 0:
-            self.keep_up()
-            return "reconfigured"
-        if not self._wait(pid):
-            raise Refused(self.said(mark) or (result.stderr or result.stdout).strip())
-        # It lives, but did not take the files as they are: a fresh start decides.
-        return self.restart()
-
-    def restart(self) -> str:
-        """Stop it (it saves its state), start it once on the new files, and wait until it
-        answers; raises Refused if it dies or does not answer within the bound."""
+    def restart(self) -> None:
+        """Stop it, start it once on the new files, and wait until it answers; raises
+        Refused (it is left down) if it dies or does not answer within the bound."""
         mark = self.mark()
-        self._svc("-wD", "-T", str(int(self.start_timeout * 1000)), "-d")
-        self._svc("-wu", "-T", str(int(self.start_timeout * 1000)), "-o")
+        self._stop()
+        self._svc("-wu", *self._timeout(), "-o")
         if self._wait(self._pid()):
             self.keep_up()
-            return "restarted"
-        pid = self._pid()
-        self._svc("-wD", "-T", str(int(self.start_timeout * 1000)), "-d")
-        if pid is not None:
-            raise Refused(f"did not answer within {self.start_timeout:g} s")
+            return
+        hung = self._pid() is not None
+        self._stop()
+        if hung:
+            raise Refused(f"it did not answer within {self.start_timeout:g} s")
         raise Refused(self.said(mark) or "it exited")
 
     def started(self) -> None:
-        """The daemon s6 started with the pod: wait until it answers; raises Refused (and
-        stops it) if it dies or does not answer within the bound."""
+        """The daemon s6 started with the pod: wait until it answers; raises Refused (it is
+        left down) if it dies or does not answer within the bound."""
         deadline, first = time.monotonic() + self.start_timeout, None
         while time.monotonic() < deadline:
             pid = self._pid()
             first = first or pid
             if first is not None and pid != first:  # it died (s6 may have started another)
-                self._svc("-wD", "-T", str(int(self.start_timeout * 1000)), "-d")
+                self._stop()
                 raise Refused(self.said(0) or "it exited")
             if pid is not None and self.answers():
                 return
             time.sleep(POLL_SECONDS)
-        self._svc("-wD", "-T", str(int(self.start_timeout * 1000)), "-d")
-        raise Refused(f"did not answer within {self.start_timeout:g} s")
+        self._stop()
+        raise Refused(f"it did not answer within {self.start_timeout:g} s")
 
     def recover(self) -> bool:
         """After the previous files are back: start it on them; True once it answers."""
-        if self._pid() is not None:
-            self._svc("-wD", "-T", str(int(self.start_timeout * 1000)), "-d")
-        self.keep_up()
-        return self._wait(None)
+        self._stop()
+        self._svc("-wu", *self._timeout(), "-u")
+        return self._wait(self._pid())
 
     def push(self) -> str:
         """Send what it runs to every slurmd (configless: slurmd caches what slurmctld sends)."""
         result = _run("scontrol", "reconfigure")
         if result.returncode == 0:
-            return "sent to every slurmd"
-        return f"scontrol reconfigure to send it to the slurmds said: {result.stderr.strip()}"
+            return "sent it to the slurmds"
+        said = (result.stderr or result.stdout).strip()
+        return f"sending it to the slurmds, scontrol reconfigure said: {said}"

@@ -5,10 +5,10 @@ gives either the old or the new document, never half of one; a content hash tell
 
 Slurm runs configless: the controller renders the Slurm configuration and slurmctld is its
 only reader; every slurmd and client fetches what slurmctld runs. So the controller alone
-applies a change: it writes the files, has slurmctld read them, and if slurmctld will not run
-them, puts the previous ones back, says once what slurmctld said, and never tries those files
-again. Only files slurmctld runs are sent to the slurmds. A worker follows cluster.yaml for
-its own health plan and job programs.
+applies a change: it writes the files and restarts slurmctld on them (slonk.slurmctld says
+why not a reconfigure); if slurmctld will not run them, it puts the previous ones back, says
+once what slurmctld said, and never tries those files again. Only files slurmctld runs are
+sent to the slurmds. A worker follows cluster.yaml for its own health plan and job programs.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from slonk.config.render import render
 from slonk.config.spec import ClusterSpec, SpecError, load_spec
 from slonk.slurmctld import Refused, Slurmctld
 
-NODE_DEFINITIONS = ("NodeName=", "NodeSet=")
 MAX_RETRY_SECONDS = 60.0
 
 
@@ -47,10 +46,6 @@ def fingerprint(path: Path) -> str | None:
         return hashlib.sha256(path.read_bytes()).hexdigest()
     except OSError:
         return None
-
-
-def _nodes(slurm_conf: str) -> list[str]:
-    return [line for line in slurm_conf.splitlines() if line.startswith(NODE_DEFINITIONS)]
 
 
 def update_node_programs(spec: ClusterSpec) -> str:
@@ -96,21 +91,17 @@ class Controller:
         refused = self.record.refusal(key)
         if refused is not None:
             raise NotApplied(f"slurmctld refused this configuration before ({refused})")
-        answering = self.daemon.answers()
-        if not answering and old == self.record.accepted():
-            raise NotNow("slurmctld is not answering")
         # Not answering on files it never accepted, it has nothing to lose: a start decides.
-        restart = not answering or _nodes(new["slurm.conf"]) != _nodes(old.get("slurm.conf", ""))
+        if not self.daemon.answers() and old == self.record.accepted():
+            raise NotNow("slurmctld is not answering")
         rollout.write_files(self.conf_dir, new)
         try:
-            how = self.daemon.restart() if restart else self.daemon.reconfigure()
+            self.daemon.restart()
         except Refused as err:
             raise NotApplied(self._take_back(key, old, str(err))) from None
         self.record.accept(new)
-        sent = self.daemon.push() if how == "restarted" else "sent to every slurmd"
         changed = ", ".join(sorted(n for n in new if new[n] != old.get(n)))
-        why = " for new node definitions" if restart else ""
-        return f"rewrote {changed}; slurmctld {how}{why}; {sent}"
+        return f"rewrote {changed}; slurmctld runs it; {self.daemon.push()}"
 
     def settle(self) -> str | None:
         """At start: slurmctld was started on what `slonk init` wrote. Files it has not
