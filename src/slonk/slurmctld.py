@@ -13,6 +13,7 @@ again on them before config-watch has put the previous files back.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from dataclasses import dataclass
@@ -30,11 +31,12 @@ class Refused(RuntimeError):
     """slurmctld would not run the new files; the message is what it said."""
 
 
-def _run(*command: str) -> subprocess.CompletedProcess[str]:
+def _run(*command: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """A Slurm or s6 command; one that hangs counts as failed (it never raises)."""
     try:
         return subprocess.run(
-            command, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_SECONDS, check=False
+            command, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_SECONDS,
+            check=False, env=env,
         )
     except subprocess.TimeoutExpired:
         return subprocess.CompletedProcess(command, -1, "", f"{command[0]}: timed out")
@@ -57,7 +59,13 @@ def _what_it_said(lines: list[str]) -> str:
 class Slurmctld:
     service: Path = paths.SCAN_DIR / "slurmctld"
     log: Path = paths.SLURMCTLD_LOG
+    conf: Path = paths.SLURMCTLD_CONF_DIR / "slurm.conf"
     start_timeout: float = START_TIMEOUT_SECONDS
+
+    def _scontrol(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """scontrol on slurmctld's own files: a configless client would first fetch them from
+        slurmctld, and takes 9 s to give up when it is down (measured on 22.05)."""
+        return _run("scontrol", *args, env={**os.environ, "SLURM_CONF": str(self.conf)})
 
     def _svc(self, *flags: str) -> None:
         subprocess.run(
@@ -71,7 +79,7 @@ class Slurmctld:
         return int(out[1]) if out[:1] == ["true"] and len(out) == 2 else None
 
     def answers(self) -> bool:
-        result = _run("scontrol", "ping")
+        result = self._scontrol("ping")
         return result.returncode == 0 and " is UP" in result.stdout
 
     def version(self) -> str:
@@ -156,7 +164,7 @@ class Slurmctld:
 
     def push(self) -> str:
         """Send what it runs to every slurmd (configless: slurmd caches what slurmctld sends)."""
-        result = _run("scontrol", "reconfigure")
+        result = self._scontrol("reconfigure")
         if result.returncode == 0:
             return "sent it to the slurmds"
         said = (result.stderr or result.stdout).strip()

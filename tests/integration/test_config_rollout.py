@@ -9,6 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from slonk.config.render import render
+from slonk.config.spec import parse_spec
+from slonk.local.projection import read
+
 from .conftest import LocalCluster, wait_for
 
 CONTROLLER = "slonk-controller-0"
@@ -35,6 +39,15 @@ def _pids(cluster: LocalCluster, service: str, pods: tuple[str, ...]) -> dict[st
     """The pid of each pod's s6 service: a new one means the daemon was restarted."""
     return {pod: cluster.pod(pod).check_output(f"s6-svstat -o pid /run/slonk/service/{service}")
             for pod in pods}
+
+
+def _back_to_ups_values(cluster: LocalCluster) -> None:
+    cluster.slonk("upgrade")
+    spec = parse_spec(yaml.safe_load(read(cluster.state_dir / "configmaps" / "slonk-cluster")[
+        "cluster.yaml"]))
+    live = cluster.pod(CONTROLLER).file("/etc/slurm/slurmctld/slurm.conf")
+    wait_for("the controller on up's values", lambda: live.content_string == render(spec)[
+        "slurm.conf"])
 
 
 def _partitions(cluster: LocalCluster, host) -> list[str]:
@@ -91,9 +104,7 @@ def test_a_setting_slurm_refuses_reaches_no_node(
         assert _pids(healthy, "slurmd", WORKERS) == slurmds  # no slurmd restarted
         _finishes(healthy, held_job)
     finally:
-        offset = len(healthy.log(CONTROLLER))
-        healthy.slonk("upgrade")
-        wait_for("up's values back", lambda: _said(healthy, offset, APPLIED))
+        _back_to_ups_values(healthy)
 
 
 def test_a_new_node_changes_only_what_it_should(
@@ -119,6 +130,38 @@ def test_a_new_node_changes_only_what_it_should(
         assert _partitions(healthy, healthy.user()) == ["main*"]
         _finishes(healthy, held_job)
     finally:
+        _back_to_ups_values(healthy)
+
+
+def test_a_controller_restarted_on_a_refused_configuration_runs_the_accepted_one(
+    healthy: LocalCluster, held_job: str, tmp_path: Path
+):
+    """The refusal and the accepted files live on slurmctld's state volume: a controller pod
+    started on a cluster.yaml slurmctld will not run takes the accepted files back, and one
+    restarted on it again does not even try it. (A plugin no other test names: slurmctld
+    refused select/bogus already, and a pod would start on the accepted files at once.)"""
+    user = healthy.user()
+    slurmds = _pids(healthy, "slurmd", WORKERS)
+    healthy.slonk("stop", CONTROLLER)
+    offset = len(healthy.log(CONTROLLER))
+    try:
+        _upgrade(healthy, tmp_path / "refused.yaml",
+                 {"slurm": {"slurmConf": {"SelectType": "select/nonesuch"}}})
+        healthy.slonk("restart", CONTROLLER)
+        (line,) = wait_for("the controller to take it back", lambda: _said(
+            healthy, offset, "it runs the last configuration it accepted"))
+        assert "slurmctld refused cluster.yaml's configuration " \
+            "(fatal: Can't find plugin for select/nonesuch)" in line
+        assert _partitions(healthy, user) == ["main*"]
         offset = len(healthy.log(CONTROLLER))
-        healthy.slonk("upgrade")
-        wait_for("up's values back", lambda: _said(healthy, offset, APPLIED))
+        healthy.slonk("restart", CONTROLLER)
+        (line,) = wait_for("the controller to start on the accepted files", lambda: _said(
+            healthy, offset, "starting on the last configuration it accepted"))
+        assert "slurmctld refused cluster.yaml's configuration before " \
+            "(fatal: Can't find plugin for select/nonesuch)" in line
+        wait_for("the controller answering", lambda: user.run("sinfo").rc == 0)
+        assert _said(healthy, offset, "slurmctld: fatal") == []  # not tried again
+        assert _pids(healthy, "slurmd", WORKERS) == slurmds
+        _finishes(healthy, held_job)
+    finally:
+        _back_to_ups_values(healthy)
