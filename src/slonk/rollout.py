@@ -5,12 +5,18 @@ slurmctld said. config-watch writes it; `slonk init` reads it, so that a control
 restarted with a cluster.yaml slurmctld already refused starts on the accepted files instead
 of crash-looping. A refusal counts for the exact files and Slurm version it was made for:
 any change to either is tried again.
+
+The state volume is slurmctld's, writable by the slurm user, and what the record holds
+becomes the file slurmctld reads as root: a record counts only if root wrote it (slurm can
+delete it, never make one), and only Slurm's config file names are taken from it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,10 +51,20 @@ class Record:
     path: Path
 
     def _load(self) -> dict:
+        """The record, or {} (nothing to fall back on, nothing refused) when there is none,
+        it is unreadable, or someone other than root could have written it."""
         try:
-            data = json.loads(self.path.read_text())
-        except (OSError, ValueError):
-            return {}  # none yet, or unreadable: nothing to fall back on, nothing refused
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            return {}
+        with os.fdopen(fd, "rb") as file:
+            info = os.fstat(file.fileno())
+            if not stat.S_ISREG(info.st_mode) or info.st_uid != 0 or info.st_mode & 0o022:
+                return {}
+            try:
+                data = json.loads(file.read())
+            except ValueError:
+                return {}
         return data if isinstance(data, dict) else {}
 
     def _save(self, data: dict) -> None:
@@ -56,9 +72,9 @@ class Record:
 
     def accepted(self) -> Files | None:
         files = self._load().get("accepted")
-        if isinstance(files, dict) and "slurm.conf" in files:
-            return {str(k): str(v) for k, v in files.items()}
-        return None
+        if not isinstance(files, dict) or not isinstance(files.get("slurm.conf"), str):
+            return None
+        return {n: files[n] for n in CONFIG_FILES if isinstance(files.get(n), str)}
 
     def refusal(self, key: str) -> str | None:
         """What slurmctld said when it refused the configuration `key`, if it did."""

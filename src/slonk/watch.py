@@ -107,7 +107,7 @@ class Controller:
         """At start: slurmctld was started on what `slonk init` wrote. Files it has not
         accepted before become accepted once it answers, or are taken back if it will not
         run them."""
-        self.daemon.keep_up()  # a config-watch that died half-way may have left it at -O
+        self.daemon.keep_up()  # a config-watch that died half-way may have left it at -o
         live, accepted = rollout.read_files(self.conf_dir), self.record.accepted()
         if live == accepted:
             return None

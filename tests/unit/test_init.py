@@ -67,3 +67,32 @@ def test_scan_dir_has_the_roles_services(tmp_path, role):
     for service in services.ROLE_SERVICES[role]:
         assert os.access(tmp_path / "scan" / service / "run", os.X_OK)
     assert os.access(tmp_path / "scan" / ".s6-svscan" / "SIGTERM", os.X_OK)
+
+
+@pytest.mark.parametrize("role", ["controller", "worker", "login"])
+def test_only_the_controller_has_slurm_files(tmp_path, monkeypatch, demo_spec, role):
+    """Configless: slurmctld alone reads the rendered files; everything else, services and
+    ssh sessions included (they inherit s6-svscan's environment), asks slurmctld."""
+    from slonk import init
+    from slonk.config.render import render
+
+    client_conf = tmp_path / "etc-slurm" / "slurm.conf"
+    client_conf.parent.mkdir()
+    client_conf.write_text("ClusterName=stale\n")
+    monkeypatch.setattr(paths, "CLIENT_SLURM_CONF", client_conf)
+    monkeypatch.setattr(paths, "SLURMCTLD_CONF_DIR", tmp_path / "slurmctld")
+    monkeypatch.setattr(paths, "ROLLOUT_RECORD", tmp_path / "record.json")
+    monkeypatch.setattr(init.Slurmctld, "version", lambda self: "slurm-wlm 22.05.8")
+    monkeypatch.delenv("SLURM_CONF_SERVER", raising=False)
+    spec = parse_spec(demo_spec)
+    said = init.prepare_slurm_config(spec, role)
+    assert os.environ["SLURM_CONF_SERVER"] == "slonk-controller.hpc.svc.cluster.local:6817"
+    assert not client_conf.exists()
+    written = sorted(p.name for p in (tmp_path / "slurmctld").glob("*"))
+    if role == "controller":
+        assert written == sorted(render(spec))
+        assert said.startswith("wrote ")
+    else:
+        assert written == []
+        assert said == "slurmd and clients fetch it from slurmctld at " \
+            "slonk-controller.hpc.svc.cluster.local:6817"

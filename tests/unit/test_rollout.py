@@ -8,6 +8,7 @@ select plugin it does not have, and can be made to stop answering.
 from __future__ import annotations
 
 import itertools
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -170,6 +171,27 @@ def test_an_unreadable_record_is_no_record(tmp_path):
         path.write_text(junk)
         assert rollout.Record(path).accepted() is None
         assert rollout.Record(path).refusal("x") is None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to own the record")
+def test_only_a_record_root_wrote_counts(tmp_path, demo_spec):
+    """slurmctld's state volume is the slurm user's: what it could write must not become
+    the files slurmctld reads as root."""
+    path = tmp_path / "record.json"
+    record = rollout.Record(path)
+    files = render(_spec(demo_spec))
+    record.accept({**files, "../../etc/passwd": "root::0:0::/:/bin/sh\n"})
+    assert record.accepted() == files  # only Slurm's file names
+    os.chown(path, 65534, 65534)  # as if the slurm user had replaced it
+    assert record.accepted() is None
+    os.chown(path, 0, 0)
+    path.chmod(0o620)
+    assert record.accepted() is None
+    path.chmod(0o600)
+    link = tmp_path / "link.json"
+    link.symlink_to(path)
+    assert rollout.Record(link).accepted() is None
+    assert record.accepted() == files
 
 
 def test_at_start_files_slurmctld_runs_become_accepted(controller, demo_spec):
