@@ -42,10 +42,16 @@ def _run(*command: str, env: dict[str, str] | None = None) -> subprocess.Complet
         return subprocess.CompletedProcess(command, -1, "", f"{command[0]}: timed out")
 
 
+def _printable(line: str, limit: int = 500) -> str:
+    """slurmctld's words go into slonk's one log line and its record: no control characters
+    (a `\r` or an escape sequence would rewrite what a terminal shows), bounded."""
+    return "".join(c if c.isprintable() else "?" for c in line[:limit])
+
+
 def _what_it_said(lines: list[str]) -> str:
     """Its last fatal line, with the error line just before it (a parse error names the
     key there); else its last error line."""
-    said = [line.removeprefix("slurmctld: ").strip() for line in lines]
+    said = [_printable(line.removeprefix("slurmctld: ").strip()) for line in lines]
     fatal = [i for i, line in enumerate(said) if line.startswith("fatal:")]
     if fatal:
         last = fatal[-1]

@@ -288,6 +288,8 @@ def test_what_slurmctld_said_names_the_cause():
     assert _what_it_said(plugin) == FATAL
     assert _what_it_said(["slurmctld: error: a", "slurmctld: error: b", "info"]) == "error: b"
     assert _what_it_said(["slurmctld: started"]) == ""
+    assert _what_it_said(["slurmctld: fatal: a\rb\x1b[2Jc" + "x" * 1000]) == (
+        "fatal: a?b?[2Jc" + "x" * 485)
 
 
 def test_run_scripts_use_slonks_paths():
