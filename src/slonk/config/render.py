@@ -51,8 +51,9 @@ def slurm_settings(spec: ClusterSpec) -> dict[str, str]:
         "SlurmdSpoolDir": "/var/spool/slurmd",
         "SlurmctldPidFile": "/run/slurmctld.pid",
         "SlurmdPidFile": "/run/slurmd.pid",
-        # Daemons run in the foreground under s6 and log to stderr: one line per event.
+        # slurmd and clients fetch the configuration slurmctld runs (kept whatever slurmConf says).
         "SlurmctldParameters": CONFIGLESS,
+        # Daemons run in the foreground under s6 and log to stderr: one line per event.
         "SlurmctldDebug": "info",
         "SlurmdDebug": "info",
         "ProctrackType": "proctrack/cgroup" if cgroup else "proctrack/linuxproc",
