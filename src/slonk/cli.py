@@ -216,7 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
     init.set_defaults(run=_init)
 
     watch = commands.add_parser("watch-config", help="apply ConfigMap changes (runs under s6)")
-    watch.add_argument("--role", required=True, choices=ROLES)
+    watch.add_argument("--role", required=True, choices=("controller", "worker"))
     watch.add_argument("--interval", type=float, default=1.0, help="seconds between checks")
     watch.set_defaults(run=_watch_config)
 

@@ -14,13 +14,14 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from slonk import paths, secrets, services
-from slonk.config.render import write_config
+from slonk import paths, rollout, secrets, services
+from slonk.config.render import conf_server, render
 from slonk.config.spec import ClusterSpec, SpecError, load_spec
 from slonk.files import make_dir
 from slonk.health import runner as health
 from slonk.hooks import revision
 from slonk.ldapdev import DevDirectory, seed_ldif
+from slonk.slurmctld import Slurmctld
 from slonk.users import sync as users_sync
 from slonk.users.directory import DirectoryError
 
@@ -48,6 +49,26 @@ def check_identity(spec: ClusterSpec, role: str, name: str) -> None:
     if role == "worker" and spec.pool_of(name) is None:
         pools = ", ".join(p.name for p in spec.nodepools) or "none"
         raise InitError(f"pod {name!r} is not a node of cluster.yaml (pools: {pools})")
+
+
+def prepare_slurm_config(spec: ClusterSpec, role: str) -> str:
+    """Configless Slurm: the controller writes the files slurmctld alone reads; slurmd and
+    every client (here and in ssh sessions, from the services' environment) fetch what
+    slurmctld runs. A controller restarted with a configuration slurmctld refused before
+    starts on the last one it accepted (slonk.rollout)."""
+    server = conf_server(spec)
+    os.environ["SLURM_CONF_SERVER"] = server  # s6-svscan's, so every service's
+    if paths.CLIENT_SLURM_CONF.exists():
+        paths.CLIENT_SLURM_CONF.unlink()  # it would shadow slurmctld's for every client
+        log(f"removed {paths.CLIENT_SLURM_CONF}: clients take slurmctld's configuration")
+    if role != "controller":
+        return f"slurmd and clients fetch it from slurmctld at {server}"
+    version = Slurmctld().version()
+    files, note = rollout.boot_files(render(spec), version, rollout.Record(paths.ROLLOUT_RECORD))
+    if note:
+        log(note)
+    rollout.write_files(paths.SLURMCTLD_CONF_DIR, files)
+    return f"wrote {paths.SLURMCTLD_CONF_DIR} for slurmctld ({version}), served at {server}"
 
 
 def prepare_dirs(role: str) -> None:
@@ -167,7 +188,7 @@ def run(role: str) -> None:
         step("wrote s6 services", lambda: services.write_scan_dir(role))
         log(f"ldap {name} ready in {(time.perf_counter() - started) * 1000:.0f} ms")
         services.exec_svscan(role)
-    step(f"rendered {paths.SLURM_CONF_DIR}", lambda: write_config(spec, paths.SLURM_CONF_DIR))
+    step("prepared the Slurm configuration", lambda: prepare_slurm_config(spec, role))
     step("installed the munge key", secrets.install_munge_key)
     if role == "login":
         step("installed ssh host keys", lambda: ", ".join(secrets.install_ssh_host_keys()))

@@ -27,8 +27,17 @@ DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 HEALTH_STATE = Path("/run/slonk/health")
 HEALTH_PLAN = HEALTH_STATE / "plan.json"
 
+# Configless Slurm: the controller renders the configuration, and slurmctld (started with
+# -f, see rootfs' slurmctld/run) is its only reader. Every other client and every slurmd
+# fetches what slurmctld runs; a slurm.conf at the clients' default path would shadow that.
+SLURMCTLD_CONF_DIR = Path("/etc/slurm/slurmctld")
+CLIENT_SLURM_CONF = Path("/etc/slurm/slurm.conf")
+# On slurmctld's state volume: the last configuration it accepted and the last it refused.
+ROLLOUT_RECORD = Path("/var/spool/slurmctld/slonk-config.json")
+# slurmctld's output as its s6 logger keeps it (rootfs' slurmctld/log/run): what it said.
+SLURMCTLD_LOG = Path("/run/slonk/log/slurmctld/current")
+
 # Written by `slonk init` inside the pod.
-SLURM_CONF_DIR = Path("/etc/slurm")
 MUNGE_KEY = Path("/etc/munge/munge.key")
 SCAN_DIR = Path("/run/slonk/service")
 

@@ -11,10 +11,13 @@ from typing import NoReturn
 
 from slonk import paths
 
+# config-watch: the controller applies cluster.yaml's Slurm configuration, a worker its own
+# health plan and job programs. A login pod has nothing of its own to follow: its clients
+# fetch the configuration slurmctld runs.
 ROLE_SERVICES = {
     "controller": ("munged", "slurmctld", "config-watch"),
     "worker": ("munged", "slurmd", "config-watch"),
-    "login": ("munged", "sshd", "config-watch"),
+    "login": ("munged", "sshd"),
     "ldap": ("slapd",),
 }
 

@@ -1,27 +1,40 @@
-"""`slonk watch-config`: apply a changed cluster.yaml to the running daemons, or refuse it.
+"""`slonk watch-config`: follow cluster.yaml, each pod for what is its own.
 
 kubelet swaps a mounted ConfigMap atomically (its `..data` symlink), so reading the file
 gives either the old or the new document, never half of one; a content hash tells a change.
+
+Slurm runs configless: the controller renders the Slurm configuration and slurmctld is its
+only reader; every slurmd and client fetches what slurmctld runs. So the controller alone
+applies a change: it writes the files and restarts slurmctld on them (slonk.slurmctld says
+why not a reconfigure); if slurmctld will not run them, it puts the previous ones back, says
+once what slurmctld said, and never tries those files again. Only files slurmctld runs are
+sent to the slurmds. A worker follows cluster.yaml for its own health plan and job programs.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
-import subprocess
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from slonk import paths
+from slonk import paths, rollout
 from slonk.config.render import render
 from slonk.config.spec import ClusterSpec, SpecError, load_spec
-from slonk.files import write_atomically
+from slonk.slurmctld import Refused, Slurmctld
 
-NODE_DEFINITIONS = ("NodeName=", "NodeSet=")
+MAX_RETRY_SECONDS = 60.0
 
 
-class ApplyError(RuntimeError):
-    """Slurm did not take the new configuration; the previous files were put back."""
+class NotApplied(RuntimeError):
+    """slurmctld refused the configuration; the previous one runs everywhere."""
+
+
+class NotNow(RuntimeError):
+    """slurmctld is not answering; nothing was changed, try again later."""
 
 
 def log(message: str) -> None:
@@ -35,26 +48,7 @@ def fingerprint(path: Path) -> str | None:
         return None
 
 
-def _nodes(slurm_conf: str) -> list[str]:
-    return [line for line in slurm_conf.splitlines() if line.startswith(NODE_DEFINITIONS)]
-
-
-def _signal_daemons(role: str, restart: bool) -> None:
-    """Make the role's daemon read the new files. Slurm 22.05 cannot add or remove nodes
-    with `scontrol reconfigure`: node changes restart the daemon (jobs keep running)."""
-    if role == "controller":
-        if restart:
-            command = ["s6-svc", "-r", str(paths.SCAN_DIR / "slurmctld")]
-        else:
-            command = ["scontrol", "reconfigure"]
-    elif role == "worker":
-        command = ["s6-svc", "-r" if restart else "-h", str(paths.SCAN_DIR / "slurmd")]
-    else:
-        return  # login pods run only clients, which read the files on every call
-    subprocess.run(command, check=True, capture_output=True, text=True, timeout=30)
-
-
-def update_node_programs(spec: ClusterSpec) -> None:
+def update_node_programs(spec: ClusterSpec) -> str:
     """A worker's health plan and the programs slurm.conf names follow the spec too."""
     from slonk import init
     from slonk.health import runner
@@ -65,54 +59,128 @@ def update_node_programs(spec: ClusterSpec) -> None:
         runner.write_plan(plan)
     else:
         paths.HEALTH_PLAN.unlink(missing_ok=True)
+    return "updated the health plan and job programs"
 
 
-def apply(
-    role: str, spec_path: Path = paths.CLUSTER_SPEC, conf_dir: Path = paths.SLURM_CONF_DIR
-) -> str:
-    """Validate, render and apply; raises SpecError (refused) or ApplyError (rolled back)."""
-    spec = load_spec(spec_path)
-    if role == "worker":
-        update_node_programs(spec)
-    new = render(spec)
-    old = {name: (conf_dir / name).read_text() for name in new if (conf_dir / name).exists()}
-    if new == old:
-        return "no change to the Slurm configuration"
-    restart = _nodes(new["slurm.conf"]) != _nodes(old.get("slurm.conf", ""))
-    conf_dir.mkdir(parents=True, exist_ok=True)
-    for name, text in new.items():
-        write_atomically(conf_dir / name, text)
-    try:
-        _signal_daemons(role, restart)
-    except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as err:
-        for name, text in old.items():
-            write_atomically(conf_dir / name, text)
-        detail = getattr(err, "stderr", None) or str(err)
-        raise ApplyError(
-            f"Slurm did not take it ({detail.strip()}); previous files restored"
-        ) from err
-    changed = ", ".join(sorted(n for n in new if new[n] != old.get(n)))
-    return f"rewrote {changed}" + ("; restarted for new node definitions" if restart else "")
+@dataclass
+class Controller:
+    """Applies a configuration to slurmctld, or keeps the one it runs."""
+
+    conf_dir: Path = paths.SLURMCTLD_CONF_DIR
+    record: rollout.Record = field(default_factory=lambda: rollout.Record(paths.ROLLOUT_RECORD))
+    daemon: Slurmctld = field(default_factory=Slurmctld)
+
+    @functools.cached_property
+    def version(self) -> str:
+        return self.daemon.version()
+
+    def _take_back(self, key: str, old: rollout.Files, reason: str) -> str:
+        """slurmctld will not run the live files: the previous ones back, slurmctld on them,
+        and these files never tried again. Returns what to say."""
+        rollout.write_files(self.conf_dir, old)
+        self.record.refuse(key, reason)
+        if not self.daemon.recover():
+            reason += "; slurmctld does not answer on the previous configuration either"
+        return reason
+
+    def apply(self, spec: ClusterSpec) -> str:
+        new, old = render(spec), rollout.read_files(self.conf_dir)
+        if new == old:
+            return "no change to the Slurm configuration"
+        key = rollout.fingerprint(new, self.version)
+        refused = self.record.refusal(key)
+        if refused is not None:
+            raise NotApplied(f"slurmctld refused this configuration before ({refused})")
+        # Not answering on files it never accepted, it has nothing to lose: a start decides.
+        if not self.daemon.answers() and old == self.record.accepted():
+            raise NotNow("slurmctld is not answering")
+        rollout.write_files(self.conf_dir, new)
+        try:
+            self.daemon.restart()
+        except Refused as err:
+            raise NotApplied(self._take_back(key, old, str(err))) from None
+        self.record.accept(new)
+        changed = ", ".join(sorted(n for n in new if new[n] != old.get(n)))
+        return f"rewrote {changed}; slurmctld runs it; {self.daemon.push()}"
+
+    def settle(self) -> str | None:
+        """At start: slurmctld was started on what `slonk init` wrote. Files it has not
+        accepted before become accepted once it answers, or are taken back if it will not
+        run them."""
+        self.daemon.keep_up()  # a config-watch that died half-way may have left it at -o
+        live, accepted = rollout.read_files(self.conf_dir), self.record.accepted()
+        if live == accepted:
+            return None
+        try:
+            self.daemon.started()
+        except Refused as err:
+            if accepted is None:
+                self.daemon.keep_up()
+                return f"slurmctld does not run cluster.yaml's configuration ({err}) " \
+                    "and none was accepted before to fall back on"
+            said = self._take_back(rollout.fingerprint(live, self.version), accepted, str(err))
+            return f"slurmctld refused cluster.yaml's configuration ({said}); " \
+                "it runs the last configuration it accepted"
+        self.record.accept(live)
+        if accepted is None:
+            return "slurmctld runs cluster.yaml's configuration"
+        return f"slurmctld runs cluster.yaml's configuration; {self.daemon.push()}"
+
+
+def apply_worker(spec: ClusterSpec) -> str:
+    return update_node_programs(spec)
+
+
+@dataclass
+class Follower:
+    """Applies each new content of cluster.yaml once. Only an unanswering slurmctld makes a
+    change wait: it is tried again with a doubling delay (capped), and said once."""
+
+    apply: Callable[[ClusterSpec], str]
+    spec_path: Path
+    interval: float
+    handled: str | None  # the content last dealt with (at start: what `slonk init` used)
+    waiting: str | None = None
+    delay: float = 0.0
+    retry_at: float = 0.0
+
+    def poll(self, now: float) -> str | None:
+        """One look at cluster.yaml; returns the line to log, if any."""
+        current = fingerprint(self.spec_path)
+        if current in (None, self.handled) or (current == self.waiting and now < self.retry_at):
+            return None
+        said = None
+        try:
+            said = f"applied cluster.yaml change: {self.apply(load_spec(self.spec_path))}"
+        except SpecError as err:
+            # Invalid content stays invalid: refuse it once, keep the running configuration.
+            said = f"refused cluster.yaml change, running configuration kept: {err}"
+        except NotApplied as err:
+            said = ("refused cluster.yaml change, every node keeps the running configuration: "
+                    f"slurmctld would not run it: {err}")
+        except NotNow as err:
+            if self.waiting != current:
+                said = f"cluster.yaml change waits for slurmctld, will retry: {err}"
+                self.waiting, self.delay = current, self.interval
+            self.delay = min(self.delay * 2, MAX_RETRY_SECONDS)
+            self.retry_at = now + self.delay
+            return said
+        self.handled, self.waiting = current, None
+        return said
 
 
 def watch(role: str, spec_path: Path = paths.CLUSTER_SPEC, interval: float = 1.0) -> None:
-    applied = fingerprint(spec_path)
-    reported = applied
+    apply: Callable[[ClusterSpec], str] = apply_worker
+    if role == "controller":
+        controller = Controller()
+        settled = controller.settle()
+        if settled:
+            log(settled)
+        apply = controller.apply
+    follower = Follower(apply, spec_path, interval, handled=fingerprint(spec_path))
     log(f"watching {spec_path} every {interval:g} s")
     while True:
         time.sleep(interval)
-        current = fingerprint(spec_path)
-        if current == applied or current is None:
-            continue
-        try:
-            log(f"applied cluster.yaml change: {apply(role, spec_path)}")
-            applied = reported = current
-        except SpecError as err:
-            # Invalid content stays invalid: refuse it once, keep the running configuration.
-            log(f"refused cluster.yaml change, running configuration kept: {err}")
-            applied = reported = current
-        except ApplyError as err:
-            # Valid content Slurm could not take now (say, slurmctld restarting): retry.
-            if current != reported:
-                log(f"could not apply cluster.yaml change, will retry: {err}")
-                reported = current
+        said = follower.poll(time.monotonic())
+        if said:
+            log(said)

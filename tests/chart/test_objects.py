@@ -7,7 +7,7 @@ import base64
 import pytest
 import yaml
 
-from slonk.config.render import render
+from slonk.config.render import conf_server, render
 from slonk.config.spec import parse_spec
 
 LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/version",
@@ -61,8 +61,11 @@ def test_pods_run_slonk_init_by_role(default_manifest):
         container = _container(default_manifest.get(f"StatefulSet/slonk-{name}"))
         assert list(container.command) == ["slonk", "init", "--role", role]
         assert container.image == f"localhost/slonk/{role}:0.1.0"
-        env = {e.name: e.valueFrom.fieldRef.fieldPath for e in container.env}
-        assert env == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
+        env = {e.name: e.get("value") or e.valueFrom.fieldRef.fieldPath for e in container.env}
+        # Slurm runs configless: `kubectl exec` sessions fetch the configuration from where
+        # `slonk init` points the pod's services (conf_server, from cluster.yaml).
+        assert env == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace",
+                       "SLURM_CONF_SERVER": conf_server(_spec(default_manifest))}
         mounts = {v.name: v.mountPath for v in container.volumeMounts}
         assert mounts["cluster"] == "/etc/slonk"
         assert mounts["munge-key"] == "/var/run/secrets/slonk/munge"

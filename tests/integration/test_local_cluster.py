@@ -14,7 +14,8 @@ from slonk.local.projection import project, read
 from .conftest import LocalCluster, slonk, wait_for
 
 WORKERS = {"slonk-cpu-0", "slonk-cpu-1"}
-PODS = ("slonk-controller-0", "slonk-cpu-0", "slonk-login-0")
+# The pods with a config-watch: the login pod has nothing of its own to follow (configless).
+PODS = ("slonk-controller-0", "slonk-cpu-0")
 
 
 def test_up_brings_every_node_to_idle(cluster: LocalCluster):
@@ -164,7 +165,7 @@ def test_a_broken_configmap_is_refused_and_jobs_keep_running(
     configmap = healthy.state_dir / "configmaps" / "slonk-cluster"
     good = read(configmap)
     controller = healthy.pod("slonk-controller-0")
-    conf_before = controller.file("/etc/slurm/slurm.conf").content_string
+    conf_before = controller.file("/etc/slurm/slurmctld/slurm.conf").content_string
     job = healthy.submit("--wrap", "sleep 300")
     wait_for(f"job {job} running", lambda: healthy.jobs().get(job) == "RUNNING")
     spec = yaml.safe_load(good["cluster.yaml"])
@@ -177,7 +178,7 @@ def test_a_broken_configmap_is_refused_and_jobs_keep_running(
         for pod in PODS:
             wait_for(f"{pod} to refuse the change",
                      lambda p=pod: message in healthy.log(p)[offsets[p]:])
-        assert controller.file("/etc/slurm/slurm.conf").content_string == conf_before
+        assert controller.file("/etc/slurm/slurmctld/slurm.conf").content_string == conf_before
         assert "evil" not in conf_before
         assert healthy.jobs() == {job: "RUNNING"}
         assert healthy.user().check_output("srun --nodes=2 true </dev/null; echo ok") == "ok"
@@ -197,8 +198,11 @@ def test_a_valid_change_is_applied_everywhere(healthy: LocalCluster, tmp_path: P
     healthy.slonk("upgrade", "-f", str(values))
     try:
         wait_for("partition short", lambda: "short" in partitions())
-        worker_conf = healthy.pod("slonk-cpu-1").file("/etc/slurm/slurm.conf").content_string
-        assert "PartitionName=short" in worker_conf
+        # Configless: the worker runs what slurmctld sends it (slurmd's cache).
+        worker = healthy.pod("slonk-cpu-1").file("/run/slurm/conf/slurm.conf")
+        wait_for("the worker's slurmd to get it", lambda: "PartitionName=short" in (
+            worker.content_string))
+        worker_conf = worker.content_string
         assert "Prolog=/run/slonk/bin/prolog" in worker_conf  # up's values are kept
     finally:
         healthy.slonk("upgrade")

@@ -6,13 +6,11 @@ import os
 import stat
 
 import pytest
-import yaml
 
 from slonk import paths, services
-from slonk.config.spec import SpecError, parse_spec
+from slonk.config.spec import parse_spec
 from slonk.init import InitError, check_identity
 from slonk.secrets import MissingSecret, install_munge_key, install_ssh_host_keys
-from slonk.watch import apply, fingerprint
 
 
 def test_identity(demo_spec):
@@ -71,29 +69,30 @@ def test_scan_dir_has_the_roles_services(tmp_path, role):
     assert os.access(tmp_path / "scan" / ".s6-svscan" / "SIGTERM", os.X_OK)
 
 
-def test_apply_refuses_an_invalid_spec_and_keeps_files(tmp_path, demo_spec):
-    spec_file, conf = tmp_path / "cluster.yaml", tmp_path / "slurm"
-    spec_file.write_text(yaml.safe_dump(demo_spec))
-    assert apply("login", spec_file, conf) == (
-        "rewrote cgroup.conf, gres.conf, slurm.conf, topology.conf; "
-        "restarted for new node definitions")
-    before = (conf / "slurm.conf").read_text()
-    demo_spec["partitions"][0]["pools"] = ["nope"]
-    spec_file.write_text(yaml.safe_dump(demo_spec))
-    with pytest.raises(SpecError, match=r"partitions\[0\].pools\[0\]: unknown nodepool 'nope'"):
-        apply("login", spec_file, conf)
-    assert (conf / "slurm.conf").read_text() == before
+@pytest.mark.parametrize("role", ["controller", "worker", "login"])
+def test_only_the_controller_has_slurm_files(tmp_path, monkeypatch, demo_spec, role):
+    """Configless: slurmctld alone reads the rendered files; everything else, services and
+    ssh sessions included (they inherit s6-svscan's environment), asks slurmctld."""
+    from slonk import init
+    from slonk.config.render import render
 
-
-def test_apply_tells_a_node_change_from_a_setting_change(tmp_path, demo_spec):
-    spec_file, conf = tmp_path / "cluster.yaml", tmp_path / "slurm"
-    spec_file.write_text(yaml.safe_dump(demo_spec))
-    apply("login", spec_file, conf)
-    assert apply("login", spec_file, conf) == "no change to the Slurm configuration"
-    demo_spec["partitions"][1]["maxTime"] = 60
-    spec_file.write_text(yaml.safe_dump(demo_spec))
-    assert apply("login", spec_file, conf) == "rewrote slurm.conf"
-    demo_spec["nodepools"][0]["replicas"] = 3
-    spec_file.write_text(yaml.safe_dump(demo_spec))
-    assert apply("login", spec_file, conf).endswith("restarted for new node definitions")
-    assert fingerprint(tmp_path / "missing") is None
+    client_conf = tmp_path / "etc-slurm" / "slurm.conf"
+    client_conf.parent.mkdir()
+    client_conf.write_text("ClusterName=stale\n")
+    monkeypatch.setattr(paths, "CLIENT_SLURM_CONF", client_conf)
+    monkeypatch.setattr(paths, "SLURMCTLD_CONF_DIR", tmp_path / "slurmctld")
+    monkeypatch.setattr(paths, "ROLLOUT_RECORD", tmp_path / "record.json")
+    monkeypatch.setattr(init.Slurmctld, "version", lambda self: "slurm-wlm 22.05.8")
+    monkeypatch.delenv("SLURM_CONF_SERVER", raising=False)
+    spec = parse_spec(demo_spec)
+    said = init.prepare_slurm_config(spec, role)
+    assert os.environ["SLURM_CONF_SERVER"] == "slonk-controller.hpc.svc.cluster.local:6817"
+    assert not client_conf.exists()
+    written = sorted(p.name for p in (tmp_path / "slurmctld").glob("*"))
+    if role == "controller":
+        assert written == sorted(render(spec))
+        assert said.startswith("wrote ")
+    else:
+        assert written == []
+        assert said == "slurmd and clients fetch it from slurmctld at " \
+            "slonk-controller.hpc.svc.cluster.local:6817"

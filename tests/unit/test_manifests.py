@@ -20,7 +20,9 @@ def test_every_replica_is_a_pod_with_its_role_and_mounts():
         ("slonk-controller-0", "controller"), ("slonk-login-0", "login"),
         ("slonk-cpu-0", "worker"), ("slonk-cpu-1", "worker")]
     controller = objects.pod("slonk-controller-0")
-    assert controller.env == {"POD_NAME": "slonk-controller-0", "POD_NAMESPACE": "default"}
+    assert controller.env == {
+        "POD_NAME": "slonk-controller-0", "POD_NAMESPACE": "default",
+        "SLURM_CONF_SERVER": "slonk-controller.default.svc.cluster.local:6817"}
     mounts = {m.target: (m.kind, m.name, m.read_only) for m in controller.mounts}
     assert mounts == {
         "/etc/slonk": ("configmap", "slonk-cluster", True),

@@ -69,12 +69,16 @@ slonk.io/nodepool: {{ . }}
 {{- end }}
 {{- end }}
 
-{{/* The environment every slonk container reads. */}}
+{{/* The environment every slonk container reads. SLURM_CONF_SERVER: Slurm runs configless,
+clients in `kubectl exec` sessions fetch slurmctld's configuration from there (`slonk init`
+sets the same, from cluster.yaml, for the pod's services). */}}
 {{- define "slonk.podEnv" -}}
 - name: POD_NAME
   valueFrom: {fieldRef: {fieldPath: metadata.name}}
 - name: POD_NAMESPACE
   valueFrom: {fieldRef: {fieldPath: metadata.namespace}}
+- name: SLURM_CONF_SERVER
+  value: {{ printf "%s-controller.%s.svc.%s:%d" .Release.Name .Release.Namespace .Values.clusterDomain (int .Values.slurm.slurmctldPort) | quote }}
 {{- end }}
 
 {{/* Volumes and mounts shared by every pod: the cluster spec, the munge key, /home. */}}

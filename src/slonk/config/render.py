@@ -14,6 +14,9 @@ from slonk.files import write_atomically
 from slonk.paths import HOOK_BIN
 
 CONFIG_FILES = ("slurm.conf", "topology.conf", "gres.conf", "cgroup.conf")
+# Configless Slurm: slurmctld is the only reader of these files; every slurmd and client
+# fetches what slurmctld runs, so a file slurmctld refused never reaches a node.
+CONFIGLESS = "enable_configless"
 
 _env = jinja2.Environment(
     loader=jinja2.PackageLoader("slonk.config", "templates"),
@@ -52,6 +55,8 @@ def slurm_settings(spec: ClusterSpec) -> dict[str, str]:
         "SlurmdSpoolDir": "/var/spool/slurmd",
         "SlurmctldPidFile": "/run/slurmctld.pid",
         "SlurmdPidFile": "/run/slurmd.pid",
+        # slurmd and clients fetch the configuration slurmctld runs (kept whatever slurmConf says).
+        "SlurmctldParameters": CONFIGLESS,
         # Daemons run in the foreground under s6 and log to stderr: one line per event.
         "SlurmctldDebug": "info",
         "SlurmdDebug": "info",
@@ -90,7 +95,17 @@ def slurm_settings(spec: ClusterSpec) -> dict[str, str]:
         defaults["HealthCheckProgram"] = str(HOOK_BIN / "health")
         defaults["HealthCheckInterval"] = spec.health.interval_seconds
         defaults["HealthCheckNodeState"] = "ANY"
-    return _merge(defaults, spec.slurm_conf)
+    settings = _merge(defaults, spec.slurm_conf)
+    # Whatever slurmConf sets (or drops), nodes must be able to fetch the configuration.
+    options = [o for o in settings.get("SlurmctldParameters", "").split(",") if o]
+    if CONFIGLESS not in options:
+        settings["SlurmctldParameters"] = ",".join([*options, CONFIGLESS])
+    return settings
+
+
+def conf_server(spec: ClusterSpec) -> str:
+    """Where slurmd (`--conf-server`) and clients (SLURM_CONF_SERVER) fetch the configuration."""
+    return f"{spec.controller_address}:{spec.slurmctld_port}"
 
 
 def cgroup_settings(spec: ClusterSpec) -> dict[str, str]:

@@ -1,0 +1,177 @@
+"""slurmctld under s6, as config-watch drives it: is it answering, start it on new files,
+and when it will not run them, what it said.
+
+New files are tried by a restart, never by `scontrol reconfigure`. Measured on Slurm 22.05:
+a reconfigure with a file slurmctld cannot parse kills it on the spot (fatal: it exits
+without the state save a stop makes), and one it will not apply live (a SelectType change)
+is answered with an error after the rest of the file took effect. A stop saves its state; a
+start either runs the files or dies saying why, before serving them to anyone. (Slurm 23.11
+and later reconfigure by starting a new slurmctld too.) While slurmctld is tried on
+new files s6 starts it once (`s6-svc -o`): it says its fatal line once, and is not started
+again on them before config-watch has put the previous files back.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from slonk import paths
+
+# Starting slurmctld recovers its state and resolves every node: generous, but bounded.
+START_TIMEOUT_SECONDS = 180.0
+COMMAND_TIMEOUT_SECONDS = 60.0
+POLL_SECONDS = 0.2
+
+
+class Refused(RuntimeError):
+    """slurmctld would not run the new files; the message is what it said."""
+
+
+def _run(*command: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """A Slurm or s6 command; one that hangs counts as failed (it never raises)."""
+    try:
+        return subprocess.run(
+            command, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_SECONDS,
+            check=False, env=env,
+        )
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(command, -1, "", f"{command[0]}: timed out")
+
+
+def _printable(line: str, limit: int = 500) -> str:
+    """slurmctld's words go into slonk's one log line and its record: no control characters
+    (a `\r` or an escape sequence would rewrite what a terminal shows), bounded."""
+    return "".join(c if c.isprintable() else "?" for c in line[:limit])
+
+
+def _what_it_said(lines: list[str]) -> str:
+    """Its last fatal line, with the error line just before it (a parse error names the
+    key there); else its last error line."""
+    said = [_printable(line.removeprefix("slurmctld: ").strip()) for line in lines]
+    fatal = [i for i, line in enumerate(said) if line.startswith("fatal:")]
+    if fatal:
+        last = fatal[-1]
+        before = said[last - 1] if last and said[last - 1].startswith("error:") else None
+        return "; ".join(line for line in (before, said[last]) if line)
+    errors = [line for line in said if line.startswith("error:")]
+    return errors[-1] if errors else ""
+
+
+@dataclass(frozen=True)
+class Slurmctld:
+    service: Path = paths.SCAN_DIR / "slurmctld"
+    log: Path = paths.SLURMCTLD_LOG
+    conf: Path = paths.SLURMCTLD_CONF_DIR / "slurm.conf"
+    start_timeout: float = START_TIMEOUT_SECONDS
+
+    def _scontrol(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """scontrol on slurmctld's own files: a configless client would first fetch them from
+        slurmctld, and takes 9 s to give up when it is down (measured on 22.05)."""
+        return _run("scontrol", *args, env={**os.environ, "SLURM_CONF": str(self.conf)})
+
+    def _svc(self, *flags: str) -> None:
+        subprocess.run(
+            ["s6-svc", *flags, str(self.service)],
+            check=True, capture_output=True, timeout=self.start_timeout + 10,
+        )
+
+    def _pid(self) -> int | None:
+        """The running daemon's pid, None while it is down."""
+        out = _run("s6-svstat", "-o", "up,pid", str(self.service)).stdout.split()
+        return int(out[1]) if out[:1] == ["true"] and len(out) == 2 else None
+
+    def answers(self) -> bool:
+        result = self._scontrol("ping")
+        return result.returncode == 0 and " is UP" in result.stdout
+
+    def version(self) -> str:
+        return _run("slurmctld", "-V").stdout.strip()
+
+    def mark(self) -> int:
+        """Where its log is now: what it says from here on is read by `said`."""
+        try:
+            return self.log.stat().st_size
+        except OSError:
+            return 0
+
+    def said(self, mark: int) -> str:
+        try:
+            with open(self.log, "rb") as log:
+                if log.seek(0, 2) < mark:
+                    mark = 0  # s6-log rotated it
+                log.seek(mark)
+                lines = log.read().decode(errors="replace").splitlines()
+        except OSError:
+            return ""
+        return _what_it_said(lines)
+
+    def keep_up(self) -> None:
+        """s6 restarts it again when it dies (undoes `-o`)."""
+        self._svc("-u")
+
+    def _timeout(self) -> list[str]:
+        return ["-T", str(int(self.start_timeout * 1000))]
+
+    def _stop(self) -> None:
+        """A stop: slurmctld saves its state and exits; s6 leaves it down."""
+        self._svc("-wD", *self._timeout(), "-d")
+
+    def _wait(self, pid: int | None) -> bool:
+        """Until daemon `pid` answers (True), or is gone or the bound passed (False)."""
+        deadline = time.monotonic() + self.start_timeout
+        while pid is not None and time.monotonic() < deadline:
+            if self._pid() != pid:
+                return False
+            if self.answers():
+                return True
+            time.sleep(POLL_SECONDS)
+        return False
+
+    def restart(self) -> None:
+        """Stop it, start it once on the new files, and wait until it answers; raises
+        Refused (it is left down) if it dies or does not answer within the bound."""
+        mark = self.mark()
+        self._stop()
+        self._svc("-wu", *self._timeout(), "-o")
+        if self._wait(self._pid()):
+            self.keep_up()
+            return
+        hung = self._pid() is not None
+        self._stop()
+        if hung:
+            raise Refused(f"it did not answer within {self.start_timeout:g} s")
+        raise Refused(self.said(mark) or "it exited")
+
+    def started(self) -> None:
+        """The daemon s6 started with the pod: wait until it answers; raises Refused (it is
+        left down) if it dies or does not answer within the bound."""
+        deadline, first = time.monotonic() + self.start_timeout, None
+        while time.monotonic() < deadline:
+            pid = self._pid()
+            first = first or pid
+            if first is not None and pid != first:  # it died (s6 may have started another)
+                self._stop()
+                raise Refused(self.said(0) or "it exited")
+            if pid is not None and self.answers():
+                return
+            time.sleep(POLL_SECONDS)
+        self._stop()
+        raise Refused(f"it did not answer within {self.start_timeout:g} s")
+
+    def recover(self) -> bool:
+        """After the previous files are back: start it on them; True once it answers."""
+        self._stop()
+        self._svc("-wu", *self._timeout(), "-u")
+        return self._wait(self._pid())
+
+    def push(self) -> str:
+        """Send what it runs to every slurmd (configless: slurmd caches what slurmctld sends)."""
+        result = self._scontrol("reconfigure")
+        if result.returncode == 0:
+            return "sent it to the slurmds"
+        said = (result.stderr or result.stdout).strip()
+        return f"sending it to the slurmds, scontrol reconfigure said: {said}"

@@ -1,0 +1,301 @@
+"""The controller's rollout decisions: what slurmctld reads, what is taken back, what waits.
+
+slurmctld itself is played by a stand-in that answers as Slurm 22.05 was measured to
+(tests/integration/test_config_rollout.py runs the real one): it refuses files naming a
+select plugin it does not have, and can be made to stop answering.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import yaml
+
+from slonk import paths, rollout
+from slonk.config.render import render
+from slonk.config.spec import parse_spec
+from slonk.slurmctld import Refused, _what_it_said
+from slonk.watch import Controller, Follower, NotApplied, NotNow
+
+VERSION = "slurm-wlm 22.05.8"
+FATAL = "fatal: Can't find plugin for select/bogus"
+
+
+@dataclass
+class StandIn:
+    """Runs whatever files are in `conf_dir`, unless they name select/bogus."""
+
+    conf_dir: Path
+    answering: bool = True
+    calls: list[str] = field(default_factory=list)
+
+    def _runs_them(self, how: str) -> str:
+        self.calls.append(how)
+        if "select/bogus" in (self.conf_dir / "slurm.conf").read_text():
+            raise Refused(FATAL)
+        return how
+
+    def version(self) -> str:
+        return VERSION
+
+    def answers(self) -> bool:
+        return self.answering
+
+    def restart(self) -> None:
+        self._runs_them("restarted")
+
+    def started(self) -> None:
+        self._runs_them("started")
+
+    def recover(self) -> bool:
+        self.calls.append("recover")
+        return "select/bogus" not in (self.conf_dir / "slurm.conf").read_text()
+
+    def push(self) -> str:
+        self.calls.append("push")
+        return "sent it to the slurmds"
+
+    def keep_up(self) -> None:
+        pass
+
+
+@pytest.fixture
+def controller(tmp_path) -> Controller:
+    conf = tmp_path / "slurmctld"
+    return Controller(conf, rollout.Record(tmp_path / "record.json"), StandIn(conf))
+
+
+def _spec(demo_spec, **slurm_conf):
+    if slurm_conf:
+        demo_spec = {**demo_spec, "slurmConf": slurm_conf}
+    return parse_spec(demo_spec)
+
+
+def test_a_change_restarts_slurmctld_then_goes_to_the_slurmds(controller, demo_spec):
+    assert controller.apply(_spec(demo_spec)).startswith("rewrote cgroup.conf, gres.conf, ")
+    assert controller.apply(_spec(demo_spec)) == "no change to the Slurm configuration"
+    demo_spec["partitions"][1]["maxTime"] = 60
+    assert controller.apply(_spec(demo_spec)) == (
+        "rewrote slurm.conf; slurmctld runs it; sent it to the slurmds")
+    demo_spec["nodepools"][0]["replicas"] = 3
+    assert controller.apply(_spec(demo_spec)) == (
+        "rewrote slurm.conf, topology.conf; slurmctld runs it; sent it to the slurmds")
+    # A restart sends nothing to the slurmds by itself (measured): it is pushed after.
+    assert controller.daemon.calls == ["restarted", "push"] * 3
+    assert controller.record.accepted() == rollout.read_files(controller.conf_dir)
+
+
+def test_a_refused_configuration_is_taken_back_and_never_tried_again(controller, demo_spec):
+    controller.apply(_spec(demo_spec))
+    good = rollout.read_files(controller.conf_dir)
+    demo_spec["nodepools"][0]["replicas"] = 3
+    bad = _spec(demo_spec, SelectType="select/bogus")
+    with pytest.raises(NotApplied, match=f"^{FATAL}$"):
+        controller.apply(bad)
+    assert rollout.read_files(controller.conf_dir) == good
+    assert controller.record.accepted() == good
+    assert controller.daemon.calls[-1] == "recover"
+    tries = len(controller.daemon.calls)
+    with pytest.raises(NotApplied, match=rf"refused this configuration before \({FATAL}\)"):
+        controller.apply(bad)
+    assert len(controller.daemon.calls) == tries
+    assert "push" not in controller.daemon.calls[2:]  # nothing went to the slurmds
+    # What runs is still what was accepted: going back to it is no change at all.
+    demo_spec["nodepools"][0]["replicas"] = 2
+    assert controller.apply(_spec(demo_spec)) == "no change to the Slurm configuration"
+
+
+def test_a_refusal_counts_for_its_slurm_version_only(controller, demo_spec):
+    controller.apply(_spec(demo_spec))
+    with pytest.raises(NotApplied):
+        controller.apply(_spec(demo_spec, SelectType="select/bogus"))
+    controller.version = "slurm 24.11.1"  # an image with another Slurm: it decides again
+    with pytest.raises(NotApplied, match=f"^{FATAL}$"):
+        controller.apply(_spec(demo_spec, SelectType="select/bogus"))
+
+
+def test_an_unanswering_slurmctld_changes_nothing(controller, demo_spec):
+    controller.apply(_spec(demo_spec))
+    before = rollout.read_files(controller.conf_dir)
+    controller.daemon.answering, calls = False, len(controller.daemon.calls)
+    demo_spec["partitions"][1]["maxTime"] = 60
+    with pytest.raises(NotNow, match="slurmctld is not answering"):
+        controller.apply(_spec(demo_spec))
+    assert rollout.read_files(controller.conf_dir) == before
+    assert len(controller.daemon.calls) == calls
+
+
+def test_with_nothing_accepted_a_silent_slurmctld_is_started_on_the_new_files(
+    controller, demo_spec
+):
+    """A first configuration it could not run leaves nothing to protect: a fix goes in."""
+    rollout.write_files(controller.conf_dir, render(_spec(demo_spec, SelectType="select/x")))
+    controller.daemon.answering = False
+    assert "slurmctld runs it" in controller.apply(_spec(demo_spec))
+
+
+def test_a_pod_restarted_on_a_refused_configuration_starts_on_the_accepted_one(
+    controller, demo_spec
+):
+    controller.apply(_spec(demo_spec))
+    good = rollout.read_files(controller.conf_dir)
+    bad = render(_spec(demo_spec, SelectType="select/bogus"))
+    with pytest.raises(NotApplied):
+        controller.apply(_spec(demo_spec, SelectType="select/bogus"))
+    files, note = rollout.boot_files(bad, VERSION, controller.record)
+    assert files == good
+    assert note == f"slurmctld refused cluster.yaml's configuration before ({FATAL}); " \
+        "starting on the last configuration it accepted"
+    # Another Slurm, or other files: tried.
+    assert rollout.boot_files(bad, "slurm 24.11.1", controller.record) == (bad, None)
+    other = render(_spec(demo_spec, SelectType="select/linear"))
+    assert rollout.boot_files(other, VERSION, controller.record) == (other, None)
+
+
+def test_nothing_accepted_means_nothing_to_fall_back_on(tmp_path, demo_spec):
+    record = rollout.Record(tmp_path / "record.json")
+    bad = render(_spec(demo_spec, SelectType="select/bogus"))
+    record.refuse(rollout.fingerprint(bad, VERSION), FATAL)
+    files, note = rollout.boot_files(bad, VERSION, record)
+    assert files == bad
+    assert "none was accepted to fall back on; trying it again" in note
+
+
+def test_an_unreadable_record_is_no_record(tmp_path):
+    path = tmp_path / "record.json"
+    for junk in ("", "[]", "{", '{"accepted": "x", "refused": 3}'):
+        path.write_text(junk)
+        assert rollout.Record(path).accepted() is None
+        assert rollout.Record(path).refusal("x") is None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to own the record")
+def test_only_a_record_root_wrote_counts(tmp_path, demo_spec):
+    """slurmctld's state volume is the slurm user's: what it could write must not become
+    the files slurmctld reads as root."""
+    path = tmp_path / "record.json"
+    record = rollout.Record(path)
+    files = render(_spec(demo_spec))
+    record.accept({**files, "../../etc/passwd": "root::0:0::/:/bin/sh\n"})
+    assert record.accepted() == files  # only Slurm's file names
+    os.chown(path, 65534, 65534)  # as if the slurm user had replaced it
+    assert record.accepted() is None
+    os.chown(path, 0, 0)
+    path.chmod(0o620)
+    assert record.accepted() is None
+    path.chmod(0o600)
+    link = tmp_path / "link.json"
+    link.symlink_to(path)
+    assert rollout.Record(link).accepted() is None
+    assert record.accepted() == files
+
+
+def test_at_start_files_slurmctld_runs_become_accepted(controller, demo_spec):
+    controller.apply(_spec(demo_spec))
+    demo_spec["partitions"][1]["maxTime"] = 60
+    new = render(_spec(demo_spec))
+    rollout.write_files(controller.conf_dir, new)  # what `slonk init` wrote
+    assert controller.settle() == "slurmctld runs cluster.yaml's configuration; " \
+        "sent it to the slurmds"
+    assert controller.record.accepted() == new
+    assert controller.settle() is None
+
+
+def test_at_start_files_slurmctld_will_not_run_are_taken_back(controller, demo_spec):
+    controller.apply(_spec(demo_spec))
+    good = rollout.read_files(controller.conf_dir)
+    rollout.write_files(controller.conf_dir, render(_spec(demo_spec, SelectType="select/bogus")))
+    assert controller.settle() == f"slurmctld refused cluster.yaml's configuration ({FATAL}); " \
+        "it runs the last configuration it accepted"
+    assert rollout.read_files(controller.conf_dir) == good
+
+
+def test_at_first_start_there_is_nothing_to_take_back(controller, demo_spec):
+    rollout.write_files(controller.conf_dir, render(_spec(demo_spec, SelectType="select/bogus")))
+    assert controller.settle() == f"slurmctld does not run cluster.yaml's configuration " \
+        f"({FATAL}) and none was accepted before to fall back on"
+    assert controller.record.accepted() is None
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+
+def test_a_change_waiting_for_slurmctld_is_said_once_and_retried_with_backoff(
+    tmp_path, demo_spec
+):
+    spec_file = tmp_path / "cluster.yaml"
+    spec_file.write_text(yaml.safe_dump(demo_spec))
+    tries: list[float] = []
+    clock = Clock()
+
+    def apply(spec) -> str:
+        tries.append(clock.now)
+        if len(tries) < 6:
+            raise NotNow("slurmctld is not answering")
+        return "rewrote slurm.conf"
+
+    follower = Follower(apply, spec_file, interval=1.0, handled=None)
+    said = []
+    while clock.now < 200:
+        line = follower.poll(clock.now)
+        if line:
+            said.append(line)
+        clock.now += 1.0
+    assert said == ["cluster.yaml change waits for slurmctld, will retry: "
+                    "slurmctld is not answering",
+                    "applied cluster.yaml change: rewrote slurm.conf"]
+    assert [b - a for a, b in itertools.pairwise(tries)] == [2, 4, 8, 16, 32]
+    # A new content is tried at once, and said again.
+    demo_spec["partitions"][1]["maxTime"] = 60
+    spec_file.write_text(yaml.safe_dump(demo_spec))
+    assert follower.poll(clock.now) == "applied cluster.yaml change: rewrote slurm.conf"
+
+
+def test_refusals_are_said_once(tmp_path, demo_spec):
+    spec_file = tmp_path / "cluster.yaml"
+    spec_file.write_text("nodepools: 3\n")
+
+    def apply(spec) -> str:
+        raise NotApplied(FATAL)
+
+    follower = Follower(apply, spec_file, interval=1.0, handled=None)
+    lines = [follower.poll(float(t)) for t in range(5)]
+    assert lines[0].startswith(
+        f"refused cluster.yaml change, running configuration kept: {spec_file}: ")
+    assert lines[1:] == [None] * 4
+    spec_file.write_text(yaml.safe_dump(demo_spec))
+    lines = [follower.poll(float(t)) for t in range(5)]
+    assert lines == ["refused cluster.yaml change, every node keeps the running "
+                     f"configuration: slurmctld would not run it: {FATAL}"] + [None] * 4
+
+
+def test_what_slurmctld_said_names_the_cause():
+    """Lines as Slurm 22.05 printed them, measured on this machine."""
+    parse = ["slurmctld: Processing Reconfiguration Request",
+             "slurmctld: error: _parse_next_key: Parsing error at unrecognized key: BogusKey",
+             "slurmctld: fatal: Unable to process configuration file"]
+    assert _what_it_said(parse) == ("error: _parse_next_key: Parsing error at unrecognized "
+                                    "key: BogusKey; fatal: Unable to process configuration file")
+    plugin = ["slurmctld: error: Could not open job state file /var/spool/slurmctld/job_state",
+              "slurmctld: No job state file (/var/spool/slurmctld/job_state.old) to recover",
+              "slurmctld: fatal: Can't find plugin for select/bogus"]
+    assert _what_it_said(plugin) == FATAL
+    assert _what_it_said(["slurmctld: error: a", "slurmctld: error: b", "info"]) == "error: b"
+    assert _what_it_said(["slurmctld: started"]) == ""
+    assert _what_it_said(["slurmctld: fatal: a\rb\x1b[2Jc" + "x" * 1000]) == (
+        "fatal: a?b?[2Jc" + "x" * 485)
+
+
+def test_run_scripts_use_slonks_paths():
+    """The s6 run scripts name paths that slonk.paths names too: they must agree."""
+    services = paths.rootfs_dir() / "usr/share/slonk/services"
+    slurmctld = (services / "slurmctld/run").read_text()
+    assert f"-f {paths.SLURMCTLD_CONF_DIR / 'slurm.conf'}\n" in slurmctld
+    assert f" {paths.SLURMCTLD_LOG.parent}\n" in (services / "slurmctld/log/run").read_text()
+    assert '--conf-server "$SLURM_CONF_SERVER"' in (services / "slurmd/run").read_text()
