@@ -94,6 +94,8 @@ HOSTILE_USERS = {
     "demo's uid, DN first": user_entry("aaa", 5000),
     "demo's uid, DN last": user_entry("zzz", 5000),
     "demo's name": user_entry("demo", 5001, dn="uid=demo,ou=aaa,dc=x"),
+    "demo's name and uid, another DN": user_entry("demo", 5000, dn="uid=demo,ou=aaa,dc=x",
+                                                  keys=["ssh-ed25519 EVE eve"]),
 }
 
 HOSTILE_GROUPS = {
@@ -108,6 +110,10 @@ HOSTILE_GROUPS = {
     "group name with a trailing newline": group_entry("wheel\n", 5200, ["demo"]),
     "research's gid": group_entry("aaa", 5100, ["demo"]),
     "research's name": group_entry("research", 5200, ["demo"], dn="cn=research,ou=aaa,dc=x"),
+    "research's name and gid, another DN": group_entry("research", 5100, ["demo", "eve"],
+                                                       dn="cn=research,ou=aaa,dc=x"),
+    "demo's personal gid": group_entry("evilgrp", 5000, ["mallory"]),
+    "demo's personal group": group_entry("demo", 5000, ["mallory"]),
 }
 
 
