@@ -5,6 +5,8 @@ sync gave an entry stay that entry's (slonk.users.admit: Hold)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from slonk.users.admit import HOLD_SECONDS
@@ -218,3 +220,17 @@ def test_the_removal_limit_counts_directory_groups_not_personal_ones(node):
     sync(spec(), node, read=reader([DEMO], teams[:18]))
     with pytest.raises(SyncRefused, match=r"would remove 3 of 18 groups"):
         sync(spec(), node, read=reader([DEMO], teams[:15]))
+
+
+# The record of holds is root's; still, a damaged one must not crash or unlock a sync.
+
+@pytest.mark.parametrize("value", [1e300, float("nan"), -1, "soon", True])
+def test_a_damaged_hold_record_is_not_used(node, value):
+    _sync(node, [DEMO])
+    _sync(node, [SKIPPED_DEMO["invalid loginShell"]], now=NOW + DAY)
+    record = json.loads(node.state.read_text())
+    record["owners"]["users"]["demo"]["goneSince"] = value
+    node.state.write_text(json.dumps(record))
+    result = _sync(node, [SKIPPED_DEMO["invalid loginShell"], SQUATTER], now=NOW + 2 * DAY)
+    assert "demo" not in [u.name for u in result.users]  # the snapshot on /home stands in
+    assert result.owners.users["demo"].dn == "uid=demo,ou=people,dc=x"

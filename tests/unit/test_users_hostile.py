@@ -114,6 +114,7 @@ HOSTILE_GROUPS = {
                                                        dn="cn=research,ou=aaa,dc=x"),
     "demo's personal gid": group_entry("evilgrp", 5000, ["mallory"]),
     "demo's personal group": group_entry("demo", 5000, ["mallory"]),
+    "a group without a DN (a personal group's)": {**group_entry("evilgrp", 5200), "dn": [""]},
 }
 
 

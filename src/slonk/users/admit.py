@@ -35,6 +35,8 @@ from slonk.users.directory import Directory, Entry
 from slonk.users.files import Base
 
 _NUMBER = re.compile(r"[0-9]{1,10}")
+# No time a hold is kept from may be later (year 5138): a bad record must not crash a sync.
+_LATEST = 1e11
 
 # How long a name and id stay held for an entry gone from the directory: long enough for
 # someone to notice a deleted or filtered-out account, short enough for ids to be reused.
@@ -75,7 +77,7 @@ class Hold:
             type(number) is not int
             or not isinstance(dn, str)
             or type(admitted) is not bool
-            or not (gone is None or type(gone) in (int, float))
+            or not (gone is None or (type(gone) in (int, float) and 0 <= gone < _LATEST))
         ):
             raise ValueError(f"not a hold: {show(data)[:80]}")
         return cls(number, dn, admitted, None if gone is None else float(gone))
@@ -154,6 +156,12 @@ def _single(entry: Entry, attribute: str, name_of_entry: bool = False) -> str | 
     raise _Skip(f"several values for {attribute}", f"{len(values)} values for {attribute}")
 
 
+def _check_dn(entry: Entry) -> None:
+    """Holds are matched on DNs; the empty one is a personal group's (and the root DSE's)."""
+    if entry["dn"][0] == PERSONAL:
+        raise _Skip("no DN", "an entry without a DN")
+
+
 def _number(entry: Entry, attribute: str) -> int:
     value = _single(entry, attribute)
     if value is None:
@@ -164,6 +172,7 @@ def _number(entry: Entry, attribute: str) -> int:
 
 
 def _ldap_group(entry: Entry, a: Mapping[str, str]) -> tuple[Group, list[str]]:
+    _check_dn(entry)
     name = _single(entry, a["groupName"], name_of_entry=True)
     if name is None:
         raise _Skip("invalid group name", f"no {a['groupName']}")
@@ -179,6 +188,7 @@ class _BadKeys(Exception):
 
 
 def _ldap_user(entry: Entry, a: Mapping[str, str]) -> User:
+    _check_dn(entry)
     name = _single(entry, a["uid"], name_of_entry=True)
     if name is None:
         raise _Skip("invalid user name", f"no {a['uid']}")
