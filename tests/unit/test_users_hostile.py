@@ -54,6 +54,8 @@ HOSTILE_USERS = {
     "home with a trailing slash": _eve(homeDirectory="/home/eve/"),
     "home with '.'": _eve(homeDirectory="/home/./eve"),
     "home outside /home": _eve(homeDirectory="/root"),
+    "demo's home": _eve(homeDirectory="/home/demo"),
+    "a home inside demo's": _eve(homeDirectory="/home/demo/eve"),
     "home beside /home": _eve(homeDirectory="/homeless/eve"),
     "home is /home": _eve(homeDirectory="/home"),
     "home with a space": _eve(homeDirectory="/home/e ve"),
@@ -264,6 +266,15 @@ def test_the_range_is_one_setting_for_static_and_directory_accounts(node):
         spec(accounts={"minId": 0})
     with pytest.raises(SpecError, match=r"accounts\.homeRoots\[0\]: home root / is not"):
         spec(accounts={"homeRoots": ["/"]})
+
+
+def test_a_home_holding_another_users_home_is_refused(node):
+    alice = user_entry("alice", 5001, homeDirectory="/home/research/alice")
+    lead = user_entry("lead", 5002, homeDirectory="/home/research")  # would own alice's parent
+    result = sync(spec(), node, read=reader([DEMO, alice, lead], [RESEARCH]))
+    assert sorted(u.name for u in result.users) == ["alice", "demo"]
+    assert ("skipped user uid=lead,ou=people,dc=x: home /home/research holds alice's home"
+            in result.warnings)
 
 
 def test_homes_under_another_root(node):

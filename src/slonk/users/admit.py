@@ -3,7 +3,7 @@
 As the most trusted directory-to-files tools do, an entry that is incomplete, invalid or
 ambiguous is skipped with its reason, never guessed at. Every account, static or from LDAP,
 passes the same rules (slonk.config.accounts) and may take no name or id of the image's
-accounts.
+accounts, nor a home that is, holds or lies inside another account's.
 
 A name and its id, once a good sync gave them to a directory entry, are that entry's (a
 `Hold`, matched on its DN): no other entry may take the name or the id, whatever the DNs'
@@ -220,6 +220,29 @@ class _Taken:
     uids: dict[int, str] = field(default_factory=dict)
     group_names: dict[str, int] = field(default_factory=dict)
     gids: dict[int, str] = field(default_factory=dict)
+    homes: dict[str, str] = field(default_factory=dict)  # home -> user
+    around_homes: dict[str, str] = field(default_factory=dict)  # each home's parents -> user
+
+    def check_home(self, home: str) -> None:
+        """One home, one account: a home that is, holds or lies inside another account's
+        would hand one user the other's files (or let one replace the other's dotfiles)."""
+        parents = _parents(home)
+        if home in self.homes:
+            raise _Skip("shared home", f"home {home} is {self.homes[home]}'s")
+        if inside := next((p for p in parents if p in self.homes), None):
+            raise _Skip("shared home", f"home {home} is inside {self.homes[inside]}'s home")
+        if home in self.around_homes:
+            raise _Skip("shared home", f"home {home} holds {self.around_homes[home]}'s home")
+
+    def add_home(self, home: str, name: str) -> None:
+        self.homes[home] = name
+        for parent in _parents(home):
+            self.around_homes.setdefault(parent, name)
+
+
+def _parents(path: str) -> list[str]:
+    parts = path.split("/")
+    return ["/".join(parts[:i]) for i in range(2, len(parts))]
 
 
 class _Admission:
@@ -269,8 +292,10 @@ class _Admission:
             raise _Skip("duplicate user name", f"user name {name} is taken (uid {held.uid})")
         if user.uid in taken.uids:
             raise _Skip("duplicate uid", f"uid {user.uid} is {taken.uids[user.uid]}'s")
+        taken.check_home(user.home_dir)
         admitted = replace(user, groups=tuple(g for g in user.groups if g in taken.group_names))
         taken.user_names[name], taken.uids[user.uid] = admitted, name
+        taken.add_home(user.home_dir, name)
         self.result.users.append(admitted)
         return True
 
