@@ -131,12 +131,12 @@ def test_a_missing_holders_name_and_uid_wait_a_bounded_time(node):
     newcomers = [user_entry("demo", 5001, keys=[EVE_KEY], dn="uid=demo,ou=aaa,dc=x"),
                  user_entry("aaron", 5000, keys=[EVE_KEY])]
     result = _sync(node, newcomers, now=NOW + DAY)
-    assert result.skipped == {"held user name": 1, "held uid": 1}
+    assert result.skipped == {"duplicate user name": 1, "duplicate uid": 1}
     assert "demo" not in _keys(node) and "aaron" not in _keys(node)
     assert any(w.startswith("user demo (uid 5000) kept for uid=demo,ou=people,dc=x, missing "
                             "from the directory") for w in result.warnings)
     result = _sync(node, newcomers, now=NOW + DAY + HOLD_SECONDS - 1)
-    assert result.skipped == {"held user name": 1, "held uid": 1}
+    assert result.skipped == {"duplicate user name": 1, "duplicate uid": 1}
     # The hold ran out: the name and the uid are the directory's to give again.
     result = _sync(node, newcomers, now=NOW + DAY + HOLD_SECONDS)
     assert ("user demo (uid 5000) released: uid=demo,ou=people,dc=x missing since "

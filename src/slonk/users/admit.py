@@ -344,9 +344,9 @@ def _refusal(kind: _Kind, account: Any, name: str, hold: Hold) -> tuple[str, str
     holder = _holder(name, hold)
     if account.name == name:
         detail = f"{kind.word} name {name} is held by {holder} ({kind.id_word} {hold.id})"
-        return f"held {kind.word} name", detail
+        return f"duplicate {kind.word} name", detail
     number = kind.number(account)
-    return f"held {kind.id_word}", f"{kind.id_word} {number} is {name}'s (held by {holder})"
+    return f"duplicate {kind.id_word}", f"{kind.id_word} {number} is {name}'s (held by {holder})"
 
 
 def _live(
