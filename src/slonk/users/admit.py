@@ -426,6 +426,8 @@ def _carry(
     """This sync's holds: those it admitted, then each live one not taken over, carried
     forward (a holder admitted under another name or id has let the old ones go)."""
     holds = dict(admitted)
+    dns = {a.dn for a in admitted.values() if not a.personal}
+    personal_ids = {a.id for a in admitted.values() if a.personal}
     for name, hold in live.items():
         new = holds.get(name)
         if new is not None:
@@ -435,7 +437,7 @@ def _carry(
                     f"{show(hold.dn)} to {show(new.dn)}"
                 )
             continue
-        if any(a.dn == hold.dn and (a.id == hold.id or not a.personal) for a in admitted.values()):
+        if hold.id in personal_ids if hold.personal else hold.dn in dns:
             continue
         gone = None
         if not present(name, hold):
