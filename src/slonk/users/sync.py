@@ -1,10 +1,11 @@
 """`slonk users sync`: the spec's static users and the directory's, into local files.
 
 A failed or empty search changes nothing; a sync that would remove more than a set share of
-the users is refused unless forced; which entries become accounts is slonk.users.admit's
-business. Logins and jobs never wait on LDAP: they read the files. Each good sync is kept
-twice: in this pod's record (who held which name, the warnings already logged), and as the
-snapshot on /home that a pod starting while LDAP is down begins from.
+the directory's users, or of its groups, is refused unless forced; which entries become
+accounts is slonk.users.admit's business, homes slonk.users.homes'. Logins and jobs never
+wait on LDAP: they read the files. Each good sync is kept twice: in this pod's record (the
+holds on names and ids, the warnings already logged), and as the snapshot on /home that a
+pod starting while LDAP is down begins from.
 """
 
 from __future__ import annotations
