@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from slonk.config.spec import Group, User
 from slonk.users.files import (
     capture_base,
-    make_homes,
     write_accounts,
     write_authorized_keys,
 )
@@ -90,21 +87,3 @@ def test_authorized_keys_one_file_per_user_others_removed(tmp_path):
     with pytest.raises(ValueError, match="not one line"):
         write_authorized_keys([User("eve", 2003, 2003, ssh_keys=("k\nssh-ed25519 EVE",))],
                               tmp_path)
-
-
-def test_homes_made_once(tmp_path):
-    user = User(name="alice", uid=os.getuid(), gid=os.getgid())
-    elsewhere = User(name="bob", uid=os.getuid(), gid=os.getgid(), home="/home/shared/bob")
-    home = tmp_path / "home"
-    home.mkdir()
-    assert make_homes([user, elsewhere], home) == []
-    assert sorted(p.name for p in home.iterdir()) == ["alice"]
-    assert (home / "alice").stat().st_mode & 0o777 == 0o700
-    (home / "alice").chmod(0o750)
-    assert make_homes([user], home) == []
-    assert (home / "alice").stat().st_mode & 0o777 == 0o750  # left alone
-
-
-def test_a_home_that_cannot_be_made_is_reported(tmp_path):
-    assert make_homes([User("alice", 2001, 2001)], tmp_path / "missing") == [
-        "cannot make /home/alice: No such file or directory"]

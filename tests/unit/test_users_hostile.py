@@ -54,6 +54,8 @@ HOSTILE_USERS = {
     "home with a trailing slash": _eve(homeDirectory="/home/eve/"),
     "home with '.'": _eve(homeDirectory="/home/./eve"),
     "home outside /home": _eve(homeDirectory="/root"),
+    "demo's home": _eve(homeDirectory="/home/demo"),
+    "a home inside demo's": _eve(homeDirectory="/home/demo/eve"),
     "home beside /home": _eve(homeDirectory="/homeless/eve"),
     "home is /home": _eve(homeDirectory="/home"),
     "home with a space": _eve(homeDirectory="/home/e ve"),
@@ -94,6 +96,8 @@ HOSTILE_USERS = {
     "demo's uid, DN first": user_entry("aaa", 5000),
     "demo's uid, DN last": user_entry("zzz", 5000),
     "demo's name": user_entry("demo", 5001, dn="uid=demo,ou=aaa,dc=x"),
+    "demo's name and uid, another DN": user_entry("demo", 5000, dn="uid=demo,ou=aaa,dc=x",
+                                                  keys=["ssh-ed25519 EVE eve"]),
 }
 
 HOSTILE_GROUPS = {
@@ -108,6 +112,11 @@ HOSTILE_GROUPS = {
     "group name with a trailing newline": group_entry("wheel\n", 5200, ["demo"]),
     "research's gid": group_entry("aaa", 5100, ["demo"]),
     "research's name": group_entry("research", 5200, ["demo"], dn="cn=research,ou=aaa,dc=x"),
+    "research's name and gid, another DN": group_entry("research", 5100, ["demo", "eve"],
+                                                       dn="cn=research,ou=aaa,dc=x"),
+    "demo's personal gid": group_entry("evilgrp", 5000, ["mallory"]),
+    "demo's personal group": group_entry("demo", 5000, ["mallory"]),
+    "a group without a DN (a personal group's)": {**group_entry("evilgrp", 5200), "dn": [""]},
 }
 
 
@@ -257,6 +266,15 @@ def test_the_range_is_one_setting_for_static_and_directory_accounts(node):
         spec(accounts={"minId": 0})
     with pytest.raises(SpecError, match=r"accounts\.homeRoots\[0\]: home root / is not"):
         spec(accounts={"homeRoots": ["/"]})
+
+
+def test_a_home_holding_another_users_home_is_refused(node):
+    alice = user_entry("alice", 5001, homeDirectory="/home/research/alice")
+    lead = user_entry("lead", 5002, homeDirectory="/home/research")  # would own alice's parent
+    result = sync(spec(), node, read=reader([DEMO, alice, lead], [RESEARCH]))
+    assert sorted(u.name for u in result.users) == ["alice", "demo"]
+    assert ("skipped user uid=lead,ou=people,dc=x: home /home/research holds alice's home"
+            in result.warnings)
 
 
 def test_homes_under_another_root(node):

@@ -12,7 +12,7 @@ import yaml
 from slonk import chart, paths
 from slonk.config import accounts
 from slonk.config.accounts import AccountError, AccountRules
-from slonk.config.spec import LDAP_SUFFIX_PATTERN, Group, User, parse_spec
+from slonk.config.spec import LDAP_SUFFIX_PATTERN, Group, SpecError, User, parse_spec
 from slonk.ldapdev import DevDirectory, seed_ldif
 
 RULES = AccountRules()
@@ -142,6 +142,52 @@ def test_the_chart_refuses_bad_accounts(values, message):
     with pytest.raises(chart.ChartError) as caught:
         _render(values)
     assert message in str(caught.value)
+
+
+# What the schema cannot say (unique names and ids, declared groups, the id range): the
+# chart refuses it with the very message the pods' parser gives, naming the same key, so a
+# chart that renders never leaves every pod refusing its cluster.yaml.
+
+BOB = {"name": "bob", "uid": 2002, "gid": 2002}
+RESEARCH = {"name": "research", "gid": 3000}
+PARITY = {
+    "duplicate gid": ("groups", [RESEARCH, {"name": "other", "gid": 3000}]),
+    "duplicate group name": ("groups", [RESEARCH, {"name": "research", "gid": 3001}]),
+    "gid out of range": ("groups", [{"name": "wheel", "gid": 999}]),
+    "duplicate uid": ("users", [ALICE, {**BOB, "uid": 2001}]),
+    "duplicate user name": ("users", [ALICE, {**BOB, "name": "alice"}]),
+    "undeclared group": ("users", [{**ALICE, "groups": ["nosuch"]}]),
+    "gid out of range (user)": ("users", [{**ALICE, "gid": 60001}]),
+}
+DEV_KEYS = {"users": "ldapServer.users", "groups": "ldapServer.groups"}
+
+
+def _spec_error(key, value):
+    """The pods' message for cluster.yaml with `key` set as the chart would write it."""
+    data = yaml.safe_load(yaml.safe_load(next(
+        t for p, t in _render({"ldap": {"dev": {"enabled": True}}}).items()
+        if p.endswith("cluster-configmap.yaml")))["data"]["cluster.yaml"])
+    *parents, last = key.split(".")
+    node = data
+    for part in parents:
+        node = node[part]
+    node[last] = value
+    with pytest.raises(SpecError) as caught:
+        parse_spec(data)
+    return str(caught.value)
+
+
+@pytest.mark.parametrize("dev", [False, True], ids=["static", "ldap.dev"])
+@pytest.mark.parametrize(("key", "value"), PARITY.values(), ids=PARITY)
+def test_the_chart_and_the_pods_refuse_the_same_accounts_with_one_message(key, value, dev):
+    spec_key = DEV_KEYS[key] if dev else key
+    message = _spec_error(spec_key, value)
+    assert message.startswith(f"{spec_key}["), message
+    values = {"ldap": {"dev": {"enabled": True, key: value}}} if dev else {key: value}
+    with pytest.raises(chart.ChartError) as caught:
+        _render(values)
+    expected = message.replace("ldapServer.", "ldap.dev.", 1)
+    assert expected in str(caught.value)
 
 
 def test_the_chart_passes_the_range_to_every_pod():

@@ -158,6 +158,10 @@ def test_each_warning_is_reported_once(node):
     users = [user_entry("alice", 2001), user_entry("bob", 2001)]
     first = sync(spec(), node, read=reader(users))
     assert first.new_warnings == ["skipped user uid=bob,ou=people,dc=x: uid 2001 is alice's"]
+    # From the second sync on, alice holds it: the message names the holder, once.
+    assert sync(spec(), node, read=reader(users)).new_warnings == [
+        "skipped user uid=bob,ou=people,dc=x: uid 2001 is alice's "
+        "(held by uid=alice,ou=people,dc=x)"]
     assert sync(spec(), node, read=reader(users)).new_warnings == []
 
 
@@ -181,7 +185,8 @@ def test_a_newcomer_with_demos_uid_does_not_push_demo_out(node, newcomer_dn, tmp
     newcomer = user_entry(newcomer_dn[4:7], 5000, keys=["ssh-ed25519 EVE eve"], dn=newcomer_dn)
     result = sync(spec(), node, read=reader([newcomer, DEMO]))
     assert [u.name for u in result.users] == ["demo"]
-    assert f"skipped user {newcomer_dn}: uid 5000 is demo's" in result.warnings
+    assert (f"skipped user {newcomer_dn}: uid 5000 is demo's (held by uid=demo,ou=people,dc=x)"
+            in result.warnings)
     # A pod started later, with nothing of its own: the snapshot on /home says who held it.
     later = new_pod(tmp_path / "later", node.home)
     assert [u.name for u in sync(spec(), later, read=reader([newcomer, DEMO])).users] == ["demo"]
@@ -192,8 +197,8 @@ def test_a_second_entry_with_demos_name_does_not_take_it(node):
     twin = user_entry("demo", 5000, keys=["ssh-ed25519 EVE eve"], dn="uid=demo,ou=aaa,dc=x")
     result = sync(spec(), node, read=reader([twin, DEMO]))
     assert [u.ssh_keys for u in result.users] == [("ssh-ed25519 DEMO demo",)]
-    assert "skipped user uid=demo,ou=aaa,dc=x: user name demo is taken (uid 5000)" in (
-        result.warnings)
+    assert ("skipped user uid=demo,ou=aaa,dc=x: user name demo is held by "
+            "uid=demo,ou=people,dc=x (uid 5000)") in result.warnings
 
 
 def test_with_no_sync_before_dn_order_decides_the_same_on_every_pod(node):

@@ -1,7 +1,10 @@
 {{/*
-The id range of `accounts` over static users and groups and the development directory's
-(the schema holds the rest of slonk.config.accounts' rules: names, paths, keys, reserved
-ids). Messages are slonk's own, naming the values key.
+What the schema cannot say of static users and groups and the development directory's:
+ids within `accounts`' range, names and ids unique, a user's groups declared beside it (the
+schema holds the rest of slonk.config.accounts' rules: names, paths, keys, reserved ids).
+The pods' spec parser refuses the same values; each message is its own, naming the values
+key (ldap.dev.* is ldapServer.* in cluster.yaml), so a chart that renders never leaves every
+pod refusing its cluster.yaml.
 */}}
 {{- define "slonk.validateAccounts" -}}
 {{- $min := int .Values.accounts.minId -}}
@@ -9,20 +12,63 @@ ids). Messages are slonk's own, naming the values key.
 {{- if gt $min $max -}}
 {{- fail (printf "accounts.maxId: must be >= %d, got %d" $min $max) -}}
 {{- end -}}
-{{- $lists := list
-  (list "users" .Values.users (list "uid" "gid"))
-  (list "groups" .Values.groups (list "gid"))
-  (list "ldap.dev.users" .Values.ldap.dev.users (list "uid" "gid"))
-  (list "ldap.dev.groups" .Values.ldap.dev.groups (list "gid")) -}}
-{{- range $list := $lists -}}
-{{- $key := index $list 0 -}}
-{{- range $i, $account := index $list 1 -}}
-{{- range $field := index $list 2 -}}
-{{- $id := int (index $account $field) -}}
-{{- if or (lt $id $min) (gt $id $max) -}}
-{{- fail (printf "%s[%d].%s: %s %d is outside %d-%d" $key $i $field $field $id $min $max) -}}
+{{- include "slonk.validateAccountSet" (dict "at" "" "users" .Values.users "groups" .Values.groups "min" $min "max" $max) -}}
+{{- include "slonk.validateAccountSet" (dict "at" "ldap.dev." "users" .Values.ldap.dev.users "groups" .Values.ldap.dev.groups "min" $min "max" $max) -}}
+{{- end }}
+
+{{/* One set of users and groups, checked in the order of spec.py's _accounts. */}}
+{{- define "slonk.validateAccountSet" -}}
+{{- $at := .at -}}
+{{- $min := .min -}}
+{{- $max := .max -}}
+{{- range $i, $group := .groups -}}
+{{- include "slonk.validateAccountId" (dict "key" (printf "%sgroups[%d].gid" $at $i) "what" "gid" "id" $group.gid "min" $min "max" $max) -}}
+{{- end -}}
+{{- $names := dict -}}
+{{- range $i, $group := .groups -}}
+{{- if hasKey $names $group.name -}}
+{{- fail (printf "%sgroups[%d].name: duplicate group '%s'" $at $i $group.name) -}}
+{{- end -}}
+{{- $_ := set $names $group.name true -}}
+{{- end -}}
+{{- $gids := dict -}}
+{{- range $i, $group := .groups -}}
+{{- $gid := toString (int $group.gid) -}}
+{{- if hasKey $gids $gid -}}
+{{- fail (printf "%sgroups[%d].gid: duplicate gid %s" $at $i $gid) -}}
+{{- end -}}
+{{- $_ := set $gids $gid true -}}
+{{- end -}}
+{{- range $i, $user := .users -}}
+{{- range $j, $group := ($user.groups | default list) -}}
+{{- if not (hasKey $names $group) -}}
+{{- fail (printf "%susers[%d].groups[%d]: unknown group '%s': declare it in groups" $at $i $j $group) -}}
 {{- end -}}
 {{- end -}}
+{{- range $field := list "uid" "gid" -}}
+{{- include "slonk.validateAccountId" (dict "key" (printf "%susers[%d].%s" $at $i $field) "what" $field "id" (index $user $field) "min" $min "max" $max) -}}
 {{- end -}}
+{{- end -}}
+{{- $users := dict -}}
+{{- range $i, $user := .users -}}
+{{- if hasKey $users $user.name -}}
+{{- fail (printf "%susers[%d].name: duplicate user '%s'" $at $i $user.name) -}}
+{{- end -}}
+{{- $_ := set $users $user.name true -}}
+{{- end -}}
+{{- $uids := dict -}}
+{{- range $i, $user := .users -}}
+{{- $uid := toString (int $user.uid) -}}
+{{- if hasKey $uids $uid -}}
+{{- fail (printf "%susers[%d].uid: duplicate uid %s" $at $i $uid) -}}
+{{- end -}}
+{{- $_ := set $uids $uid true -}}
+{{- end -}}
+{{- end }}
+
+{{- define "slonk.validateAccountId" -}}
+{{- $id := int .id -}}
+{{- if or (lt $id (int .min)) (gt $id (int .max)) -}}
+{{- fail (printf "%s: %s %d is outside %d-%d" .key .what $id (int .min) (int .max)) -}}
 {{- end -}}
 {{- end }}

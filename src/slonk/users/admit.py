@@ -3,16 +3,25 @@
 As the most trusted directory-to-files tools do, an entry that is incomplete, invalid or
 ambiguous is skipped with its reason, never guessed at. Every account, static or from LDAP,
 passes the same rules (slonk.config.accounts) and may take no name or id of the image's
-accounts. Where two entries want one name or id, the account that held it in the last good
-sync keeps it (`Owners`): a newcomer with demo's uid cannot push demo out, whatever the DNs'
-order; among entries none held, DN order decides, the same on every pod.
+accounts, nor a home that is, holds or lies inside another account's.
+
+A name and its id, once a good sync gave them to a directory entry, are that entry's (a
+`Hold`, matched on its DN): no other entry may take the name or the id, whatever the DNs'
+order. The hold outlives a sync that skips the entry (an invalid loginShell for a day must
+not hand demo's name, uid and home to an entry waiting for it) and, for HOLD_SECONDS, one
+whose DN is gone from the directory. An entry that moved (a new DN, nothing else) claims
+exactly the held name and id while its old DN is gone: that one claimant takes the hold
+over; when several do, none is admitted. A user's personal group holds its gid the same
+way: no directory group may take it (its members would share the user's files). Among
+entries touching no hold, DN order decides, the same on every pod.
 """
 
 from __future__ import annotations
 
 import re
+import time
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -26,26 +35,65 @@ from slonk.users.directory import Directory, Entry
 from slonk.users.files import Base
 
 _NUMBER = re.compile(r"[0-9]{1,10}")
+# No time a hold is kept from may be later (year 5138): a bad record must not crash a sync.
+_LATEST = 1e11
+
+# How long a name and id stay held for an entry gone from the directory: long enough for
+# someone to notice a deleted or filtered-out account, short enough for ids to be reused.
+HOLD_SECONDS = 30 * 24 * 3600
+# The DN of a personal group's hold: no directory entry has an empty DN.
+PERSONAL = ""
 
 
 @dataclass(frozen=True)
-class Owner:
-    """Who held a name in the last good sync: its id and its entry's DN."""
+class Hold:
+    """A name's id and the entry (DN) that holds both since a good sync admitted it.
+    `admitted` False: carried forward, its entry skipped or missing; `gone_since`: since
+    when its DN has been missing from the directory (the hold then lasts HOLD_SECONDS)."""
 
     id: int
     dn: str
+    admitted: bool = True
+    gone_since: float | None = None
+
+    @property
+    def personal(self) -> bool:
+        return self.dn == PERSONAL
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"id": self.id, "dn": self.dn}
+        if not self.admitted:
+            data["admitted"] = False
+        if self.gone_since is not None:
+            data["goneSince"] = self.gone_since
+        return data
+
+    @classmethod
+    def from_json(cls, data: Any) -> Hold:
+        """ValueError unless `data` is what to_json wrote (or the older {id, dn})."""
+        number, dn = data["id"], data["dn"]
+        admitted, gone = data.get("admitted", True), data.get("goneSince")
+        if (
+            type(number) is not int
+            or not isinstance(dn, str)
+            or type(admitted) is not bool
+            or not (gone is None or (type(gone) in (int, float) and 0 <= gone < _LATEST))
+        ):
+            raise ValueError(f"not a hold: {show(data)[:80]}")
+        return cls(number, dn, admitted, None if gone is None else float(gone))
 
 
 @dataclass(frozen=True)
 class Owners:
-    """The directory's accounts of the last good sync, by name."""
+    """The holds of the last good sync, by name: directory users; directory and personal
+    groups."""
 
-    users: Mapping[str, Owner] = field(default_factory=dict)
-    groups: Mapping[str, Owner] = field(default_factory=dict)
+    users: Mapping[str, Hold] = field(default_factory=dict)
+    groups: Mapping[str, Hold] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
-            kind: {name: {"id": o.id, "dn": o.dn} for name, o in sorted(table.items())}
+            kind: {name: hold.to_json() for name, hold in sorted(table.items())}
             for kind, table in (("users", self.users), ("groups", self.groups))
         }
 
@@ -58,10 +106,7 @@ class Owners:
             if not isinstance(table, dict):
                 raise ValueError(f"{kind}: not a mapping")
             tables.append(
-                {
-                    accounts.check_name(name): Owner(int(o["id"]), str(o["dn"]))
-                    for name, o in table.items()
-                }
+                {accounts.check_name(name): Hold.from_json(h) for name, h in table.items()}
             )
         return cls(*tables)
 
@@ -111,6 +156,12 @@ def _single(entry: Entry, attribute: str, name_of_entry: bool = False) -> str | 
     raise _Skip(f"several values for {attribute}", f"{len(values)} values for {attribute}")
 
 
+def _check_dn(entry: Entry) -> None:
+    """Holds are matched on DNs; the empty one is a personal group's (and the root DSE's)."""
+    if entry["dn"][0] == PERSONAL:
+        raise _Skip("no DN", "an entry without a DN")
+
+
 def _number(entry: Entry, attribute: str) -> int:
     value = _single(entry, attribute)
     if value is None:
@@ -121,6 +172,7 @@ def _number(entry: Entry, attribute: str) -> int:
 
 
 def _ldap_group(entry: Entry, a: Mapping[str, str]) -> tuple[Group, list[str]]:
+    _check_dn(entry)
     name = _single(entry, a["groupName"], name_of_entry=True)
     if name is None:
         raise _Skip("invalid group name", f"no {a['groupName']}")
@@ -136,6 +188,7 @@ class _BadKeys(Exception):
 
 
 def _ldap_user(entry: Entry, a: Mapping[str, str]) -> User:
+    _check_dn(entry)
     name = _single(entry, a["uid"], name_of_entry=True)
     if name is None:
         raise _Skip("invalid user name", f"no {a['uid']}")
@@ -167,6 +220,29 @@ class _Taken:
     uids: dict[int, str] = field(default_factory=dict)
     group_names: dict[str, int] = field(default_factory=dict)
     gids: dict[int, str] = field(default_factory=dict)
+    homes: dict[str, str] = field(default_factory=dict)  # home -> user
+    around_homes: dict[str, str] = field(default_factory=dict)  # each home's parents -> user
+
+    def check_home(self, home: str) -> None:
+        """One home, one account: a home that is, holds or lies inside another account's
+        would hand one user the other's files (or let one replace the other's dotfiles)."""
+        parents = _parents(home)
+        if home in self.homes:
+            raise _Skip("shared home", f"home {home} is {self.homes[home]}'s")
+        if inside := next((p for p in parents if p in self.homes), None):
+            raise _Skip("shared home", f"home {home} is inside {self.homes[inside]}'s home")
+        if home in self.around_homes:
+            raise _Skip("shared home", f"home {home} holds {self.around_homes[home]}'s home")
+
+    def add_home(self, home: str, name: str) -> None:
+        self.homes[home] = name
+        for parent in _parents(home):
+            self.around_homes.setdefault(parent, name)
+
+
+def _parents(path: str) -> list[str]:
+    parts = path.split("/")
+    return ["/".join(parts[:i]) for i in range(2, len(parts))]
 
 
 class _Admission:
@@ -216,38 +292,167 @@ class _Admission:
             raise _Skip("duplicate user name", f"user name {name} is taken (uid {held.uid})")
         if user.uid in taken.uids:
             raise _Skip("duplicate uid", f"uid {user.uid} is {taken.uids[user.uid]}'s")
+        taken.check_home(user.home_dir)
         admitted = replace(user, groups=tuple(g for g in user.groups if g in taken.group_names))
         taken.user_names[name], taken.uids[user.uid] = admitted, name
+        taken.add_home(user.home_dir, name)
         self.result.users.append(admitted)
         return True
 
-    def personal_groups(self) -> None:
-        """A group named after each user whose gid no group has. Users sharing such a gid
-        share the first one's group; a name a group already has gets none (warned)."""
-        taken = self.taken
+    def personal_groups(self, holds: Mapping[str, Hold]) -> dict[str, Hold]:
+        """A group named after each user whose gid no group has; their holds. Users sharing
+        such a gid share the first one's group. No personal group for a gid or under a
+        name a directory group holds while it is skipped or missing (warned for a name)."""
+        taken, made = self.taken, {}
+        directory_gids = {h.id for h in holds.values() if not h.personal}
         for user in self.result.users:
-            if user.gid in taken.gids:
+            if user.gid in taken.gids or user.gid in directory_gids:
                 continue
-            if user.name in taken.group_names:
+            held = holds.get(user.name)
+            if user.name in taken.group_names or (held is not None and not held.personal):
+                gid = taken.group_names.get(user.name, held.id if held else None)
                 self.result.warnings.append(
                     f"user {user.name}: no group for its gid {user.gid}: the group "
-                    f"{user.name} has gid {taken.group_names[user.name]}"
+                    f"{user.name} has gid {gid}"
                 )
                 continue
             taken.group_names[user.name], taken.gids[user.gid] = user.gid, user.name
             self.result.groups.append(Group(user.name, user.gid))
+            made[user.name] = Hold(user.gid, PERSONAL)
+        return made
 
 
-def _held_first(items: Iterable[tuple[Any, str]], owners: Mapping[str, Owner]) -> list[Any]:
-    """(account, dn) pairs: those whose name, id and DN were held in the last good sync
-    first, then the rest, each in DN order."""
+@dataclass(frozen=True)
+class _Kind:
+    """What the hold rules need to know of users or of groups."""
 
-    def key(item: tuple[Any, str]) -> tuple[bool, str]:
+    word: str  # "user" or "group"
+    id_word: str  # "uid" or "gid"
+    number: Callable[[Any], int]
+
+
+_USERS = _Kind("user", "uid", lambda user: user.uid)
+_GROUPS = _Kind("group", "gid", lambda group: group.gid)
+
+
+def _holder(name: str, hold: Hold) -> str:
+    return f"user {name}'s personal group" if hold.personal else show(hold.dn)
+
+
+def _refusal(kind: _Kind, account: Any, name: str, hold: Hold) -> tuple[str, str]:
+    """Why `account` may not have what it claims of `name`'s hold: (reason, detail)."""
+    holder = _holder(name, hold)
+    if account.name == name:
+        detail = f"{kind.word} name {name} is held by {holder} ({kind.id_word} {hold.id})"
+        return f"duplicate {kind.word} name", detail
+    number = kind.number(account)
+    return f"duplicate {kind.id_word}", f"{kind.id_word} {number} is {name}'s (held by {holder})"
+
+
+def _live(
+    kind: _Kind,
+    holds: Mapping[str, Hold],
+    present: Callable[[str, Hold], bool],
+    now: float,
+    warnings: list[str],
+) -> dict[str, Hold]:
+    """The holds still in force: one whose entry is gone lasts HOLD_SECONDS."""
+    live = {}
+    for name, hold in holds.items():
+        gone = hold.gone_since
+        if gone is not None and now - gone >= HOLD_SECONDS and not present(name, hold):
+            warnings.append(
+                f"{kind.word} {name} ({kind.id_word} {hold.id}) released: "
+                f"{_holder(name, hold)} missing since {_date(gone)}"
+            )
+            continue
+        live[name] = hold
+    return live
+
+
+def _claims(
+    kind: _Kind,
+    items: Iterable[tuple[Any, str]],
+    holds: Mapping[str, Hold],
+    present: Collection[str],
+) -> tuple[list[tuple[Any, str]], list[tuple[str, str, str]]]:
+    """The (account, dn) pairs that may claim what they claim, in the order to admit them
+    (holders and movers, then the rest, each in DN order), and those refused with their
+    (dn, reason, detail). An entry touching a hold by name or id must be its holder (its
+    DN), or the one entry claiming exactly its (name, id) while its DN is gone: a move.
+    A personal group's hold moves to no directory group."""
+    by_id = {hold.id: name for name, hold in holds.items()}
+    first, later, refused = [], [], []
+    movers: dict[str, list[tuple[Any, str]]] = {}
+    for item in items:
         account, dn = item
-        number = account.uid if isinstance(account, User) else account.gid
-        return (owners.get(account.name) != Owner(number, dn), dn)
+        number = kind.number(account)
+        touched = [n for n in dict.fromkeys((account.name, by_id.get(number))) if n in holds]
+        foreign = [n for n in touched if holds[n].dn != dn]
+        if not foreign:
+            (first if touched else later).append(item)
+            continue
+        name, hold = foreign[0], holds[foreign[0]]
+        moved = touched == [name] and (account.name, number) == (name, hold.id)
+        if moved and not hold.personal and hold.dn not in present:
+            movers.setdefault(name, []).append(item)
+        else:
+            refused.append((dn, *_refusal(kind, account, name, hold)))
+    for name, claimants in movers.items():
+        if len(claimants) == 1:
+            first.extend(claimants)
+            continue
+        hold = holds[name]
+        detail = (
+            f"{len(claimants)} entries claim {kind.word} name {name} with {kind.id_word} "
+            f"{hold.id}, none at {show(hold.dn)} which held it: none admitted"
+        )
+        refused.extend((dn, "ambiguous claim", detail) for _, dn in claimants)
 
-    return sorted(items, key=key)
+    def by_dn(item: tuple[Any, str]) -> str:
+        return item[1]
+
+    return sorted(first, key=by_dn) + sorted(later, key=by_dn), refused
+
+
+def _carry(
+    kind: _Kind,
+    live: Mapping[str, Hold],
+    admitted: Mapping[str, Hold],
+    present: Callable[[str, Hold], bool],
+    now: float,
+    warnings: list[str],
+) -> dict[str, Hold]:
+    """This sync's holds: those it admitted, then each live one not taken over, carried
+    forward (a holder admitted under another name or id has let the old ones go)."""
+    holds = dict(admitted)
+    dns = {a.dn for a in admitted.values() if not a.personal}
+    personal_ids = {a.id for a in admitted.values() if a.personal}
+    for name, hold in live.items():
+        new = holds.get(name)
+        if new is not None:
+            if new.dn != hold.dn and not (new.personal or hold.personal):
+                warnings.append(
+                    f"{kind.word} {name} ({kind.id_word} {hold.id}) moved from "
+                    f"{show(hold.dn)} to {show(new.dn)}"
+                )
+            continue
+        if hold.id in personal_ids if hold.personal else hold.dn in dns:
+            continue
+        gone = None
+        if not present(name, hold):
+            gone = now if hold.gone_since is None else hold.gone_since
+            warnings.append(
+                f"{kind.word} {name} ({kind.id_word} {hold.id}) kept for "
+                f"{_holder(name, hold)}, missing from the directory: no other entry "
+                f"may take the name or the {kind.id_word} before {_date(gone + HOLD_SECONDS)}"
+            )
+        holds[name] = Hold(hold.id, hold.dn, admitted=False, gone_since=gone)
+    return holds
+
+
+def _date(seconds: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(seconds))
 
 
 def admit(
@@ -259,9 +464,10 @@ def admit(
     shells: Collection[str],
     base: Base,
     previous: Owners,
+    now: float,
 ) -> Result:
     """The accounts to write, each bad one skipped with its reason. Groups before users,
-    static before the directory's, the directory's held in `previous` before the others."""
+    static before the directory's, holders of `previous` before the others."""
     result = Result(users=[], groups=[])
     admission = _Admission(rules, shells, base, result)
     static_users = list(static_users)
@@ -273,36 +479,68 @@ def admit(
         except _Skip as skip:
             result.skip(skip.reason, f"static group {group.name}: {skip.detail}")
 
+    user_dns = {e["dn"][0] for e in directory.users} if directory else set()
+    group_dns = {e["dn"][0] for e in directory.groups} if directory else set()
+
+    def user_present(name: str, hold: Hold) -> bool:
+        return hold.dn in user_dns
+
+    live_users = _live(_USERS, previous.users, user_present, now, result.warnings)
+
+    def group_present(name: str, hold: Hold) -> bool:
+        # A personal group is there while its user's hold is.
+        return name in live_users if hold.personal else hold.dn in group_dns
+
+    live_groups = _live(_GROUPS, previous.groups, group_present, now, result.warnings)
     groups, members_of, users = _parse(directory, settings, result)
-    held_users: dict[str, Owner] = {}
-    held_groups: dict[str, Owner] = {}
     memberships: dict[str, list[str]] = {}
-    for group, dn in _held_first(groups, previous.groups):
-        try:
-            admission.group(group)
-        except _Skip as skip:
-            result.skip(skip.reason, f"group {show(dn)}: {skip.detail}")
-            continue
-        held_groups[group.name] = Owner(group.gid, dn)
+
+    def admit_group(group: Group, dn: str) -> bool:
+        admission.group(group)
         for member in members_of[dn]:
             memberships.setdefault(member, []).append(group.name)
+        return True
 
+    group_holds = _directory(_GROUPS, groups, live_groups, group_dns, admit_group, result)
     for user in static_users:
         try:
             admission.user(user, static)
         except _Skip as skip:
             result.skip(skip.reason, f"static user {user.name}: {skip.detail}")
 
-    for user, dn in _held_first(users, previous.users):
-        try:
-            if admission.user(replace(user, groups=tuple(memberships.get(user.name, ()))), static):
-                held_users[user.name] = Owner(user.uid, dn)
-        except _Skip as skip:
-            result.skip(skip.reason, f"user {show(dn)}: {skip.detail}")
+    def admit_user(user: User, dn: str) -> bool:
+        return admission.user(replace(user, groups=tuple(memberships.get(user.name, ()))), static)
 
-    admission.personal_groups()
-    result.owners = Owners(users=held_users, groups=held_groups)
+    user_holds = _directory(_USERS, users, live_users, user_dns, admit_user, result)
+    group_holds.update(admission.personal_groups(live_groups))
+    result.owners = Owners(
+        users=_carry(_USERS, live_users, user_holds, user_present, now, result.warnings),
+        groups=_carry(_GROUPS, live_groups, group_holds, group_present, now, result.warnings),
+    )
     return result
+
+
+def _directory(
+    kind: _Kind,
+    items: list[tuple[Any, str]],
+    live: Mapping[str, Hold],
+    present: Collection[str],
+    admit_one: Callable[[Any, str], bool],
+    result: Result,
+) -> dict[str, Hold]:
+    """The directory's accounts of one kind, admitted in the order the holds allow; the
+    holds of those admitted (`admit_one` True)."""
+    ordered, refused = _claims(kind, items, live, present)
+    for dn, reason, detail in refused:
+        result.skip(reason, f"{kind.word} {show(dn)}: {detail}")
+    holds = {}
+    for account, dn in ordered:
+        try:
+            if admit_one(account, dn):
+                holds[account.name] = Hold(kind.number(account), dn)
+        except _Skip as skip:
+            result.skip(skip.reason, f"{kind.word} {show(dn)}: {skip.detail}")
+    return holds
 
 
 def _parse(

@@ -8,7 +8,6 @@ Each file is replaced in one rename, and only when its text changes.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -122,23 +121,3 @@ def write_authorized_keys(users: Iterable[User], etc: Path = Path("/etc")) -> No
     for path in keys_dir.iterdir():
         if path.name not in names:
             path.unlink()
-
-
-def make_homes(users: Iterable[User], home: Path = Path(accounts.HOME)) -> list[str]:
-    """Create missing <HOME>/<name> directories on the shared /home (mounted at `home`;
-    homes elsewhere are the directory's business); existing ones are left alone. Returns
-    one problem per home it could not make (a read-only /home)."""
-    problems = []
-    for user in users:
-        if user.home_dir != f"{accounts.HOME}/{user.name}":
-            continue
-        path = home / user.name
-        try:
-            path.mkdir(mode=0o700)
-        except FileExistsError:
-            continue  # made earlier, or by another pod sharing /home
-        except OSError as err:
-            problems.append(f"cannot make {user.home_dir}: {err.strerror}")
-            continue
-        os.chown(path, user.uid, user.gid)
-    return problems

@@ -1,10 +1,11 @@
 """`slonk users sync`: the spec's static users and the directory's, into local files.
 
 A failed or empty search changes nothing; a sync that would remove more than a set share of
-the users is refused unless forced; which entries become accounts is slonk.users.admit's
-business. Logins and jobs never wait on LDAP: they read the files. Each good sync is kept
-twice: in this pod's record (who held which name, the warnings already logged), and as the
-snapshot on /home that a pod starting while LDAP is down begins from.
+the directory's users, or of its groups, is refused unless forced; which entries become
+accounts is slonk.users.admit's business, homes slonk.users.homes'. Logins and jobs never
+wait on LDAP: they read the files. Each good sync is kept twice: in this pod's record (the
+holds on names and ids, the warnings already logged), and as the snapshot on /home that a
+pod starting while LDAP is down begins from.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from slonk.services import idle
 from slonk.users import snapshot
 from slonk.users.admit import Owners, Result, admit
 from slonk.users.directory import Directory, DirectoryError, read_directory
-from slonk.users.files import capture_base, make_homes, write_accounts, write_authorized_keys
+from slonk.users.files import capture_base, write_accounts, write_authorized_keys
+from slonk.users.homes import make_homes, secure_root
 
 
 class SyncRefused(RuntimeError):
@@ -95,9 +97,11 @@ def sync(
     paths: Paths = Paths(),
     force: bool = False,
     read: Callable[[LdapSettings], Directory] = read_directory,
+    now: float | None = None,
 ) -> Result:
     """Write the spec's static users and, if configured, the directory's. Raises
-    DirectoryError or SyncRefused with the files untouched."""
+    DirectoryError or SyncRefused with the files untouched. `now`: the time holds are
+    measured against (seconds since the epoch)."""
     base = capture_base(paths.etc, paths.base)
     state = _load_state(paths.state)
     previous, notes = _previous(paths, state)
@@ -118,6 +122,7 @@ def sync(
         _shells(paths.etc),
         base,
         previous,
+        time.time() if now is None else now,
     )
     if spec.ldap is None:
         result.owners = previous  # the directory was not asked: its record stands
@@ -125,7 +130,7 @@ def sync(
         _check_removals(spec.ldap, previous, result, force)
     write_accounts(base, result.users, result.groups, paths.etc)
     write_authorized_keys(result.users, paths.etc)
-    result.warnings += make_homes(result.users, paths.home)
+    result.warnings += secure_root(paths.home) + make_homes(result.users, paths.home)
     if directory is not None and directory.live:
         try:
             snapshot.save(paths.snapshot, directory, result.owners)
@@ -141,14 +146,23 @@ def sync(
 
 
 def _check_removals(settings: LdapSettings, previous: Owners, result: Result, force: bool) -> None:
-    removed = set(previous.users) - set(result.owners.users)
-    limit = settings.max_removal_percent / 100 * len(previous.users)
-    if removed and len(removed) > limit and not force:
-        raise SyncRefused(
-            f"sync would remove {len(removed)} of {len(previous.users)} users "
-            f"(more than {settings.max_removal_percent}%): {', '.join(sorted(removed)[:5])}"
-            f"{'...' if len(removed) > 5 else ''}; run `slonk users sync --force` to accept"
-        )
+    """Directory users and groups the last good sync admitted and this one would not: a
+    share above the limit of either is refused (a search that returns no groups must not
+    drop every membership). Personal groups follow their users and are not counted."""
+    kinds = (
+        ("users", previous.users, result.owners.users),
+        ("groups", previous.groups, result.owners.groups),
+    )
+    for kind, before, now in kinds:
+        had = {name for name, hold in before.items() if hold.admitted and not hold.personal}
+        removed = had - {name for name, hold in now.items() if hold.admitted}
+        limit = settings.max_removal_percent / 100 * len(had)
+        if removed and len(removed) > limit and not force:
+            raise SyncRefused(
+                f"sync would remove {len(removed)} of {len(had)} {kind} "
+                f"(more than {settings.max_removal_percent}%): {', '.join(sorted(removed)[:5])}"
+                f"{'...' if len(removed) > 5 else ''}; run `slonk users sync --force` to accept"
+            )
 
 
 def log(message: str) -> None:

