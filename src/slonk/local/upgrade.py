@@ -112,33 +112,9 @@ def _slurm(cluster: Cluster, *command: str) -> str:
     return result.stdout
 
 
-def _hold_leaving(
-    cluster: Cluster,
-    leaving: Sequence[str],
-    rollback: contextlib.ExitStack,
-    progress: Callable[[str], None],
-) -> None:
-    """Drain the leaving pods' Slurm nodes (no job may land on them from here), then refuse
-    if any runs a job. A node not drained by us is left as it is, and resumed on rollback
-    only if the drain is still ours."""
-    workers = set(cluster.pod_names("worker"))
-    nodes = [name for name in leaving if name in workers]
-    if not nodes:
-        return
-    states = local.node_states(cluster)
-    if not states:
-        raise LocalModeError(
-            f"the controller does not answer: cannot tell whether {', '.join(nodes)} run jobs; "
-            "nothing changed"
-        )
-    for node in nodes:
-        if states.get(node, "").split("+")[0] in SCHEDULABLE:
-            _slurm(cluster, "scontrol", "update", f"nodename={node}", "state=drain",
-                   f"reason={LEAVING_REASON}")  # fmt: skip
-            rollback.callback(_resume, cluster, node)
-            progress(f"  drained {node}: its pod leaves")
+def _refuse_busy(cluster: Cluster, nodes: Sequence[str]) -> None:
     busy = {}
-    for node in (n for n in nodes if n in states):
+    for node in nodes:
         jobs = _slurm(cluster, "squeue", "--noheader", f"--nodelist={node}", "--format=%i").split()
         if jobs:
             busy[node] = jobs
@@ -148,6 +124,35 @@ def _hold_leaving(
             f"cannot remove {', '.join(busy)}: {running}. Nothing changed; upgrade again once "
             "the jobs are done"
         )
+
+
+def _hold_leaving(
+    cluster: Cluster,
+    leaving: Sequence[str],
+    rollback: contextlib.ExitStack,
+    progress: Callable[[str], None],
+) -> None:
+    """Refuse if a leaving pod's Slurm node runs a job; else drain those nodes, so that none
+    lands on them from here, and look again for one that landed meanwhile. A node drained
+    already is left as it is; ours are resumed on rollback if the drain is still ours."""
+    workers = [name for name in leaving if name in cluster.pod_names("worker")]
+    if not workers:
+        return
+    states = local.node_states(cluster)
+    if not states:
+        raise LocalModeError(
+            f"the controller does not answer: cannot tell whether {', '.join(workers)} run "
+            "jobs; nothing changed"
+        )
+    nodes = [name for name in workers if name in states]  # others never registered
+    _refuse_busy(cluster, nodes)
+    for node in nodes:
+        if states[node].split("+")[0] in SCHEDULABLE:
+            _slurm(cluster, "scontrol", "update", f"nodename={node}", "state=drain",
+                   f"reason={LEAVING_REASON}")  # fmt: skip
+            rollback.callback(_resume, cluster, node)
+            progress(f"  drained {node}: its pod leaves")
+    _refuse_busy(cluster, nodes)
 
 
 def _resume(cluster: Cluster, node: str) -> None:
