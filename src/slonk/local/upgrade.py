@@ -6,8 +6,8 @@ kills no job and leaves nothing half-applied.
 - The new cluster.yaml is checked as the pods will check it before anything changes.
 - The pod set changes as a StatefulSet's would. A new pod gets an address no pod holds, and
   every running pod's /etc/hosts answers for it before the controller hears of it. A pod
-  leaves only if its Slurm node runs no job: leaving nodes are drained first, so that none
-  lands meanwhile, and one that runs a job refuses the whole upgrade, naming it.
+  leaves only if its Slurm node runs no job: one that does refuses the whole upgrade, naming
+  it; the others are drained, so that no job lands meanwhile, and looked at again.
 - The ConfigMaps are projected, then the controller's config-watch verdict on the change is
   read from its log. Anything but `applied` (refused, could not apply, no word in time) puts
   the ConfigMaps, hosts files, drains, namespaces and the cluster's record back as they were,
