@@ -452,10 +452,10 @@ def write_hosts(cluster: Cluster, name: str, hosts: str) -> None:
 
 
 def start_pod(
-    cluster: Cluster, pod: Pod, hosts: str, runtime: str, progress: Callable[[str], None]
+    cluster: Cluster, pod: Pod, spec: dict[str, Any], progress: Callable[[str], None]
 ) -> None:
     cluster.pod_dir(pod.name).mkdir(parents=True, exist_ok=True)
-    _launch(cluster, pod.name, pod_spec(cluster, pod, hosts, runtime))
+    _launch(cluster, pod.name, spec)
     progress(f"  started {pod.name} ({pod.role}) at {cluster.address(pod.name)}")
 
 
@@ -499,7 +499,7 @@ def up(
     fake_apiserver.start(cluster.state_dir, cluster.network.switch, objects, NAMESPACE)
     hosts = hosts_file(objects, addresses, spec.cluster_domain)
     for p in objects.pods:
-        start_pod(cluster, p, hosts, runtime, progress)
+        start_pod(cluster, p, pod_spec(cluster, p, hosts, runtime), progress)
     wait_nodes_up(cluster, progress=progress)
     progress(f"slonk local: cluster up in {time.monotonic() - started:.2f} s")
     return cluster

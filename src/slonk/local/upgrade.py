@@ -273,6 +273,10 @@ def upgrade(
             new_names, {name: record["pods"][name]["address"] for name in staying}
         )
         hosts = hosts_file(objects, addresses, spec.cluster_domain)
+        # Every pod's new template, made before anything changes: one local mode cannot
+        # run (a sidecar it has no stand-in for) fails here.
+        runtime = record.get("runtime", "host")
+        templates = {p.name: local.pod_spec(cluster, p, hosts, runtime) for p in objects.pods}
         with contextlib.ExitStack() as rollback:
             _hold_leaving(cluster, leaving, rollback, progress)
             _make_room(cluster, record, joining, addresses, rollback)
@@ -284,7 +288,7 @@ def upgrade(
                 _await_controller(cluster, tail, progress)
             rollback.pop_all()  # the pods took it: from here on, the change stays
         local.save_values(cluster, user)
-        _settle(cluster, objects, hosts, joining, leaving, progress)
+        _settle(cluster, objects, templates, joining, leaving, progress)
     progress("slonk local: upgraded")
 
 
@@ -311,7 +315,7 @@ def _make_room(
 def _settle(
     cluster: Cluster,
     objects: Plan,
-    hosts: str,
+    templates: Mapping[str, dict[str, Any]],
     joining: Sequence[Pod],
     leaving: Sequence[str],
     progress: Callable[[str], None],
@@ -319,7 +323,6 @@ def _settle(
     """After the controller took the new configuration: stop the leaving pods, give staying
     ones their new template (they take it when next started, as with OnDelete), start the
     joining ones and wait until their nodes are up."""
-    runtime = cluster.record().get("runtime", "host")
     local.stop_pods(cluster, leaving, progress)
     for name in leaving:
         cluster.network.remove_pod(name)
@@ -331,10 +334,10 @@ def _settle(
     addresses = {name: pod["address"] for name, pod in record["pods"].items()}
     local.known_hosts(cluster, objects, addresses)
     joined = {p.name for p in joining}
-    for pod in objects.pods:
-        if pod.name not in joined:
-            local.write_pod_spec(cluster, pod.name, local.pod_spec(cluster, pod, hosts, runtime))
+    for name, template in templates.items():
+        if name not in joined:
+            local.write_pod_spec(cluster, name, template)
     for pod in joining:
-        local.start_pod(cluster, pod, hosts, runtime, progress)
+        local.start_pod(cluster, pod, templates[pod.name], progress)
     if joining:
         local.wait_nodes_up(cluster, progress=progress, pods=[p.name for p in joining])
