@@ -424,11 +424,21 @@ def render(cluster: Cluster, user: Mapping[str, Any]) -> tuple[Plan, ClusterSpec
     rendered = chart.render(chart.default_chart(), values(cluster, user), RELEASE, NAMESPACE)
     docs = [d for d in yaml.load_all(chart.manifest(rendered), Loader=yaml.CSafeLoader) if d]
     objects = plan(docs, NAMESPACE)
+    return objects, cluster_spec(objects)
+
+
+def cluster_spec(objects: Plan) -> ClusterSpec:
+    """The spec in the rendered ConfigMap, parsed as the pods parse it (SpecError naming the
+    ConfigMap and the key)."""
+    where = f"ConfigMap {SPEC_CONFIGMAP}, {SPEC_KEY}"
     try:
-        spec = parse_spec(yaml.safe_load(objects.configmaps[SPEC_CONFIGMAP][SPEC_KEY]))
-    except (SpecError, yaml.YAMLError) as err:
-        raise SpecError(f"ConfigMap {SPEC_CONFIGMAP}, {SPEC_KEY}: {err}") from err
-    return objects, spec
+        data = yaml.safe_load(objects.configmaps[SPEC_CONFIGMAP][SPEC_KEY])
+    except yaml.YAMLError as err:
+        raise SpecError(f"{where}: not valid YAML: {err}") from err
+    try:
+        return parse_spec(data)
+    except SpecError as err:
+        raise SpecError(f"{where}: {err}") from err
 
 
 def save_values(cluster: Cluster, user: Mapping[str, Any]) -> None:
