@@ -96,7 +96,9 @@ def _local(args: argparse.Namespace) -> int:
             print(f"Log in:  slonk local ssh demo --state-dir {local.state_dir}")
         return 0
     if args.local_command == "upgrade":
-        cluster.upgrade(state, args.values)
+        from slonk.local import upgrade
+
+        upgrade.upgrade(state, args.values)
         return 0
     if args.local_command == "down":
         cluster.down(state, purge=args.purge)
@@ -135,7 +137,10 @@ def _add_local(commands: argparse._SubParsersAction) -> None:
         return parser
 
     up = sub("up", "render the chart, start every pod, wait until all nodes are idle")
-    upgrade = sub("upgrade", "render again with up's values and these; update the ConfigMaps")
+    upgrade = sub(
+        "upgrade",
+        "render again with the values in force and these; apply the ConfigMaps and pod set",
+    )
     for parser in (up, upgrade):
         parser.add_argument(
             "-f",

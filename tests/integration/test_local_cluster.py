@@ -205,7 +205,10 @@ def test_a_valid_change_is_applied_everywhere(healthy: LocalCluster, tmp_path: P
         worker_conf = worker.content_string
         assert "Prolog=/run/slonk/bin/prolog" in worker_conf  # up's values are kept
     finally:
-        healthy.slonk("upgrade")
+        # Upgrades compose (--reuse-values): going back is an upgrade with the old list.
+        values.write_text(yaml.safe_dump({"partitions": [
+            {"name": "main", "pools": ["cpu"], "default": True}]}))
+        healthy.slonk("upgrade", "-f", str(values))
     wait_for("partition short gone", lambda: "short" not in partitions())
 
 

@@ -57,3 +57,25 @@ def test_hosts_file_answers_like_cluster_dns():
 def test_unknown_pod():
     with pytest.raises(LocalModeError, match="no pod 'x': pods are slonk-controller-0"):
         _plan().pod("x")
+
+
+def test_pods_keep_their_addresses_when_the_pod_set_changes():
+    from slonk.local.network import pod_addresses
+
+    first = pod_addresses(["slonk-controller-0", "slonk-cpu-0", "slonk-cpu-1"], {})
+    assert first == {"slonk-controller-0": "10.73.0.10", "slonk-cpu-0": "10.73.0.11",
+                     "slonk-cpu-1": "10.73.0.12"}
+    # A pool that renders before the others, and one node gone: no running pod moves, and
+    # the new ones take the free addresses, the one slonk-cpu-0 left first.
+    kept = {n: a for n, a in first.items() if n != "slonk-cpu-0"}
+    second = pod_addresses(["slonk-controller-0", "slonk-a-0", "slonk-a-1", "slonk-cpu-1"], kept)
+    assert second == {"slonk-controller-0": "10.73.0.10", "slonk-a-0": "10.73.0.11",
+                      "slonk-a-1": "10.73.0.13", "slonk-cpu-1": "10.73.0.12"}
+
+
+def test_hosts_file_answers_for_every_pod_of_a_scaled_pool():
+    objects = _plan({"nodepools": [{"name": "cpu", "replicas": 3, "cpus": 1, "memoryMiB": 256}]})
+    addresses = {p.name: f"10.0.0.{i}" for i, p in enumerate(objects.pods)}
+    hosts = hosts_file(objects, addresses, "cluster.local")
+    assert "10.0.0.4\tslonk-cpu-2 slonk-cpu-2.slonk-pods.default.svc.cluster.local " \
+           "slonk-cpu-2.default.svc.cluster.local\n" in hosts

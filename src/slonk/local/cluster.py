@@ -1,7 +1,8 @@
 """`slonk local`: render the chart, run every StatefulSet replica as a pod, manage them.
 
 State directory layout (everything local mode makes lives here or in /run/netns):
-  cluster.json             the pods `up` made: address, role, network namespace
+  cluster.json             the pods `up` and `upgrade` made: role and address
+  values.yaml              the values in force: `up`'s, then every upgrade's over them
   ssh/                     the local client key and the login pods' known host keys
   configmaps/<name>/       projected ConfigMaps (kubelet's ..data layout)
   secrets/<name>/          projected Secrets, kept across `down` like Helm's kept Secrets
@@ -14,6 +15,7 @@ State directory layout (everything local mode makes lives here or in /run/netns)
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 import shutil
@@ -21,7 +23,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +33,8 @@ import yaml
 
 import slonk
 from slonk import chart, paths
+from slonk.config.spec import ClusterSpec, SpecError, parse_spec
+from slonk.files import write_atomically
 from slonk.local import fake_apiserver, podman
 from slonk.local import pod as pods
 from slonk.local.manifests import LocalModeError, Plan, Pod, hosts_file, plan, state_path
@@ -38,17 +43,23 @@ from slonk.local.network import (
     NETNS_DIR,
     Network,
     is_mount_point,
-    pod_address,
+    pod_addresses,
     processes_in,
 )
 from slonk.local.projection import project
 
 RELEASE = "slonk"
 NAMESPACE = "default"
+SPEC_CONFIGMAP = f"{RELEASE}-cluster"
+SPEC_KEY = "cluster.yaml"
 LOCAL_VALUES = Path(__file__).with_name("values.yaml")
 DEFAULT_STATE_DIR = Path(os.environ.get("SLONK_STATE_DIR", "/var/lib/slonk/local"))
 STOP_GRACE_SECONDS = 15.0
-IDLE_TIMEOUT_SECONDS = 120.0
+NODES_UP_TIMEOUT_SECONDS = 120.0
+# sinfo's long states (%T) of a registered node that answers, before any `+flag`.
+NODE_UP_STATES = frozenset(
+    {"idle", "allocated", "mixed", "completing", "drained", "draining", "planned"}
+)
 POD_TMPFS = {"/run": "0755", "/tmp": "1777"}
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 POD_PATH = ":".join(
@@ -84,7 +95,7 @@ class Cluster:
 
     @property
     def values_file(self) -> Path:
-        """The values `up` was given: `upgrade` layers its own over them."""
+        """The values in force: `up`'s, then each upgrade's layered over them."""
         return self.state_dir / "values.yaml"
 
     @property
@@ -116,7 +127,7 @@ class Cluster:
         pid = self.pid(name)
         if pid is None:
             raise LocalModeError(f"pod {name} is not running")
-        env = json.loads((self.pod_dir(name) / "pod.json").read_text())["env"]
+        env = read_pod_spec(self, name)["env"]
         return pods.enter(pid, command, env)
 
     def run(self, name: str, command: Sequence[str]) -> subprocess.CompletedProcess[str]:
@@ -149,7 +160,7 @@ class Cluster:
         ]
 
 
-def _require_root() -> None:
+def require_root() -> None:
     if os.geteuid() != 0:
         raise LocalModeError("slonk local needs root: it makes network namespaces and mounts")
 
@@ -175,10 +186,10 @@ def _client_key(cluster: Cluster) -> str:
     return cluster.client_key.with_suffix(".pub").read_text().strip()
 
 
-def values(cluster: Cluster, files: Sequence[Path]) -> dict[str, Any]:
-    """Chart values for local mode: its defaults, then the user's files. Users without keys,
+def values(cluster: Cluster, user: Mapping[str, Any]) -> dict[str, Any]:
+    """Chart values for local mode: its defaults, then the user's. Users without keys,
     static or in the development directory, get the local client key for `slonk local ssh`."""
-    merged = chart.user_values([LOCAL_VALUES, *files])
+    merged = chart.deep_merge(chart.user_values([LOCAL_VALUES]), copy.deepcopy(user))
     key = _client_key(cluster)
 
     def with_key(users: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -191,16 +202,24 @@ def values(cluster: Cluster, files: Sequence[Path]) -> dict[str, Any]:
     return merged
 
 
-def _project_objects(cluster: Cluster, objects: Plan) -> None:
+def configmap_dir(cluster: Cluster, name: str) -> Path:
+    return cluster.state_dir / "configmaps" / name
+
+
+def project_objects(cluster: Cluster, objects: Plan) -> None:
     for name, files in objects.configmaps.items():
-        project(cluster.state_dir / "configmaps" / name, files)
+        project(configmap_dir(cluster, name), files)
+    project_secrets(cluster, objects)
+
+
+def project_secrets(cluster: Cluster, objects: Plan) -> None:
     for name, files in objects.secrets.items():
         target = cluster.state_dir / "secrets" / name
         if not (target / "..data").exists():  # like the chart's `lookup`: made once, kept
             project(target, files, mode=0o400)
 
 
-def _known_hosts(cluster: Cluster, objects: Plan, addresses: dict[str, str]) -> None:
+def known_hosts(cluster: Cluster, objects: Plan, addresses: dict[str, str]) -> None:
     lines = []
     for pod in objects.pods:
         for mount in pod.mounts:
@@ -225,7 +244,7 @@ def _install_paths(tmpfs: dict[str, str]) -> list[Path]:
     return sorted(p for p in needed if p == source or any(p.is_relative_to(t) for t in tmpfs))
 
 
-def _pod_spec(cluster: Cluster, pod: Pod, hosts: str, runtime: str) -> dict[str, Any]:
+def pod_spec(cluster: Cluster, pod: Pod, hosts: str, runtime: str) -> dict[str, Any]:
     layers = cluster.pod_dir(pod.name) / "layers"
     rootfs = paths.rootfs_dir()
     if rootfs is None:
@@ -328,6 +347,15 @@ def _start_sidecars(cluster: Cluster, name: str, sidecars: list[dict[str, Any]])
             )
 
 
+def write_pod_spec(cluster: Cluster, name: str, spec: Mapping[str, Any]) -> None:
+    """The pod's template: what `restart` starts again, and `enter` takes the env from."""
+    write_atomically(cluster.pod_dir(name) / "pod.json", json.dumps(spec, indent=1))
+
+
+def read_pod_spec(cluster: Cluster, name: str) -> dict[str, Any]:
+    return json.loads((cluster.pod_dir(name) / "pod.json").read_text())
+
+
 def _launch(cluster: Cluster, name: str, spec: dict[str, Any]) -> int:
     """Start a pod with fresh writable layers, as a new container would have."""
     pod_dir = cluster.pod_dir(name)
@@ -340,7 +368,7 @@ def _launch(cluster: Cluster, name: str, spec: dict[str, Any]) -> int:
     for volume in spec["binds"]:
         Path(volume["source"]).mkdir(parents=True, exist_ok=True)
     netns = cluster.network.pod_netns(name)
-    (pod_dir / "pod.json").write_text(json.dumps(spec, indent=1))  # what `restart` starts again
+    write_pod_spec(cluster, name, spec)
     if cluster.record().get("runtime") == "podman":
         pid = podman.start(pod_dir, netns, spec)
     else:
@@ -361,53 +389,94 @@ def node_states(cluster: Cluster) -> dict[str, str]:
     return dict(line.split() for line in result.stdout.splitlines() if line.strip())
 
 
-def wait_idle(
-    cluster: Cluster, timeout: float = IDLE_TIMEOUT_SECONDS, progress: Callable[[str], None] = print
+def node_is_up(state: str) -> bool:
+    """A registered node that answers the controller, whatever it runs: idle, or busy with a
+    job (one requeued by `down` may land at once), or drained (a drain outlives the pod, in
+    the controller's saved state). sinfo marks one that does not answer with `*` (idle*)."""
+    return state.split("+")[0] in NODE_UP_STATES
+
+
+def wait_nodes_up(
+    cluster: Cluster,
+    timeout: float = NODES_UP_TIMEOUT_SECONDS,
+    progress: Callable[[str], None] = print,
+    pods: Sequence[str] | None = None,
 ) -> float:
-    """Wait until every worker pod is an idle Slurm node (or a drained one: a drain outlives
-    the pod, in the controller's saved state); returns the seconds it took."""
+    """Wait until the worker pods among `pods` (default: every pod) are registered, responding
+    Slurm nodes; returns the seconds it took. Fails as soon as one of `pods` or the controller
+    stops, or after `timeout` naming each node's state."""
     started = time.monotonic()
-    expected = set(cluster.pod_names("worker"))
+    watched = set(cluster.pod_names() if pods is None else pods)
+    watched |= set(cluster.pod_names("controller"))
+    expected = watched & set(cluster.pod_names("worker"))
     last = None
     while True:
-        for name in cluster.pod_names():
+        for name in sorted(watched):
             if cluster.pid(name) is None:
                 log = (cluster.pod_dir(name) / "log").read_text().splitlines()[-15:]
                 raise LocalModeError(f"pod {name} stopped while starting:\n" + "\n".join(log))
         states = node_states(cluster)
-        idle = {n for n, s in states.items() if s in ("idle", "drained")}
         summary = ", ".join(f"{n} {states.get(n, 'not registered')}" for n in sorted(expected))
         if summary != last:
             progress(f"  nodes: {summary or 'none'}")
             last = summary
-        if expected <= idle:
+        if all(node_is_up(states.get(n, "")) for n in expected):
             return time.monotonic() - started
         if time.monotonic() - started > timeout:
-            raise LocalModeError(f"nodes not idle after {timeout:.0f} s: {summary}")
+            raise LocalModeError(f"nodes not up after {timeout:.0f} s: {summary}")
         time.sleep(0.05)
 
 
-def _render(cluster: Cluster, value_files: Sequence[Path]) -> Plan:
-    rendered = chart.render(chart.default_chart(), values(cluster, value_files), RELEASE, NAMESPACE)
+def render(cluster: Cluster, user: Mapping[str, Any]) -> tuple[Plan, ClusterSpec]:
+    """The chart's objects for these user values, and the cluster.yaml they carry, checked
+    as every pod will check it: values the pods would refuse fail here, before anything is
+    made or changed."""
+    rendered = chart.render(chart.default_chart(), values(cluster, user), RELEASE, NAMESPACE)
     docs = [d for d in yaml.load_all(chart.manifest(rendered), Loader=yaml.CSafeLoader) if d]
-    return plan(docs, NAMESPACE)
+    objects = plan(docs, NAMESPACE)
+    return objects, cluster_spec(objects)
 
 
-def upgrade(
-    state_dir: Path, value_files: Sequence[Path] = (), progress: Callable[[str], None] = print
+def cluster_spec(objects: Plan) -> ClusterSpec:
+    """The spec in the rendered ConfigMap, parsed as the pods parse it (SpecError naming the
+    ConfigMap and the key)."""
+    where = f"ConfigMap {SPEC_CONFIGMAP}, {SPEC_KEY}"
+    try:
+        data = yaml.safe_load(objects.configmaps[SPEC_CONFIGMAP][SPEC_KEY])
+    except yaml.YAMLError as err:
+        raise SpecError(f"{where}: not valid YAML: {err}") from err
+    try:
+        return parse_spec(data)
+    except SpecError as err:
+        raise SpecError(f"{where}: {err}") from err
+
+
+def save_values(cluster: Cluster, user: Mapping[str, Any]) -> None:
+    write_atomically(cluster.values_file, yaml.safe_dump(dict(user)), mode=0o600)
+
+
+def write_record(cluster: Cluster, record: Mapping[str, Any]) -> None:
+    write_atomically(cluster.record_file, json.dumps(record, indent=1))
+
+
+def write_hosts(cluster: Cluster, name: str, hosts: str) -> None:
+    """Replace a running pod's /etc/hosts (on its own /etc layer) with one rename, as cluster
+    DNS starts answering for a new Service: a reader sees the old file or the new one."""
+    script = "cat > /etc/.hosts.slonk && mv -f /etc/.hosts.slonk /etc/hosts"
+    result = subprocess.run(
+        cluster.enter(name, ["/bin/sh", "-c", script]),
+        input=hosts, capture_output=True, text=True, check=False, cwd="/",
+    )  # fmt: skip
+    if result.returncode:
+        raise LocalModeError(f"pod {name}: cannot update /etc/hosts: {result.stderr.strip()}")
+
+
+def start_pod(
+    cluster: Cluster, pod: Pod, spec: dict[str, Any], progress: Callable[[str], None]
 ) -> None:
-    """Like `helm upgrade --reuse-values`: render again with the values `up` was given and
-    then these, and update the ConfigMaps the pods mount (kubelet's atomic swap); each pod's
-    watcher applies the change. Pods are neither added nor removed."""
-    _require_root()
-    cluster = Cluster(state_dir.resolve())
-    objects = _render(cluster, [cluster.values_file, *value_files])
-    running = set(cluster.pod_names())
-    if {p.name for p in objects.pods} != running:
-        progress("slonk local: the new values change the set of pods; `down` and `up` to apply it")
-    for name, files in objects.configmaps.items():
-        project(cluster.state_dir / "configmaps" / name, files)
-        progress(f"  updated ConfigMap {name}")
+    cluster.pod_dir(pod.name).mkdir(parents=True, exist_ok=True)
+    _launch(cluster, pod.name, spec)
+    progress(f"  started {pod.name} ({pod.role}) at {cluster.address(pod.name)}")
 
 
 def up(
@@ -418,57 +487,53 @@ def up(
 ) -> Cluster:
     """Start the chart's pods; `runtime` host runs them on the host's files with rootfs/
     layered over, podman from the images the chart names (slonk.local.podman)."""
-    _require_root()
+    require_root()
     cluster = Cluster(state_dir.resolve())
     if cluster.record_file.exists() and any(cluster.pid(n) for n in cluster.pod_names()):
         raise LocalModeError(f"a cluster is already up in {state_dir}: `slonk local down` first")
     cluster.state_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    cluster.values_file.write_text(yaml.safe_dump(chart.user_values(value_files)))
-    objects = _render(cluster, [cluster.values_file])
-    spec = yaml.safe_load(objects.configmaps[f"{RELEASE}-cluster"]["cluster.yaml"])
+    user = chart.user_values(value_files)
+    objects, spec = render(cluster, user)
+    save_values(cluster, user)
     progress(f"slonk local: {len(objects.pods)} pods from the chart, state in {cluster.state_dir}")
 
-    _project_objects(cluster, objects)
+    project_objects(cluster, objects)
     network = cluster.network
-    addresses = {p.name: pod_address(i) for i, p in enumerate(objects.pods)}
+    addresses = pod_addresses([p.name for p in objects.pods], {})
     # Written before anything is made, so that `down` can undo even a partial `up`.
     previous = cluster.record() if cluster.record_file.exists() else {}
-    record = {
-        "prefix": network.prefix,
-        "made_netns_mount": previous.get("made_netns_mount") or not is_mount_point(NETNS_DIR),
-        "runtime": runtime,
-        "pods": {p.name: {"role": p.role, "address": addresses[p.name]} for p in objects.pods},
-    }
-    cluster.record_file.write_text(json.dumps(record, indent=1))
+    write_record(
+        cluster,
+        {
+            "prefix": network.prefix,
+            "made_netns_mount": previous.get("made_netns_mount") or not is_mount_point(NETNS_DIR),
+            "runtime": runtime,
+            "pods": {p.name: {"role": p.role, "address": addresses[p.name]} for p in objects.pods},
+        },
+    )
     network.create_switch()
-    for i, p in enumerate(objects.pods):
-        network.add_pod(p.name, i, addresses[p.name])
-    _known_hosts(cluster, objects, addresses)
-    fake_apiserver.start(cluster.state_dir, cluster.network.switch, objects, NAMESPACE)
-    hosts = hosts_file(objects, addresses, spec["clusterDomain"])
     for p in objects.pods:
-        cluster.pod_dir(p.name).mkdir(parents=True, exist_ok=True)
-        _launch(cluster, p.name, _pod_spec(cluster, p, hosts, runtime))
-        progress(f"  started {p.name} ({p.role}) at {addresses[p.name]}")
-    wait_idle(cluster, progress=progress)
+        network.add_pod(p.name, addresses[p.name])
+    known_hosts(cluster, objects, addresses)
+    fake_apiserver.start(cluster.state_dir, cluster.network.switch, objects, NAMESPACE)
+    hosts = hosts_file(objects, addresses, spec.cluster_domain)
+    for p in objects.pods:
+        start_pod(cluster, p, pod_spec(cluster, p, hosts, runtime), progress)
+    wait_nodes_up(cluster, progress=progress)
     progress(f"slonk local: cluster up in {time.monotonic() - started:.2f} s")
     return cluster
 
 
 def restart(state_dir: Path, name: str, stop_only: bool = False) -> None:
     """Stop a pod (as kubelet would: SIGTERM, then SIGKILL) and start it again."""
-    _require_root()
+    require_root()
     cluster = Cluster(state_dir.resolve())
     if name not in cluster.pod_names():
         raise LocalModeError(f"no pod {name!r}: pods are {', '.join(cluster.pod_names())}")
-    pid = cluster.pid(name)
-    if pid is not None:
-        pods.stop(pid, STOP_GRACE_SECONDS)
-    _kill_all(cluster.network.pod_netns(name))  # its sidecars
+    stop_pods(cluster, [name])
     if not stop_only:
-        spec = json.loads((cluster.pod_dir(name) / "pod.json").read_text())
-        _launch(cluster, name, spec)
+        _launch(cluster, name, read_pod_spec(cluster, name))
 
 
 def _kill_all(netns: str) -> None:
@@ -477,22 +542,45 @@ def _kill_all(netns: str) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def down(state_dir: Path, purge: bool = False, progress: Callable[[str], None] = print) -> None:
-    """Stop every pod and remove every namespace, even after a partial `up`. Idempotent."""
-    _require_root()
-    cluster = Cluster(state_dir.resolve())
-    network = cluster.network
-    record = cluster.record() if cluster.record_file.exists() else {"pods": {}}
-    for name in record["pods"]:
+def stop_pods(
+    cluster: Cluster, names: Sequence[str], progress: Callable[[str], None] = lambda _: None
+) -> None:
+    """Stop these pods together, as kubelet would (SIGTERM, SIGKILL after the grace), then
+    whatever else runs in their network namespaces (sidecars, an ssh session)."""
+
+    def stop(name: str) -> None:
         pid = cluster.pid(name)
         if pid is not None:
             pods.stop(pid, STOP_GRACE_SECONDS)
             progress(f"  stopped {name}")
+        _kill_all(cluster.network.pod_netns(name))
+
+    with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:
+        list(pool.map(stop, names))
+
+
+def stop_order(roles: Mapping[str, str]) -> list[list[str]]:
+    """Pods by role ({name: role}) in the waves `down` stops them: every other pod before the
+    controller, so that each worker, stopping, marks its node down (its jobs requeued)
+    while the controller still runs, and the controller saves that state as it stops."""
+    others = [name for name, role in roles.items() if role != "controller"]
+    controllers = [name for name, role in roles.items() if role == "controller"]
+    return [wave for wave in (others, controllers) if wave]
+
+
+def down(state_dir: Path, purge: bool = False, progress: Callable[[str], None] = print) -> None:
+    """Stop every pod and remove every namespace, even after a partial `up`. Idempotent."""
+    require_root()
+    cluster = Cluster(state_dir.resolve())
+    network = cluster.network
+    record = cluster.record() if cluster.record_file.exists() else {"pods": {}}
+    for wave in stop_order({name: pod["role"] for name, pod in record["pods"].items()}):
+        stop_pods(cluster, wave, progress)
     if record.get("runtime") == "podman":
         for name in record["pods"]:
             podman.remove(network.pod_netns(name))
     for netns in network.namespaces():
-        _kill_all(netns)  # sidecars, a pod that never finished starting, an ssh session
+        _kill_all(netns)  # the fake API server, a pod that never finished starting
     network.destroy(made_netns_mount=record.get("made_netns_mount", False))
     if purge:
         shutil.rmtree(cluster.state_dir, ignore_errors=True)

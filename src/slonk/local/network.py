@@ -8,8 +8,10 @@ each cluster's bridge lives in its own namespace.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import subprocess
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +36,23 @@ def pod_address(index: int) -> str:
     if index > 250 - FIRST_POD_HOST:
         raise ValueError("local mode runs at most 240 pods")
     return f"{SUBNET}.{FIRST_POD_HOST + index}"
+
+
+def address_index(address: str) -> int:
+    """The index pod_address made `address` from: it also names the pod's bridge port."""
+    return int(address.rsplit(".", 1)[1]) - FIRST_POD_HOST
+
+
+def pod_addresses(names: Iterable[str], kept: Mapping[str, str]) -> dict[str, str]:
+    """An address for each pod: one in `kept` keeps its own, since a running pod's address
+    never moves (a StatefulSet scaling up leaves its pods alone); the others take the lowest
+    free ones, in order."""
+    taken = {address_index(a) for a in kept.values()}
+    addresses = {}
+    free = (i for i in itertools.count() if i not in taken)
+    for name in names:
+        addresses[name] = kept[name] if name in kept else pod_address(next(free))
+    return addresses
 
 
 def is_mount_point(path: Path) -> bool:
@@ -94,9 +113,9 @@ class Network:
         _ip("-n", self.switch, "addr", "add", f"{BRIDGE_ADDRESS}/{PREFIX_LEN}", "dev", "br0")
         _ip("-n", self.switch, "link", "set", "br0", "up")
 
-    def add_pod(self, pod: str, index: int, address: str) -> None:
+    def add_pod(self, pod: str, address: str) -> None:
         """A namespace for the pod with eth0 (at `address`) on the bridge's port p<index>."""
-        netns, port = self.pod_netns(pod), f"p{index}"
+        netns, port = self.pod_netns(pod), f"p{address_index(address)}"
         if netns_inode(netns) is None:
             _ip("netns", "add", netns)
             _ip("-n", netns, "link", "set", "lo", "up")
@@ -117,6 +136,11 @@ class Network:
             _ip("-n", self.switch, "link", "set", port, "master", "br0", "up")
             _ip("-n", netns, "addr", "add", f"{address}/{PREFIX_LEN}", "dev", "eth0")
             _ip("-n", netns, "link", "set", "eth0", "up")
+
+    def remove_pod(self, pod: str) -> None:
+        """The pod's namespace; its veth pair (and so its bridge port) goes with it."""
+        if netns_inode(self.pod_netns(pod)) is not None:
+            _ip("netns", "delete", self.pod_netns(pod))
 
     def destroy(self, made_netns_mount: bool = False) -> None:
         """Delete every namespace of this cluster (their veths go with them). iproute2 makes
