@@ -492,6 +492,8 @@ def up(
     if cluster.record_file.exists() and any(cluster.pid(n) for n in cluster.pod_names()):
         raise LocalModeError(f"a cluster is already up in {state_dir}: `slonk local down` first")
     cluster.state_dir.mkdir(parents=True, exist_ok=True)
+    # It holds the controller's API token and the cluster's keys: root's alone.
+    cluster.state_dir.chmod(0o700)
     started = time.monotonic()
     user = chart.user_values(value_files)
     objects, spec = render(cluster, user)
