@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from slonk.local.cluster import DEFAULT_STATE_DIR, Cluster, _pod_spec
+from slonk.local.cluster import DEFAULT_STATE_DIR, Cluster, pod_spec
 from slonk.local.fake_apiserver import PORT
 from slonk.local.manifests import LocalModeError, Mount, Pod
 from slonk.local.network import BRIDGE_ADDRESS
@@ -82,8 +82,8 @@ def test_a_state_dir_holding_what_pods_use_is_refused(state_dir: str):
     pod = Pod("slonk-cpu-0", "worker", {}, ("true",), {},
               (Mount("claim", "hooks", "/var/lib/slonk/git"),), "slonk")
     with pytest.raises(LocalModeError, match=f"state dir {state_dir} holds /"):
-        _pod_spec(Cluster(Path(state_dir)), pod, "", "host")
-    _pod_spec(Cluster(Path(state_dir)), pod, "", "podman")  # sees only its volumes: fine
+        pod_spec(Cluster(Path(state_dir)), pod, "", "host")
+    pod_spec(Cluster(Path(state_dir)), pod, "", "podman")  # sees only its volumes: fine
 
 
 @pytest.fixture(scope="module")
