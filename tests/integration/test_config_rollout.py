@@ -11,7 +11,7 @@ import yaml
 
 from slonk.config.render import render
 from slonk.config.spec import parse_spec
-from slonk.local.projection import read
+from slonk.local.projection import project, read
 
 from .conftest import LocalCluster, wait_for
 
@@ -25,9 +25,10 @@ WITH_SHORT = {"partitions": [{"name": "main", "pools": ["cpu"], "default": True}
                              {"name": "short", "pools": ["cpu"], "maxTime": 10}]}
 
 
-def _upgrade(cluster: LocalCluster, path: Path, values: dict) -> None:
+def _upgrade(cluster: LocalCluster, path: Path, values: dict, check: bool = True) -> str:
     path.write_text(yaml.safe_dump(values))
-    cluster.slonk("upgrade", "-f", str(path))
+    result = cluster.slonk("upgrade", "-f", str(path), check=check)
+    return result.stdout + result.stderr
 
 
 def _said(cluster: LocalCluster, offset: int, text: str) -> list[str]:
@@ -41,8 +42,12 @@ def _pids(cluster: LocalCluster, service: str, pods: tuple[str, ...]) -> dict[st
             for pod in pods}
 
 
-def _back_to_ups_values(cluster: LocalCluster) -> None:
-    cluster.slonk("upgrade")
+def _back_to_ups_values(cluster: LocalCluster, tmp_path: Path) -> None:
+    """Upgrades compose (like --reuse-values): the tests' changes are undone by naming up's
+    pool and partition again."""
+    _upgrade(cluster, tmp_path / "back.yaml", {
+        "nodepools": [{**POOL, "replicas": 2}],
+        "partitions": [{"name": "main", "pools": ["cpu"], "default": True}]})
     spec = parse_spec(yaml.safe_load(read(cluster.state_dir / "configmaps" / "slonk-cluster")[
         "cluster.yaml"]))
     live = cluster.pod(CONTROLLER).file("/etc/slurm/slurmctld/slurm.conf")
@@ -83,7 +88,9 @@ def test_a_setting_slurm_refuses_reaches_no_node(
     slurmds = _pids(healthy, "slurmd", WORKERS)
     offset = len(healthy.log(CONTROLLER))
     try:
-        _upgrade(healthy, tmp_path / "refused.yaml", {"slurm": {"slurmConf": setting}})
+        said = _upgrade(healthy, tmp_path / "refused.yaml", {"slurm": {"slurmConf": setting}},
+                        check=False)
+        assert f"slonk watch-config: {REFUSED}" in said  # `upgrade` reports it, and puts back
         wait_for("the controller to refuse it", lambda: _said(healthy, offset, REFUSED))
         assert _partitions(healthy, user) == ["main*"]  # the login pod's clients work
         assert _partitions(healthy, worker) == ["main*"]  # and a worker's
@@ -104,7 +111,7 @@ def test_a_setting_slurm_refuses_reaches_no_node(
         assert _pids(healthy, "slurmd", WORKERS) == slurmds  # no slurmd restarted
         _finishes(healthy, held_job)
     finally:
-        _back_to_ups_values(healthy)
+        _back_to_ups_values(healthy, tmp_path)
 
 
 def test_a_new_node_changes_only_what_it_should(
@@ -130,7 +137,7 @@ def test_a_new_node_changes_only_what_it_should(
         assert _partitions(healthy, healthy.user()) == ["main*"]
         _finishes(healthy, held_job)
     finally:
-        _back_to_ups_values(healthy)
+        _back_to_ups_values(healthy, tmp_path)
 
 
 def test_a_controller_restarted_on_a_refused_configuration_runs_the_accepted_one(
@@ -142,11 +149,14 @@ def test_a_controller_restarted_on_a_refused_configuration_runs_the_accepted_one
     refused select/bogus already, and a pod would start on the accepted files at once.)"""
     user = healthy.user()
     slurmds = _pids(healthy, "slurmd", WORKERS)
+    configmap = healthy.state_dir / "configmaps" / "slonk-cluster"
+    spec = yaml.safe_load(read(configmap)["cluster.yaml"])
+    spec["slurmConf"]["SelectType"] = "select/nonesuch"
     healthy.slonk("stop", CONTROLLER)
     offset = len(healthy.log(CONTROLLER))
     try:
-        _upgrade(healthy, tmp_path / "refused.yaml",
-                 {"slurm": {"slurmConf": {"SelectType": "select/nonesuch"}}})
+        # What a `helm upgrade` does while the controller pod is away: the ConfigMap changes.
+        project(configmap, {"cluster.yaml": yaml.safe_dump(spec).encode()})
         healthy.slonk("restart", CONTROLLER)
         (line,) = wait_for("the controller to take it back", lambda: _said(
             healthy, offset, "it runs the last configuration it accepted"))
@@ -164,4 +174,4 @@ def test_a_controller_restarted_on_a_refused_configuration_runs_the_accepted_one
         assert _pids(healthy, "slurmd", WORKERS) == slurmds
         _finishes(healthy, held_job)
     finally:
-        _back_to_ups_values(healthy)
+        _back_to_ups_values(healthy, tmp_path)
