@@ -15,7 +15,7 @@ import yaml
 
 from slonk import paths
 
-from ..integration.conftest import LocalCluster, slonk, wait_for
+from ..integration.conftest import LocalCluster, running, slonk, wait_for
 
 PODMAN = Path(__file__).with_name("podman-sandboxed")
 VERSION = yaml.safe_load((paths.chart_dir() / "Chart.yaml").read_text())["appVersion"]
@@ -48,10 +48,9 @@ def from_images(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClust
     state_dir = tmp_path_factory.mktemp("image-cluster")
     os.environ["SLONK_PODMAN"] = str(PODMAN)
     try:
-        slonk("local", "up", "--runtime", "podman", "--state-dir", str(state_dir))
-        yield LocalCluster(state_dir)
+        with running(state_dir, "--runtime", "podman"):
+            yield LocalCluster(state_dir)
     finally:
-        slonk("local", "down", "--purge", "--state-dir", str(state_dir), check=False)
         del os.environ["SLONK_PODMAN"]
 
 

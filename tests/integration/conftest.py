@@ -7,6 +7,7 @@ or `slonk local ssh USER` (as a user, through the login pod's sshd).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
@@ -50,6 +51,16 @@ def slonk(*args: str, check: bool = True, timeout: float = 180) -> subprocess.Co
     if check and result.returncode != 0:
         raise AssertionError(f"slonk {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
     return result
+
+
+@contextlib.contextmanager
+def running(state_dir: Path, *up_args: str) -> Iterator[None]:
+    """A local cluster `up` in `state_dir`, brought `down --purge` after, whatever happened."""
+    try:
+        slonk("local", "up", *up_args, "--state-dir", str(state_dir))
+        yield
+    finally:
+        slonk("local", "down", "--purge", "--state-dir", str(state_dir), check=False)
 
 
 class _SlonkBackend(base.BaseBackend):
@@ -194,12 +205,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
             "recycle": {"idleSeconds": 3600, "periodSeconds": 1},
         },
     }))
-    local = LocalCluster(state_dir, hooks)
-    try:
-        slonk("local", "up", "-f", str(values), "--state-dir", str(state_dir))
-        yield local
-    finally:
-        slonk("local", "down", "--purge", "--state-dir", str(state_dir), check=False)
+    with running(state_dir, "-f", str(values)):
+        yield LocalCluster(state_dir, hooks)
 
 
 @pytest.fixture

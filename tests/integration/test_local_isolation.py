@@ -23,7 +23,7 @@ from slonk.local.fake_apiserver import PORT
 from slonk.local.manifests import LocalModeError, Mount, Pod
 from slonk.local.network import BRIDGE_ADDRESS
 
-from .conftest import LocalCluster, slonk
+from .conftest import LocalCluster, running
 
 
 def _podinit(tmp_path: Path, binds: list[dict], hide: list[str], script: str) -> str:
@@ -89,14 +89,13 @@ def test_a_state_dir_holding_what_pods_use_is_refused(state_dir: str):
 @pytest.fixture(scope="module")
 def exposed() -> Iterator[LocalCluster]:
     """A cluster with its state directory under /var: without hiding, every pod would show
-    it through the /var overlay's lower layer (the host's /var), as the default's."""
+    it through the /var overlay's lower layer (the host's /var), as the default's. `up` also
+    makes it root's alone (0700); the hiding keeps it from the pods' root too."""
     state_dir = Path(tempfile.mkdtemp(prefix="slonk-isolation-", dir="/var/tmp"))
-    state_dir.chmod(0o755)  # as `up` makes the default one: mkdtemp's 0700 would hide it
     try:
-        slonk("local", "up", "--state-dir", str(state_dir))
-        yield LocalCluster(state_dir)
+        with running(state_dir):
+            yield LocalCluster(state_dir)
     finally:
-        slonk("local", "down", "--purge", "--state-dir", str(state_dir), check=False)
         shutil.rmtree(state_dir, ignore_errors=True)
 
 

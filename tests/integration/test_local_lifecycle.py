@@ -21,7 +21,7 @@ from slonk.local.cluster import Cluster, wait_nodes_up
 from slonk.local.network import Network
 from slonk.local.projection import read
 
-from .conftest import LocalCluster, slonk, wait_for
+from .conftest import LocalCluster, running, wait_for
 
 CONTROLLER = "slonk-controller-0"
 POOL = {"name": "cpu", "cpus": 2, "memoryMiB": 512}
@@ -87,12 +87,8 @@ def small(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lifecycle]:
     state_dir = tmp_path_factory.mktemp("lifecycle") / "state"
     values = state_dir.parent / "values.yaml"
     values.write_text(yaml.safe_dump(VALUES))
-    cluster = Lifecycle(state_dir, values)
-    try:
-        cluster.slonk("up", "-f", str(values))
-        yield cluster
-    finally:
-        slonk("local", "down", "--purge", "--state-dir", str(state_dir), check=False)
+    with running(state_dir, "-f", str(values)):
+        yield Lifecycle(state_dir, values)
 
 
 @pytest.fixture
