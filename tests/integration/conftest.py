@@ -112,6 +112,12 @@ class UserBackend(_SlonkBackend):
         return [*SLONK, "local", "ssh", self.target, "--state-dir", str(self.state_dir), "--"]
 
 
+def service_pid(host: testinfra.host.Host, service: str) -> int:
+    """The pid of a pod's s6 service (0: down). Not found by name: Slurm 24.11's daemons
+    re-exec themselves on `scontrol reconfigure`, and are then called slurmd-wlm, etc."""
+    return int(host.check_output(f"s6-svstat -o pid /run/slonk/service/{service}"))
+
+
 def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
     """Poll until `check()` is truthy; fail naming `what` and the last value."""
     deadline = time.monotonic() + timeout

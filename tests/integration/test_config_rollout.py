@@ -13,7 +13,7 @@ from slonk.config.render import render
 from slonk.config.spec import parse_spec
 from slonk.local.projection import project, read
 
-from .conftest import LocalCluster, wait_for
+from .conftest import LocalCluster, service_pid, wait_for
 
 CONTROLLER = "slonk-controller-0"
 WORKERS = ("slonk-cpu-0", "slonk-cpu-1")
@@ -38,8 +38,7 @@ def _said(cluster: LocalCluster, offset: int, text: str) -> list[str]:
 
 def _pids(cluster: LocalCluster, service: str, pods: tuple[str, ...]) -> dict[str, str]:
     """The pid of each pod's s6 service: a new one means the daemon was restarted."""
-    return {pod: cluster.pod(pod).check_output(f"s6-svstat -o pid /run/slonk/service/{service}")
-            for pod in pods}
+    return {pod: service_pid(cluster.pod(pod), service) for pod in pods}
 
 
 def _back_to_ups_values(cluster: LocalCluster, tmp_path: Path) -> None:

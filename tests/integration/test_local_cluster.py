@@ -11,7 +11,7 @@ import yaml
 
 from slonk.local.projection import project, read
 
-from .conftest import LocalCluster, slonk, wait_for
+from .conftest import LocalCluster, service_pid, slonk, wait_for
 
 WORKERS = {"slonk-cpu-0", "slonk-cpu-1"}
 # The pods with a config-watch: the login pod has nothing of its own to follow (configless).
@@ -30,8 +30,10 @@ def test_pods_run_their_daemons_under_s6_as_pid_1(cluster: LocalCluster):
                         ("slonk-login-0", "sshd")]:
         host = cluster.pod(pod)
         assert host.check_output("cat /proc/1/comm") == "s6-svscan"
-        assert host.process.filter(comm=daemon), f"{daemon} not running in {pod}"
-        assert host.process.filter(comm="munged")
+        for service in (daemon, "munged"):
+            pid = service_pid(host, service)
+            assert pid and host.check_output(f"cat /proc/{pid}/status").startswith(
+                f"Name:\t{service}"), f"{service} not running in {pod}"
         assert host.check_output("hostname") == pod
 
 
@@ -93,14 +95,13 @@ def test_s6_restarts_a_killed_daemon(healthy: LocalCluster, pod: str, daemon: st
     host = healthy.pod(pod)
     if daemon == "slurmctld":
         wait_for("slurmctld to save the last job's end", lambda: _last_job_saved(host))
-    (before,) = host.process.filter(comm=daemon)
-    host.check_output(f"kill -9 {before.pid}")
-    wait_for(
-        f"{daemon} back in {pod}",
-        lambda: [p for p in host.process.filter(comm=daemon) if p.pid != before.pid],
-    )
+    before = service_pid(host, daemon)
+    host.check_output(f"kill -9 {before}")
+    wait_for(f"{daemon} back in {pod}", lambda: service_pid(host, daemon) not in (0, before))
     healthy.wait_idle()
-    assert healthy.user("demo").check_output("srun --nodes=2 true </dev/null; echo ok") == "ok"
+    user = healthy.user("demo")
+    wait_for("a login", lambda: user.run("true").rc == 0)  # sshd has its pid before it listens
+    assert user.check_output("srun --nodes=2 true </dev/null; echo ok") == "ok"
 
 
 def test_a_restarted_controller_keeps_its_queue(healthy: LocalCluster):

@@ -206,6 +206,9 @@ def test_down_with_jobs_running_then_up_leaves_no_ghost(lifecycle: Lifecycle):
     for job in (wide, queued):
         wait_for(f"job {job} pending or really running", lambda j=job: truthful(j), timeout=30)
     assert lifecycle.job(wide)["Restarts"] == "1"  # requeued when its nodes stopped, not lost
+    # Slurm 24.11 makes a requeued job eligible 2 minutes later (Reason=BeginTime); an
+    # administrator may start it now, as here.
+    lifecycle.pod(CONTROLLER).run(f"scontrol update jobid={wide} starttime=now")
     lifecycle.release(queued)
     lifecycle.finish(wide)
     wait_for(f"job {queued} completed",
