@@ -7,9 +7,11 @@ import base64
 import pytest
 import yaml
 
+from slonk import paths
 from slonk.config.render import conf_server, render
 from slonk.config.spec import parse_spec
 
+APP_VERSION = yaml.safe_load((paths.chart_dir() / "Chart.yaml").read_text())["appVersion"]
 LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/version",
           "app.kubernetes.io/managed-by", "helm.sh/chart")
 
@@ -60,7 +62,7 @@ def test_pods_run_slonk_init_by_role(default_manifest):
     for name, role in [("controller", "controller"), ("cpu", "worker"), ("login", "login")]:
         container = _container(default_manifest.get(f"StatefulSet/slonk-{name}"))
         assert list(container.command) == ["slonk", "init", "--role", role]
-        assert container.image == f"localhost/slonk/{role}:0.1.0"
+        assert container.image == f"localhost/slonk/{role}:{APP_VERSION}"  # as built
         env = {e.name: e.get("value") or e.valueFrom.fieldRef.fieldPath for e in container.env}
         # Slurm runs configless: `kubectl exec` sessions fetch the configuration from where
         # `slonk init` points the pod's services (conf_server, from cluster.yaml).
