@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from slonk import paths, rollout, secrets, services
+from slonk import paths, rollout, secrets, services, statesave
 from slonk.config.render import conf_server, render
 from slonk.config.spec import ClusterSpec, SpecError, load_spec
 from slonk.files import make_dir
@@ -71,12 +71,19 @@ def prepare_slurm_config(spec: ClusterSpec, role: str) -> str:
     return f"wrote {paths.SLURMCTLD_CONF_DIR} for slurmctld ({version}), served at {server}"
 
 
+def check_state() -> str:
+    """Before slurmctld sees its state volume: this image's slurmctld must recover what is
+    there (a chart upgrade may bring a Slurm too far from the state's), else the pod stops
+    here, naming what to do, and the state and the workers' jobs are left as they are."""
+    return statesave.check(paths.STATE_SAVE, Slurmctld().version())
+
+
 def prepare_dirs(role: str) -> None:
     """What the role's daemons write to (the munge key's directory comes with the key)."""
     for path in ("/run/munge", "/var/lib/munge", "/var/log/munge"):
         make_dir(Path(path), 0o755 if path == "/run/munge" else 0o700, owner="munge")
     if role == "controller":
-        make_dir(Path("/var/spool/slurmctld"), 0o700, owner="slurm")
+        make_dir(paths.STATE_SAVE, 0o700, owner="slurm")
     if role == "worker":
         make_dir(Path("/var/spool/slurmd"), 0o755)
     if role == "login":
@@ -188,6 +195,8 @@ def run(role: str) -> None:
         step("wrote s6 services", lambda: services.write_scan_dir(role))
         log(f"ldap {name} ready in {(time.perf_counter() - started) * 1000:.0f} ms")
         services.exec_svscan(role)
+    if role == "controller":
+        step("checked slurmctld's state", check_state)
     step("prepared the Slurm configuration", lambda: prepare_slurm_config(spec, role))
     step("installed the munge key", secrets.install_munge_key)
     if role == "login":
@@ -212,7 +221,7 @@ def run(role: str) -> None:
 def main(role: str) -> int:
     try:
         run(role)
-    except (InitError, SpecError, secrets.MissingSecret) as err:
+    except (InitError, SpecError, secrets.MissingSecret, statesave.StateError) as err:
         log(f"error: {err}")
         return 1
     return 0

@@ -32,8 +32,10 @@ HEALTH_PLAN = HEALTH_STATE / "plan.json"
 # fetches what slurmctld runs; a slurm.conf at the clients' default path would shadow that.
 SLURMCTLD_CONF_DIR = Path("/etc/slurm/slurmctld")
 CLIENT_SLURM_CONF = Path("/etc/slurm/slurm.conf")
-# On slurmctld's state volume: the last configuration it accepted and the last it refused.
-ROLLOUT_RECORD = Path("/var/spool/slurmctld/slonk-config.json")
+# slurmctld's StateSaveLocation (its volume), and on it the last configuration slurmctld
+# accepted and the last it refused.
+STATE_SAVE = Path("/var/spool/slurmctld")
+ROLLOUT_RECORD = STATE_SAVE / "slonk-config.json"
 # slurmctld's output as its s6 logger keeps it (rootfs' slurmctld/log/run): what it said.
 SLURMCTLD_LOG = Path("/run/slonk/log/slurmctld/current")
 
