@@ -1,8 +1,8 @@
 """The images, measured in one run. Prints one JSON document.
 
-- image sizes, as podman reports them (uncompressed), and beside them those of images tagged
-  `<BEFORE>/<role>:<appVersion>` when BEFORE is given (`bench/images.py localhost/slonk-old`:
-  earlier images kept under another name, to compare a change of base);
+- image sizes, as podman reports them (uncompressed), and beside them those of earlier images
+  kept under another name, `bench/images.py PREFIX:TAG` for PREFIX/<role>:TAG (to compare a
+  change of base);
 - start to idle of a worker: `slonk local restart` of one worker pod until Slurm shows the
   node idle again, RESTARTS times, with the pod run by slonk itself over the image's layers
   (runtime host) and by podman; plus each cluster's `up`.
@@ -31,10 +31,10 @@ WORKER = "slonk-cpu-0"
 VERSION = yaml.safe_load((paths.chart_dir() / "Chart.yaml").read_text())["appVersion"]
 
 
-def sizes(prefix: str = "localhost/slonk") -> dict[str, float]:
+def sizes(prefix: str = "localhost/slonk", tag: str = VERSION) -> dict[str, float]:
     return {
         role: round(int(podman("image", "inspect", "--format", "{{.Size}}",
-                               f"{prefix}/{role}:{VERSION}")) / 1e6, 1)
+                               f"{prefix}/{role}:{tag}")) / 1e6, 1)
         for role in ("base", "controller", "worker", "login")
     }  # fmt: skip
 
@@ -63,7 +63,8 @@ def main() -> None:
     os.environ.setdefault("SLONK_PODMAN", "podman")
     result: dict = {"benchmark": "images", "image_mb": sizes()}
     if len(sys.argv) > 1:
-        result[f"image_mb_{sys.argv[1]}"] = sizes(sys.argv[1])
+        prefix, tag = sys.argv[1].rsplit(":", 1)
+        result[f"image_mb_{sys.argv[1]}"] = sizes(prefix, tag)
     with tempfile.TemporaryDirectory(prefix="slonk-bench-images-") as tmp:
         for runtime in ("host", "podman"):
             state = Path(tmp) / runtime
