@@ -109,15 +109,20 @@ def conf_server(spec: ClusterSpec) -> str:
 
 
 def cgroup_settings(spec: ClusterSpec) -> dict[str, str]:
-    cgroup = spec.confinement == "cgroup"
-    defaults: dict[str, Any] = {
-        "CgroupPlugin": "autodetect",
-        # A pod has no systemd to ask for a scope: slurmd manages its own subtree.
-        "IgnoreSystemd": True,
-        "ConstrainCores": cgroup,
-        "ConstrainRAMSpace": cgroup,
-        "ConstrainDevices": cgroup,
-    }
+    if spec.confinement == "none":
+        # Slurm 24.11's slurmd refuses to start without a cgroup filesystem unless told that
+        # no cgroup plugin is used (measured), even with proctrack/linuxproc and task/none.
+        defaults: dict[str, Any] = {"CgroupPlugin": "disabled"}
+    else:
+        defaults = {
+            # Kubernetes nodes run cgroup v2; autodetect would guess from what a pod sees.
+            "CgroupPlugin": "cgroup/v2",
+            # A pod has no systemd to ask for a scope: slurmd manages its own subtree.
+            "IgnoreSystemd": True,
+            "ConstrainCores": True,
+            "ConstrainRAMSpace": True,
+            "ConstrainDevices": True,
+        }
     return _merge(defaults, spec.cgroup_conf)
 
 
