@@ -28,7 +28,7 @@ from pathlib import Path
 import yaml
 
 from slonk import paths
-from slonk.local.podman import podman
+from slonk.local.podman import image_layers
 
 VERSION = yaml.safe_load((paths.chart_dir() / "Chart.yaml").read_text())["appVersion"]
 # The root each daemon runs in: its image, as a pod of that role would.
@@ -103,17 +103,6 @@ wait
 """
 
 
-def image_layers(image: str) -> str:
-    """The image's layers in podman's store, top first: an overlay's `lowerdir`."""
-    found = podman("image", "inspect", "--format",
-                   "{{.GraphDriver.Name}} {{.GraphDriver.Data.UpperDir}}:"
-                   "{{.GraphDriver.Data.LowerDir}}", image)  # fmt: skip
-    driver, _, layers = found.partition(" ")
-    if driver != "overlay":
-        raise RuntimeError(f"{image} is stored by podman's {driver} driver, not overlay")
-    return layers.rstrip(":")  # an image of one layer has no LowerDir
-
-
 class BarePair:
     def __init__(self, cpus: int) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="slonk-bench-bare-"))
@@ -121,7 +110,7 @@ class BarePair:
         (self.dir / "cgroup.conf").write_text(CGROUP_CONF)
         for name in ("layers", *IMAGES):
             (self.dir / name).mkdir()
-        self.layers = {role: image_layers(image) for role, image in IMAGES.items()}
+        self.layers = {role: ":".join(image_layers(image)) for role, image in IMAGES.items()}
         self.launcher: subprocess.Popen[bytes] | None = None
         self.pid = 0
 
