@@ -71,7 +71,17 @@ class Lifecycle(LocalCluster):
 
     def finish(self, job: str) -> None:
         self.release(job)
-        wait_for(f"job {job} completed", lambda: self.job(job).get("JobState") == "COMPLETED")
+        seen: dict[str, str] = {}
+
+        def completed() -> bool:
+            seen.update(self.job(job))
+            return seen.get("JobState") == "COMPLETED"
+
+        try:
+            wait_for(f"job {job} completed", completed)
+        except AssertionError as err:
+            shown = self.pod(CONTROLLER).run(f"scontrol show job {shlex.quote(job)}").stdout
+            raise AssertionError(f"{err}; last seen: {seen}; Slurm shows:\n{shown}") from None
 
     def partitions(self) -> list[str]:
         return self.run("sinfo --noheader --format=%R").split()
