@@ -66,9 +66,8 @@ def slurm_settings(spec: ClusterSpec) -> dict[str, str]:
         # Without CR_Core a job is given a node's whole memory and jobs serialize.
         "SelectTypeParameters": "CR_Core",
         "SchedulerParameters": "batch_sched_delay=0,sched_min_interval=0",
-        # A pod comes back with a new IP under the same name: never cache addresses,
-        # and let a node that re-registers with a valid config return to service.
-        "CommunicationParameters": "NoAddrCache",
+        # A pod comes back with a new IP under the same name: Slurm 24.11 caches no addresses
+        # (NoAddrCache is defunct), and a node that re-registers with a valid config returns.
         "ReturnToService": 2,
         # A pod sees the host's CPUs; the pool's declared size is what Slurm should use.
         "SlurmdParameters": "config_overrides",
