@@ -45,7 +45,8 @@ def program_ms(cluster: local.Cluster, program: str, runs: int = 20) -> float:
 
 
 def node_state(cluster: local.Cluster) -> str:
-    return local.node_states(cluster).get(WORKER, "")
+    node = local.node_states(cluster).get(WORKER)
+    return node.label if node else ""
 
 
 def fault_to_drain(cluster: local.Cluster) -> list[float]:
@@ -53,7 +54,7 @@ def fault_to_drain(cluster: local.Cluster) -> list[float]:
     for _ in range(FAULTS):
         cluster.run(WORKER, ["mount", "-o", "remount,bind,ro", "/home"])
         started = time.perf_counter()
-        while node_state(cluster) != "drained":
+        while node_state(cluster) != "idle+drain":
             time.sleep(0.05)
         seconds.append(round(time.perf_counter() - started, 2))
         cluster.run(WORKER, ["mount", "-o", "remount,bind,rw", "/home"])

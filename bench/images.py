@@ -47,7 +47,7 @@ def worker_start_to_idle(state: Path, runtime: str) -> dict:
     for _ in range(RESTARTS):
         started = time.perf_counter()
         local.restart(state, WORKER)
-        while local.node_states(cluster).get(WORKER) != "idle":
+        while (node := local.node_states(cluster).get(WORKER)) is None or node.label != "idle":
             time.sleep(0.02)
         seconds.append(time.perf_counter() - started)
     log = (cluster.pod_dir(WORKER) / "log").read_text()

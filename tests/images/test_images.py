@@ -61,7 +61,7 @@ def test_every_pod_runs_its_image(from_images: LocalCluster):
 def test_worker_images_registered_with_the_controller_image_and_run_steps(
     from_images: LocalCluster,
 ):
-    assert from_images.nodes() == {"slonk-cpu-0": ("idle", "none"), "slonk-cpu-1": ("idle", "none")}
+    assert from_images.nodes() == {"slonk-cpu-0": ("idle", ""), "slonk-cpu-1": ("idle", "")}
     hosts = from_images.user("demo").check_output("srun --nodes=2 --mpi=pmix hostname </dev/null")
     assert sorted(hosts.split()) == ["slonk-cpu-0", "slonk-cpu-1"]
 

@@ -23,7 +23,7 @@ import testinfra.host
 import yaml
 from testinfra.backend import base
 
-from slonk import paths
+from slonk import paths, slurm_state
 from slonk.local.cluster import Cluster
 
 SLONK = [sys.executable, "-m", "slonk.cli"]
@@ -180,15 +180,17 @@ class LocalCluster:
         return (self.state_dir / "pods" / pod / "log").read_text()
 
     def nodes(self) -> dict[str, tuple[str, str]]:
-        """{node: (state, reason)} as the controller sees it."""
-        out = self.pod("slonk-controller-0").run("sinfo --noheader --Node --format='%N|%T|%E'")
-        rows = [line.split("|") for line in out.stdout.splitlines() if line]
-        return {node: (state, reason) for node, state, reason in rows} if out.rc == 0 else {}
+        """{node: (state, reason)} as the controller sees it ({} while it does not answer):
+        the state as `idle`, `idle+drain`, `mixed`, ... (NodeState.label)."""
+        out = self.pod("slonk-controller-0").run(shlex.join(slurm_state.SHOW_NODES))
+        if out.rc != 0:
+            return {}
+        return {n.name: (n.label, n.reason) for n in slurm_state.parse_nodes(out.stdout)}
 
     def jobs(self) -> dict[str, str]:
-        """{job id: state} of every job in the queue."""
-        out = self.pod("slonk-controller-0").run("squeue --noheader --format='%i %T'")
-        return dict(line.split() for line in out.stdout.splitlines()) if out.rc == 0 else {}
+        """{job id: base state} of every job in the queue ({} while it does not answer)."""
+        out = self.pod("slonk-controller-0").run(shlex.join(slurm_state.QUEUE))
+        return {j.id: j.state for j in slurm_state.parse_jobs(out.stdout)} if out.rc == 0 else {}
 
     def wait_idle(self, nodes: tuple[str, ...] = ("slonk-cpu-0", "slonk-cpu-1")) -> None:
         seen: dict[str, tuple[str, str]] = {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -75,12 +76,11 @@ def _last_job_saved(controller) -> bool:
     """slurmctld writes its job state a second or so after a job ends. Killed before that, it
     comes back believing the job still runs, and holds its CPUs for minutes (Slurm's own
     behaviour after a crash, which this test is not about)."""
-    saved, newest, now = controller.check_output(
-        "stat -c %Y /var/spool/slurmctld/job_state 2>/dev/null || echo 0; "
-        "scontrol -o show jobs | grep -o 'EndTime=[0-9T:-]*' | cut -d= -f2 | sort | tail -1 "
-        "| xargs -r -I@ date -d @ +%s | grep . || echo 0; date +%s"
-    ).split()
-    return int(saved) > int(newest) or int(now) - int(newest) >= STATE_SAVE_SECONDS
+    saved, now = controller.check_output(
+        "stat -c %Y /var/spool/slurmctld/job_state 2>/dev/null || echo 0; date +%s").split()
+    jobs = json.loads(controller.check_output("scontrol show job --json"))["jobs"]
+    newest = max((job["end_time"]["number"] for job in jobs), default=0)
+    return int(saved) > newest or int(now) - newest >= STATE_SAVE_SECONDS
 
 
 # Past this, slurmctld has saved every job that ended before (it saves within about 1 s).
@@ -119,7 +119,7 @@ def test_a_stopping_worker_gets_no_new_jobs(healthy: LocalCluster):
     wait_for(f"job {job} running", lambda: healthy.jobs().get(job) == "RUNNING")
     healthy.slonk("stop", "slonk-cpu-1")
     state, reason = healthy.nodes()["slonk-cpu-1"]
-    assert state == "down"
+    assert state.split("+")[0] == "down"  # not responding, too, once slurmd is gone
     assert reason == "slonk:pod: stopping"
     # Batch jobs on a failed node are requeued (Slurm's default JobRequeue=1).
     wait_for(f"job {job} requeued", lambda: healthy.jobs().get(job) == "PENDING")

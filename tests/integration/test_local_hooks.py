@@ -78,7 +78,7 @@ def test_a_failing_prolog_drains_its_node_and_the_job_is_requeued(hooks: LocalCl
     failing = hooks.hooks.push({"prolog.d/10-gpu-check": "#!/bin/sh\necho no GPU >&2\nexit 1\n"})
     _active_everywhere(hooks, failing)
     job = hooks.submit("--nodelist=slonk-cpu-0", "--output=/dev/null", "--wrap", "true")
-    wait_for("slonk-cpu-0 drained", lambda: hooks.nodes()["slonk-cpu-0"][0] == "drained")
+    wait_for("slonk-cpu-0 drained", lambda: hooks.nodes()["slonk-cpu-0"][0] == "idle+drain")
     assert hooks.nodes()["slonk-cpu-0"][1] == "slonk:hook:prolog:10-gpu-check: exit 1"
     assert "no GPU" in _hook_log(hooks, "slonk-cpu-0", job)
     # Requeued, not held (nohold_on_prolog_fail): Slurm starts it again after its requeue delay.
@@ -153,7 +153,7 @@ def test_a_node_a_hook_drained_is_not_recycled(recycling: LocalCluster):
     cluster.submit("--nodelist=slonk-cpu-0", "--output=/dev/null", "--wrap", "true")
     reason = "slonk:hook:prolog:10-broken: exit 1"
     wait_for("slonk-cpu-0 drained by the hook",
-             lambda: cluster.nodes()["slonk-cpu-0"] == ("drained", reason))
+             lambda: cluster.nodes()["slonk-cpu-0"] == ("idle+drain", reason))
     before, recycled = _deletes(cluster, "slonk-cpu-0"), _deletes(cluster, "slonk-cpu-1")
     # A machine fault on the other node: once the loop recycles it, it has passed over
     # slonk-cpu-0 (idle, drained by slonk) too.
@@ -161,4 +161,4 @@ def test_a_node_a_hook_drained_is_not_recycled(recycling: LocalCluster):
         "mkdir -p /home/.fake-gpu && echo ecc > /home/.fake-gpu/slonk-cpu-1")
     wait_for("slonk-cpu-1 recycled", lambda: _deletes(cluster, "slonk-cpu-1") > recycled)
     assert _deletes(cluster, "slonk-cpu-0") == before
-    assert cluster.nodes()["slonk-cpu-0"] == ("drained", reason)
+    assert cluster.nodes()["slonk-cpu-0"] == ("idle+drain", reason)

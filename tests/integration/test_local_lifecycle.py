@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from slonk import slurm_state
 from slonk.local.cluster import Cluster, wait_nodes_up
 from slonk.local.network import Network
 from slonk.local.projection import read
@@ -56,10 +57,13 @@ class Lifecycle(LocalCluster):
         self.run(f"touch /home/release-{job}")
 
     def job(self, job: str) -> dict[str, str]:
-        """The job's fields as `scontrol show job` gives them ({} once Slurm forgot it)."""
-        out = self.pod(CONTROLLER).run(f"scontrol --oneliner show job {job}")
-        fields = (f.partition("=") for f in out.stdout.split())
-        return {k: v for k, _, v in fields} if out.rc == 0 else {}
+        """The job's state, restarts and batch host, in `scontrol show job`'s words ({} once
+        Slurm forgot it)."""
+        out = self.pod(CONTROLLER).run(f"scontrol show job {shlex.quote(job)} --json")
+        jobs = slurm_state.parse_jobs(out.stdout) if out.rc == 0 else []
+        found = [j for j in jobs if j.id == job]
+        return {"JobState": found[0].state, "Restarts": str(found[0].restarts),
+                "BatchHost": found[0].batch_host} if found else {}  # fmt: skip
 
     def wait_running(self, job: str) -> dict[str, str]:
         return wait_for(f"job {job} running",
@@ -67,7 +71,17 @@ class Lifecycle(LocalCluster):
 
     def finish(self, job: str) -> None:
         self.release(job)
-        wait_for(f"job {job} completed", lambda: self.job(job).get("JobState") == "COMPLETED")
+        seen: dict[str, str] = {}
+
+        def completed() -> bool:
+            seen.update(self.job(job))
+            return seen.get("JobState") == "COMPLETED"
+
+        try:
+            wait_for(f"job {job} completed", completed)
+        except AssertionError as err:
+            shown = self.pod(CONTROLLER).run(f"scontrol show job {shlex.quote(job)}").stdout
+            raise AssertionError(f"{err}; last seen: {seen}; Slurm shows:\n{shown}") from None
 
     def partitions(self) -> list[str]:
         return self.run("sinfo --noheader --format=%R").split()
@@ -158,7 +172,7 @@ def test_scale_down_refuses_a_busy_node_and_changes_nothing(lifecycle: Lifecycle
     assert lifecycle.spec_configmap() == configmap
     assert lifecycle.record() == record
     assert (lifecycle.state_dir / "values.yaml").read_text() == values
-    assert lifecycle.nodes()["slonk-cpu-2"] == ("mixed", "none")  # untouched (resumed: mixed*)
+    assert lifecycle.nodes()["slonk-cpu-2"] == ("mixed", "")  # untouched (resumed: mixed*)
     assert lifecycle.job(job)["JobState"] == "RUNNING"
 
     lifecycle.finish(job)

@@ -13,6 +13,8 @@ from slonk.health import checks, command, gpu, node, reasons, recycle, runner
 from slonk.health.kube import KubeError
 from slonk.health.probe import Unhealthy, bounded
 
+from . import slurm_json
+
 FAKE_GPU = Path(__file__).parents[1] / "fakes" / "fake-gpu"
 NODE = checks.Node(name="slonk-cpu-0", gpus=2, peers=("localhost",))
 GPU_OPTIONS = {
@@ -136,19 +138,17 @@ def test_storage_and_scratch_checks(tmp_path, monkeypatch):
         checks.check_scratch(NODE, {**scratch, "minFreePercent": 101}, "boot", 5)
 
 
-def test_scontrol_oneliner_is_parsed():
-    text = (
-        "NodeName=a Arch=x86_64 OS=Linux 6.1 #1 SMP  State=IDLE+DRAIN"
-        " SlurmdStartTime=2026-11-22T05:50:00 ExtSensorsTemp=n/s"
-        " Reason=slonk:storage: /home is mounted read-only [root@2026-11-22T05:50:12]\n"
-        "NodeName=b State=MIXED\n"
-    )
-    a, b = node.parse_nodes(text)
-    assert (a.state, a.flags) == ("idle", {"DRAIN"})
-    assert a.reason == "slonk:storage: /home is mounted read-only"
-    assert (a.cause, a.slurmd_started) == (
-        reasons.Cause(reasons.HEALTH, "storage"), "2026-11-22T05:50:00")
-    assert (b.state, b.drained, b.cause) == ("mixed", False, None)
+def test_health_reads_every_node_in_one_call(monkeypatch):
+    calls = []
+
+    def scontrol(*args):
+        calls.append(args)
+        return slurm_json.text("scontrol-show-node.json")
+
+    monkeypatch.setattr(node, "scontrol", scontrol)
+    assert [n.name for n in node.read_nodes()] == ["bare", "n1", "n2", "n3", "n4"]
+    node.read_nodes("n1")
+    assert calls == [("show", "node", "--json"), ("show", "node", "n1", "--json")]
 
 
 def _node(reason="", drained=True, state="idle", started="t0"):
@@ -335,42 +335,47 @@ def test_every_reason_is_printable_ascii_whatever_it_is_given(odd):
     assert [reasons.classify(r).kind for r in written] == ["hook", "health", "quarantine"]
 
 
-def _line(name, state, reason=""):
-    return (f"NodeName={name} Arch=x86_64 State={state} SlurmdStartTime=t0"
-            + (f" Reason={reason} [root@2026-11-22T05:50:12]" if reason else ""))
+def _record(name, state, reason=""):
+    return slurm_json.node(name, state.split("+"), reason)
 
 
-def test_scontrol_lines_end_at_line_feeds_only(capsys):
-    """A reason written before slonk kept them ASCII, or by a person, may hold U+2028, NEL,
-    FS...: the record stays one node's, with its reason whole."""
-    reason = "slonk:hook:prolog:x\u2028y\x85z\x1c\x0b\x0c: exit 1"
-    text = "\n".join([_line("a", "IDLE+DRAIN", reason), _line("b", "IDLE")]) + "\n"
-    a, b = node.parse_nodes(text)
-    assert (a.name, a.reason, a.cause.kind) == ("a", reason, reasons.HOOK)
-    assert (b.name, b.state, b.drained) == ("b", "idle", False)
-    assert capsys.readouterr().err == ""
-
-
-def test_a_line_that_is_no_nodes_record_is_reported_and_skipped(capsys):
-    text = "\n".join([
-        _line("a", "IDLE+DRAIN", "maintenance"),
-        "   second line of a person's reason State=",
-        "NodeName=b Arch=x86_64",  # no state
-        "State=IDLE",  # no name
-        "garbage \u2028 \x1b[2J",
-        _line("c", "MIXED"),
-        "",
-    ])
-    assert [n.name for n in node.parse_nodes(text)] == ["a", "c"]
-    err = capsys.readouterr().err.splitlines()
-    assert len(err) == 4 and all(line.startswith("slonk health: skipped a line") for line in err)
-    assert "\\u2028 \\x1b[2J" in err[-1]  # escaped: the log stays one line an event
-
-
-def test_a_node_with_no_readable_record_is_a_slurm_error(monkeypatch):
-    monkeypatch.setattr(node, "scontrol", lambda *args: "NodeName=n Arch=x86_64\n")
+def test_a_node_with_no_record_is_a_slurm_error(monkeypatch):
+    monkeypatch.setattr(node, "scontrol", lambda *args: slurm_json.text(
+        "scontrol-show-node-unknown-name.json"))  # fmt: skip
     with pytest.raises(node.SlurmError, match="no record of the node could be read"):
         node.apply("n", [_result("gpu", False)], undrain=True)
+
+
+def test_output_that_cannot_be_read_drains_and_resumes_nothing(monkeypatch):
+    updates = []
+
+    def scontrol(*args):
+        if args[0] == "update":
+            updates.append(args)
+        return '{"nodes": [{"name": "n", "state": ["IDLE", "DRAIN"]}]}'  # no reason
+
+    monkeypatch.setattr(node, "scontrol", scontrol)
+    with pytest.raises(node.SlurmError, match="`reason` is missing"):
+        node.apply("n", [_result("gpu", True)], undrain=True)
+    assert updates == []
+
+
+def test_a_hostile_reason_on_another_node_leaves_this_one_alone(monkeypatch):
+    """n1's reason spells n4's record as `scontrol --oneliner` printed them: n4 stays idle
+    and undrained, and a passing check resumes nothing."""
+    updates = []
+
+    def scontrol(*args):
+        if args[0] == "update":
+            updates.append(args)
+        return slurm_json.text("scontrol-show-node.json")
+
+    monkeypatch.setattr(node, "scontrol", scontrol)
+    assert node.apply("n4", [_result("gpu", True)], undrain=True) == "left idle"
+    said = node.apply("n1", [_result("gpu", True)], undrain=True)
+    assert said.startswith("left mixed+drain (\"person's words NodeName=n4")
+    assert said.isascii() and said.isprintable()  # one line of the log, escaped
+    assert updates == []
 
 
 RECYCLE_NOW = {"enabled": True, "recycle": {"idleSeconds": 0, "maxRecycles": 5}}
@@ -391,17 +396,18 @@ class RecordingKubernetes:
 
 
 def _recycle_pass(monkeypatch, text, kube, history):
-    monkeypatch.setattr(node, "scontrol", lambda *args: text)
+    monkeypatch.setattr(node, "scontrol", lambda *args: slurm_json.nodes(*text)
+                        if isinstance(text, list) else text)  # fmt: skip
     recycle.pass_once(parse_spec({**BASE, "health": RECYCLE_NOW}), kube, history, now=1000)
 
 
-def test_the_recycler_goes_on_past_a_bad_record_and_a_refused_node(monkeypatch, capsys):
-    text = "\n".join([
-        _line("slonk-cpu-0", "IDLE+DRAIN", "slonk:gpu: XID 79"),
-        "NodeName=x \u2028State=",  # what crashed the loop before: no state
-        _line("slonk-cpu-1", "IDLE+DRAIN", "slonk:gpu: 1 of 2 GPUs visible"),
-        _line("slonk-cpu-2", "IDLE+DRAIN", "slonk:hook:prolog:x?y: exit 1"),
-    ])
+def test_the_recycler_goes_on_past_a_refused_node(monkeypatch, capsys):
+    text = [
+        _record("slonk-cpu-0", "IDLE+DRAIN", "slonk:gpu: XID 79"),
+        _record("slonk-cpu-1", "IDLE+DRAIN", "slonk:gpu: 1 of 2 GPUs visible"),
+        _record("slonk-cpu-2", "IDLE+DRAIN", "slonk:hook:prolog:x?y: exit 1"),
+        _record("slonk-cpu-3", "IDLE+DRAIN", "x\nslonk:gpu: forged"),  # a person's
+    ]
     kube, history = RecordingKubernetes(refuse=("slonk-cpu-0",)), recycle.History()
     _recycle_pass(monkeypatch, text, kube, history)
     assert kube.deleted == ["slonk-cpu-1"]  # a hook's drain is never recycled
@@ -409,6 +415,28 @@ def test_the_recycler_goes_on_past_a_bad_record_and_a_refused_node(monkeypatch, 
     kube.refuse = ()
     _recycle_pass(monkeypatch, text, kube, history)
     assert kube.deleted == ["slonk-cpu-1", "slonk-cpu-0"]
+
+
+def test_a_record_the_recycler_cannot_read_fails_the_pass_and_recycles_nothing(monkeypatch):
+    broken = _record("slonk-cpu-1", "IDLE+DRAIN", "slonk:gpu: XID 79")
+    del broken["slurmd_start_time"]
+    text = [_record("slonk-cpu-0", "IDLE+DRAIN", "slonk:gpu: XID 79"), broken]
+    kube, history = RecordingKubernetes(), recycle.History()
+    with pytest.raises(node.SlurmError, match="'slonk-cpu-1': `slurmd_start_time` is missing"):
+        _recycle_pass(monkeypatch, text, kube, history)
+    assert kube.deleted == []
+
+
+def test_a_recycled_node_waits_for_a_new_slurmd(monkeypatch):
+    """Until the node's slurmd_start_time changes, its drain is the old pod's."""
+    drained = [_record("slonk-cpu-0", "IDLE+DRAIN", "slonk:gpu: XID 79")]
+    kube, history = RecordingKubernetes(), recycle.History()
+    _recycle_pass(monkeypatch, drained, kube, history)
+    _recycle_pass(monkeypatch, drained, kube, history)
+    assert kube.deleted == ["slonk-cpu-0"]
+    drained[0]["slurmd_start_time"]["number"] += 30  # a new pod's slurmd, failing again
+    _recycle_pass(monkeypatch, drained, kube, history)
+    assert kube.deleted == ["slonk-cpu-0", "slonk-cpu-0"]
 
 
 def test_a_pass_that_fails_for_any_reason_does_not_stop_the_loop(monkeypatch, capsys):

@@ -11,8 +11,12 @@ import pytest
 from slonk import watch
 from slonk.config.spec import SpecError
 from slonk.local import cluster as local
-from slonk.local.manifests import Plan
+from slonk.local import upgrade
+from slonk.local.manifests import LocalModeError, Plan
 from slonk.local.upgrade import LogTail, verdict
+from slonk.slurm_state import parse_nodes
+
+from . import slurm_json
 
 
 @pytest.mark.parametrize(
@@ -70,13 +74,64 @@ def test_down_stops_the_controller_last():
 
 @pytest.mark.parametrize(
     ("state", "up"),
-    [("idle", True), ("allocated", True), ("mixed", True), ("completing", True),
-     ("drained", True), ("draining", True), ("idle+cloud", True),
-     ("idle*", False), ("down", False), ("down*", False), ("unknown", False),
-     ("drained*", False), ("allocated*", False), ("", False)],
+    [("IDLE", True), ("ALLOCATED", True), ("MIXED", True), ("IDLE+COMPLETING", True),
+     ("IDLE+DRAIN", True), ("MIXED+DRAIN", True), ("IDLE+CLOUD", True), ("IDLE+PLANNED", True),
+     ("IDLE+NOT_RESPONDING", False), ("DOWN", False), ("DOWN+NOT_RESPONDING", False),
+     ("UNKNOWN", False), ("UNKNOWN+NOT_RESPONDING", False), ("FUTURE", False),
+     ("IDLE+DRAIN+NOT_RESPONDING", False), ("ALLOCATED+NOT_RESPONDING", False)],
 )
 def test_a_node_is_up_when_registered_and_answering_whatever_it_runs(state, up):
-    assert local.node_is_up(state) is up
+    (node,) = parse_nodes(slurm_json.nodes(slurm_json.node("n", state.split("+"))))
+    assert node.up is up
+    assert node.schedulable is (up and "DRAIN" not in state)
+
+
+class FakeController:
+    """What upgrade asks the controller: Slurm's answers from real JSON, updates recorded."""
+
+    def __init__(self, monkeypatch, nodes: str, queue: str) -> None:
+        self.nodes, self.queue, self.asked = nodes, queue, []
+        monkeypatch.setattr(upgrade, "_slurm", self.slurm)
+        monkeypatch.setattr(local, "node_states",
+                            lambda cluster: {n.name: n for n in parse_nodes(self.nodes)})
+
+    def slurm(self, cluster, *command):
+        self.asked.append(command)
+        return self.queue if command[0] == "squeue" else ""
+
+
+def test_busy_nodes_are_named_from_one_squeue(monkeypatch):
+    slurm = FakeController(monkeypatch, "", slurm_json.text("squeue.json"))
+    with pytest.raises(LocalModeError, match=r"^cannot remove n1: n1 runs job 1\. Nothing changed"):
+        upgrade._refuse_busy(None, ["n1", "n3", "n4"])  # job 2 only waits for n3
+    assert slurm.asked == [("squeue", "--json", "--nodelist=n1,n3,n4")]
+    upgrade._refuse_busy(None, [])
+    assert len(slurm.asked) == 1
+
+
+def test_a_queue_that_cannot_be_read_refuses_the_upgrade(monkeypatch):
+    FakeController(monkeypatch, "", '{"jobs": [{"job_id": 7}]}')
+    with pytest.raises(LocalModeError, match=r"cannot tell whether n1 run jobs: .*`job_state`"):
+        upgrade._refuse_busy(None, ["n1"])
+
+
+@pytest.mark.parametrize(
+    ("state", "reason", "resumed"),
+    [
+        (["IDLE", "DRAIN"], upgrade.LEAVING_REASON, True),
+        (["IDLE", "DRAIN"], "maintenance", False),  # a person drained it since
+        (["IDLE", "DRAIN"], f"x {upgrade.LEAVING_REASON}", False),
+        (["IDLE", "DRAIN"], f"x Reason={upgrade.LEAVING_REASON}", False),
+        (["IDLE", "DRAIN"], f"{upgrade.LEAVING_REASON}\nNodeName=n", False),
+        (["IDLE"], upgrade.LEAVING_REASON, False),  # resumed already
+    ],
+)
+def test_a_leaving_drain_is_put_back_only_while_it_is_ours(monkeypatch, state, reason, resumed):
+    shown = slurm_json.nodes(slurm_json.node("n", state, reason), slurm_json.node("m", ["IDLE"]))
+    slurm = FakeController(monkeypatch, shown, "")
+    upgrade._resume(None, "n")
+    assert slurm.asked == ([("scontrol", "update", "nodename=n", "state=resume")] if resumed
+                           else [])  # fmt: skip
 
 
 @pytest.mark.parametrize(

@@ -36,8 +36,8 @@ class Cause:
 
 def _reason(head: str, detail: str) -> str:
     """One line of printable ASCII, whatever a script's name or a check's detail holds:
-    Slurm prints the reason inside `scontrol --oneliner`'s line, and a reader splitting it
-    (Python's splitlines() ends lines at U+2028, NEL, FS, VT...) must find that line whole.
+    slonk reads reasons from JSON, but people read them in `sinfo` and `scontrol` text and in
+    logs, where a line end (U+2028, NEL, FS, VT... for Python's splitlines()) would cut them.
     Blanks become spaces, anything else a `?`."""
     text = f"{PREFIX}{head}: {detail}"
     return "".join(

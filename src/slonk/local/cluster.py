@@ -47,6 +47,7 @@ from slonk.local.network import (
     processes_in,
 )
 from slonk.local.projection import project
+from slonk.slurm_state import SHOW_NODES, NodeState, SlurmError, parse_nodes
 
 RELEASE = "slonk"
 NAMESPACE = "default"
@@ -56,10 +57,6 @@ LOCAL_VALUES = Path(__file__).with_name("values.yaml")
 DEFAULT_STATE_DIR = Path(os.environ.get("SLONK_STATE_DIR", "/var/lib/slonk/local"))
 STOP_GRACE_SECONDS = 15.0
 NODES_UP_TIMEOUT_SECONDS = 120.0
-# sinfo's long states (%T) of a registered node that answers, before any `+flag`.
-NODE_UP_STATES = frozenset(
-    {"idle", "allocated", "mixed", "completing", "drained", "draining", "planned"}
-)
 POD_TMPFS = {"/run": "0755", "/tmp": "1777"}
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 POD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -363,22 +360,19 @@ def _launch(cluster: Cluster, name: str, spec: dict[str, Any]) -> int:
     return pid
 
 
-def node_states(cluster: Cluster) -> dict[str, str]:
-    """Slurm's state of every node, as the controller sees it ({} while it does not answer)."""
+def node_states(cluster: Cluster) -> dict[str, NodeState]:
+    """Slurm's state of every node, as the controller sees it ({} while it does not answer).
+    Output that cannot be read is an error, never an empty answer."""
     controller = cluster.pod_names("controller")
     if not controller or cluster.pid(controller[0]) is None:
         return {}
-    result = cluster.run(controller[0], ["sinfo", "--noheader", "--Node", "--format=%N %T"])
+    result = cluster.run(controller[0], list(SHOW_NODES))
     if result.returncode != 0:
         return {}
-    return dict(line.split() for line in result.stdout.splitlines() if line.strip())
-
-
-def node_is_up(state: str) -> bool:
-    """A registered node that answers the controller, whatever it runs: idle, or busy with a
-    job (one requeued by `down` may land at once), or drained (a drain outlives the pod, in
-    the controller's saved state). sinfo marks one that does not answer with `*` (idle*)."""
-    return state.split("+")[0] in NODE_UP_STATES
+    try:
+        return {node.name: node for node in parse_nodes(result.stdout)}
+    except SlurmError as err:
+        raise LocalModeError(str(err)) from None
 
 
 def wait_nodes_up(
@@ -401,11 +395,12 @@ def wait_nodes_up(
                 log = (cluster.pod_dir(name) / "log").read_text().splitlines()[-15:]
                 raise LocalModeError(f"pod {name} stopped while starting:\n" + "\n".join(log))
         states = node_states(cluster)
-        summary = ", ".join(f"{n} {states.get(n, 'not registered')}" for n in sorted(expected))
+        summary = ", ".join(
+            f"{n} {states[n].label if n in states else 'not registered'}" for n in sorted(expected))
         if summary != last:
             progress(f"  nodes: {summary or 'none'}")
             last = summary
-        if all(node_is_up(states.get(n, "")) for n in expected):
+        if all(n in states and states[n].up for n in expected):
             return time.monotonic() - started
         if time.monotonic() - started > timeout:
             raise LocalModeError(f"nodes not up after {timeout:.0f} s: {summary}")
@@ -597,5 +592,6 @@ def status(state_dir: Path) -> str:
         rows.append(f"{name:24} {info['role']:10} {info['address']:12} {state:8} {' '.join(procs)}")
     states = node_states(cluster)
     rows.append("")
-    rows.append("Slurm nodes: " + (", ".join(f"{n} {s}" for n, s in states.items()) or "unknown"))
+    rows.append("Slurm nodes: "
+                + (", ".join(f"{n} {s.label}" for n, s in states.items()) or "unknown"))
     return "\n".join(rows)

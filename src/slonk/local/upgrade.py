@@ -32,6 +32,7 @@ from slonk.local.cluster import Cluster
 from slonk.local.manifests import LocalModeError, Plan, Pod, hosts_file
 from slonk.local.network import pod_addresses
 from slonk.local.projection import DATA_LINK, project, read
+from slonk.slurm_state import QUEUE, SlurmError, parse_jobs
 
 VERDICT_TIMEOUT_SECONDS = 60.0
 # After putting a change back: the watcher's word on that, if it has one (it has none when
@@ -44,8 +45,6 @@ WATCH_PREFIX = "slonk watch-config: "
 # what a user typed.
 WATCH_LINE = re.compile(r"(?:\S+ std(?:out|err) [FP] )?slonk watch-config: (?P<message>.*)")
 VERDICT = re.compile(r"\b(applied|refused|could not)\b")
-# Node states (sinfo %T, before any +flag) in which a job may start: drained while leaving.
-SCHEDULABLE = frozenset({"idle", "allocated", "mixed", "completing", "planned"})
 
 
 def verdict(line: str) -> tuple[str, str] | None:
@@ -113,11 +112,23 @@ def _slurm(cluster: Cluster, *command: str) -> str:
 
 
 def _refuse_busy(cluster: Cluster, nodes: Sequence[str]) -> None:
-    busy = {}
-    for node in nodes:
-        jobs = _slurm(cluster, "squeue", "--noheader", f"--nodelist={node}", "--format=%i").split()
-        if jobs:
-            busy[node] = jobs
+    """Refuse if a job holds one of `nodes`: one squeue for all of them."""
+    if not nodes:
+        return
+    queue = _slurm(cluster, *QUEUE, f"--nodelist={','.join(nodes)}")
+    try:
+        jobs = parse_jobs(queue)
+    except SlurmError as err:
+        raise LocalModeError(f"cannot tell whether {', '.join(nodes)} run jobs: {err}; "
+                             "nothing changed") from None  # fmt: skip
+    busy: dict[str, list[str]] = {}
+    for job in jobs:
+        # squeue picked it for these nodes: a started one that shows no allocation holds
+        # them all, as far as we can tell
+        held = job.nodes or (() if job.state == "PENDING" else nodes)
+        for node in held:
+            if node in nodes:
+                busy.setdefault(node, []).append(job.id)
     if busy:
         running = "; ".join(f"{node} runs job {', '.join(jobs)}" for node, jobs in busy.items())
         raise LocalModeError(
@@ -147,7 +158,7 @@ def _hold_leaving(
     nodes = [name for name in workers if name in states]  # others never registered
     _refuse_busy(cluster, nodes)
     for node in nodes:
-        if states[node].split("+")[0] in SCHEDULABLE:
+        if states[node].schedulable:
             _slurm(cluster, "scontrol", "update", f"nodename={node}", "state=drain",
                    f"reason={LEAVING_REASON}")  # fmt: skip
             rollback.callback(_resume, cluster, node)
@@ -156,8 +167,9 @@ def _hold_leaving(
 
 
 def _resume(cluster: Cluster, node: str) -> None:
-    shown = _slurm(cluster, "scontrol", "--oneliner", "show", "node", node)
-    if f"Reason={LEAVING_REASON}" in shown:
+    """Lift the drain only while it is still ours: the very reason, not a person's since."""
+    state = local.node_states(cluster).get(node)
+    if state is not None and state.drained and state.reason == LEAVING_REASON:
         _slurm(cluster, "scontrol", "update", f"nodename={node}", "state=resume")
 
 

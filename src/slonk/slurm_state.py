@@ -1,0 +1,167 @@
+"""The one reader of Slurm's node and job state: `scontrol show node --json` and `squeue --json`
+(Slurm 24.11, data_parser v0.0.42), never their text.
+
+Text output put a person's reason, spaces, `Key=` and line ends and all, inside the line that
+held the node's name and state; JSON keeps every value in its own field, so no reason can
+forge another node's record or state. For nodes, `scontrol show node --json` rather than
+`sinfo --json`: one record per node with its slurmd start time (sinfo has none, and repeats a
+node per partition), in one call for all nodes.
+
+Fails closed: output that is not JSON, reports errors, or lacks a field slonk reads is a
+SlurmError naming what is missing, never an empty "nothing to do".
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from slonk.health import reasons
+
+# One call for every node (or the named ones), one for the queue.
+SHOW_NODES = ("scontrol", "show", "node", "--json")
+QUEUE = ("squeue", "--json")
+# Base states of a registered node that can run jobs; DOWN, UNKNOWN, FUTURE, ERROR cannot.
+RUNNING_STATES = frozenset({"idle", "allocated", "mixed"})
+
+
+class SlurmError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class NodeState:
+    name: str
+    state: str  # Slurm's base state, lower case: idle, mixed, allocated, down, ...
+    flags: frozenset[str]  # the rest of Slurm's state list: DRAIN, NOT_RESPONDING, ...
+    reason: str
+    slurmd_started: str = ""  # changes when a new slurmd registers ("0": never did)
+    reason_by: str = ""  # the user who set the reason
+
+    @property
+    def drained(self) -> bool:
+        return "DRAIN" in self.flags
+
+    @property
+    def up(self) -> bool:
+        """Registered and answering the controller, whatever it runs, drained or not."""
+        return self.state in RUNNING_STATES and "NOT_RESPONDING" not in self.flags
+
+    @property
+    def schedulable(self) -> bool:
+        """A job may start on it."""
+        return self.up and not self.drained
+
+    @property
+    def label(self) -> str:
+        """For people: `idle`, `idle+drain`, `unknown+not_responding`."""
+        return "+".join([self.state, *sorted(flag.lower() for flag in self.flags)])
+
+    @property
+    def cause(self) -> reasons.Cause | None:
+        """Why slonk drained the node (a check, a hook, quarantine), None when slonk did not
+        drain it."""
+        return reasons.classify(self.reason) if self.drained else None
+
+
+@dataclass(frozen=True)
+class Job:
+    id: str
+    state: str  # Slurm's base state: PENDING, RUNNING, COMPLETING, ...
+    nodes: tuple[str, ...]  # the nodes it holds (none while pending)
+    restarts: int = 0  # times it was requeued
+    batch_host: str = ""  # where its batch step runs ("" while pending)
+
+
+def _document(text: str, command: Sequence[str], key: str) -> list[Any]:
+    where = " ".join(command)
+    try:
+        data = json.loads(text)
+    except ValueError as err:
+        raise SlurmError(f"{where}: output is not JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise SlurmError(f"{where}: output is not a JSON object")
+    errors = data.get("errors")
+    if errors:
+        said = "; ".join(
+            str(e.get("description") or e.get("error")) if isinstance(e, dict) else str(e)
+            for e in (errors if isinstance(errors, list) else [errors])
+        )
+        raise SlurmError(f"{where}: Slurm reported errors: {said}")
+    return _get(data, key, list, where)
+
+
+def _get(record: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
+    value = record.get(key)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise SlurmError(f"{where}: `{key}` is missing or not a {kind.__name__}")
+    return value
+
+
+def _number(record: Mapping[str, Any], key: str, where: str) -> int:
+    """Slurm's {set, infinite, number} time stamps; 0 when not set."""
+    value = _get(record, key, dict, where)
+    return _get(value, "number", int, f"{where}: {key}") if value.get("set", True) else 0
+
+
+def _state(record: Mapping[str, Any], key: str, where: str) -> tuple[str, frozenset[str]]:
+    """Base state and flags from Slurm's state list, e.g. ["IDLE", "DRAIN"]."""
+    state = _get(record, key, list, where)
+    if not state or not all(isinstance(word, str) and word for word in state):
+        raise SlurmError(f"{where}: `{key}` is not a list of states: {state!r:.200}")
+    return state[0], frozenset(state[1:])
+
+
+def _records(items: list[Any], where: str) -> list[Mapping[str, Any]]:
+    if not all(isinstance(item, dict) for item in items):
+        raise SlurmError(f"{where}: a record is not a JSON object")
+    return items
+
+
+def parse_nodes(text: str) -> list[NodeState]:
+    """`scontrol show node --json`'s nodes."""
+    nodes, command = [], " ".join(SHOW_NODES)
+    for record in _records(_document(text, SHOW_NODES, "nodes"), command):
+        name = _get(record, "name", str, f"{command}: a node")
+        where = f"{command}: node {name!a}"
+        state, flags = _state(record, "state", where)
+        nodes.append(NodeState(
+            name=name,
+            state=state.lower(),
+            flags=flags,
+            reason=_get(record, "reason", str, where),
+            slurmd_started=str(_number(record, "slurmd_start_time", where)),
+            reason_by=_get(record, "reason_set_by_user", str, where),
+        ))  # fmt: skip
+    return nodes
+
+
+def _job_nodes(record: Mapping[str, Any], where: str) -> tuple[str, ...]:
+    """The nodes the job was given: job_resources' allocation (null while pending)."""
+    resources = record.get("job_resources")
+    if resources is None:
+        return ()
+    if not isinstance(resources, dict):
+        raise SlurmError(f"{where}: `job_resources` is not an object")
+    allocation = _get(_get(resources, "nodes", dict, where), "allocation", list, where)
+    return tuple(_get(node, "name", str, f"{where}: allocation")
+                 for node in _records(allocation, where))  # fmt: skip
+
+
+def parse_jobs(text: str) -> list[Job]:
+    """`squeue --json`'s jobs (or `scontrol show job --json`'s: the same records)."""
+    jobs, command = [], " ".join(QUEUE)
+    for record in _records(_document(text, QUEUE, "jobs"), command):
+        job_id = _get(record, "job_id", int, f"{command}: a job")
+        where = f"{command}: job {job_id}"
+        state, _ = _state(record, "job_state", where)
+        jobs.append(Job(
+            id=str(job_id),
+            state=state,
+            nodes=_job_nodes(record, where),
+            restarts=_get(record, "restart_cnt", int, where),
+            batch_host=_get(record, "batch_host", str, where),
+        ))  # fmt: skip
+    return jobs
