@@ -1,9 +1,11 @@
 """The images, measured in one run. Prints one JSON document.
 
-- image sizes, as podman reports them (uncompressed);
+- image sizes, as podman reports them (uncompressed), and beside them those of images tagged
+  `<BEFORE>/<role>:<appVersion>` when BEFORE is given (`bench/images.py localhost/slonk-old`:
+  earlier images kept under another name, to compare a change of base);
 - start to idle of a worker: `slonk local restart` of one worker pod until Slurm shows the
-  node idle again, RESTARTS times, with the pod run from the worker image (podman) and
-  without an image (the host's files with rootfs/ over them); plus each cluster's `up`.
+  node idle again, RESTARTS times, with the pod run by slonk itself over the image's layers
+  (runtime host) and by podman; plus each cluster's `up`.
 Run with the images built (scripts/build-images); SLONK_PODMAN names a podman wrapper where
 the machine needs one (tests/images/podman-sandboxed here).
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -28,10 +31,10 @@ WORKER = "slonk-cpu-0"
 VERSION = yaml.safe_load((paths.chart_dir() / "Chart.yaml").read_text())["appVersion"]
 
 
-def sizes() -> dict[str, float]:
+def sizes(prefix: str = "localhost/slonk") -> dict[str, float]:
     return {
         role: round(int(podman("image", "inspect", "--format", "{{.Size}}",
-                               f"localhost/slonk/{role}:{VERSION}")) / 1e6, 1)
+                               f"{prefix}/{role}:{VERSION}")) / 1e6, 1)
         for role in ("base", "controller", "worker", "login")
     }  # fmt: skip
 
@@ -59,6 +62,8 @@ def worker_start_to_idle(state: Path, runtime: str) -> dict:
 def main() -> None:
     os.environ.setdefault("SLONK_PODMAN", "podman")
     result: dict = {"benchmark": "images", "image_mb": sizes()}
+    if len(sys.argv) > 1:
+        result[f"image_mb_{sys.argv[1]}"] = sizes(sys.argv[1])
     with tempfile.TemporaryDirectory(prefix="slonk-bench-images-") as tmp:
         for runtime in ("host", "podman"):
             state = Path(tmp) / runtime

@@ -65,5 +65,6 @@ def chart_dir() -> Path | None:
 
 
 def rootfs_dir() -> Path | None:
-    """The files every image carries (rootfs/), for local mode to layer over the host."""
+    """The files every image carries (rootfs/): from a checkout, local pods layer its copy over
+    their image's, so that a change needs no rebuild."""
     return _installed("SLONK_ROOTFS", _REPO / "rootfs", Path("/"), "usr/share/slonk/services")

@@ -13,19 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slonk import paths
-
-from ..integration.conftest import LocalCluster, running, slonk, wait_for
+from ..integration.conftest import ROLES, VERSION, LocalCluster, image, running, slonk, wait_for
 
 PODMAN = Path(__file__).with_name("podman-sandboxed")
-VERSION = yaml.safe_load((paths.chart_dir() / "Chart.yaml").read_text())["appVersion"]
-ROLES = ("base", "controller", "worker", "login")
-
-
-def image(role: str) -> str:
-    return f"localhost/slonk/{role}:{VERSION}"
-
-
 def podman(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(PODMAN), *args], capture_output=True, text=True, check=False)
 

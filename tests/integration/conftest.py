@@ -23,6 +23,7 @@ import testinfra.host
 import yaml
 from testinfra.backend import base
 
+from slonk import paths
 from slonk.local.cluster import Cluster
 
 SLONK = [sys.executable, "-m", "slonk.cli"]
@@ -30,15 +31,29 @@ FAKE_GPU = Path(__file__).parents[1] / "fakes" / "fake-gpu"
 HEALTH_INTERVAL = 2
 SCRATCH = "/var/tmp"  # in a pod's own writable layer
 
+VERSION = yaml.safe_load((paths.chart_dir() / "Chart.yaml").read_text())["appVersion"]
+ROLES = ("base", "controller", "worker", "login")
+
 pytestmark = pytest.mark.integration
+
+
+def image(role: str) -> str:
+    """The image the chart names for a role, as scripts/build-images tags it."""
+    return f"localhost/slonk/{role}:{VERSION}"
+
+
+def image_exists(name: str) -> bool:
+    return shutil.which("podman") is not None and subprocess.run(
+        ["podman", "image", "exists", name], check=False
+    ).returncode == 0
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     reason = None
     if os.geteuid() != 0:
         reason = "integration tests need root (network namespaces, mounts)"
-    elif not shutil.which("slurmctld") or not shutil.which("s6-svscan"):
-        reason = "Slurm and s6 are not installed: run scripts/setup"
+    elif absent := [i for i in map(image, ROLES) if not image_exists(i)]:
+        reason = f"not built: {', '.join(absent)} (scripts/build-images)"
     for item in items:
         if "integration" in str(item.fspath) and reason:
             item.add_marker(pytest.mark.skip(reason=reason))

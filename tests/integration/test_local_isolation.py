@@ -1,17 +1,13 @@
-"""Local mode's state directory (the controller's ServiceAccount token, every Secret, other
-pods' layers, the client SSH key) is not visible in a pod, beyond what the chart mounts.
-
-First the pod's mount layout alone (slonk.local.podinit in a private mount namespace, no
-cluster); then, from the attacker's side, a user on a cluster whose state directory sits
-under /var, where the default one does and every pod sees the host's /var.
+"""A local pod runs on its image's root filesystem, as on Kubernetes: nothing of the host
+(its accounts, configuration, binaries, or the state directory of `slonk local`, which
+holds the controller's ServiceAccount token, every Secret, other pods' layers and the
+client SSH key) is visible in a pod beyond what the chart mounts, and, from a checkout,
+the checkout itself (read-only).
 """
 
 from __future__ import annotations
 
-import json
 import shutil
-import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,74 +19,24 @@ from slonk.local.fake_apiserver import PORT
 from slonk.local.manifests import LocalModeError, Mount, Pod
 from slonk.local.network import BRIDGE_ADDRESS
 
-from .conftest import LocalCluster, running
+from .conftest import LocalCluster, image, running
+
+CHECKOUT = Path(__file__).parents[2]
 
 
-def _podinit(tmp_path: Path, binds: list[dict], hide: list[str], script: str) -> str:
-    """Lay out a pod's mounts as podinit does, in a throw-away mount namespace, and run
-    `script` there; its output."""
-    spec = {
-        "hostname": "isolation", "overlays": [], "tmpfs": {}, "binds": binds, "hide": hide,
-        "files": {}, "env": {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
-        "command": ["/bin/sh", "-c", script],
-    }  # fmt: skip
-    (tmp_path / "pod.json").write_text(json.dumps(spec))
-    result = subprocess.run(
-        ["unshare", "--mount", "--uts", "--propagation", "private", "--",
-         sys.executable, "-m", "slonk.local.podinit", str(tmp_path / "pod.json")],
-        capture_output=True, text=True, timeout=30, check=False,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    return result.stdout
-
-
-def test_a_state_dir_under_the_checkout_is_hidden_and_its_volumes_still_mount(tmp_path: Path):
-    checkout = tmp_path / "checkout"
-    state = checkout / ".state"
-    (state / "serviceaccounts" / "controller").mkdir(parents=True)
-    (state / "serviceaccounts" / "controller" / "token").write_text("secret-token")
-    (state / "volumes" / "home").mkdir(parents=True)
-    (state / "volumes" / "home" / "file").write_text("home file")
-    binds = [
-        {"source": str(checkout), "target": str(checkout), "readOnly": True},
-        {"source": str(state / "volumes" / "home"), "target": str(tmp_path / "home"),
-         "readOnly": False},
-        # A chart path under a hidden one: made in the hiding tmpfs, before it turns read-only.
-        {"source": str(state / "serviceaccounts" / "controller"),
-         "target": str(state / "mounted"), "readOnly": True},
-    ]  # fmt: skip
-    out = _podinit(tmp_path, binds, [str(state), str(tmp_path / "absent")], f"""
-        echo "listing: $(ls -A {state})"
-        echo "mounted: $(cat {state}/mounted/token)"
-        echo "home: $(cat {tmp_path}/home/file)"
-        echo written > {tmp_path}/home/new && echo "home writable"
-        touch {state}/x 2>/dev/null || echo "hidden read-only"
-        touch {checkout}/x 2>/dev/null || echo "checkout read-only"
-        cat {state}/serviceaccounts/controller/token 2>/dev/null || echo "token unreadable"
-    """)
-    assert out.splitlines() == [
-        "listing: mounted", "mounted: secret-token", "home: home file", "home writable",
-        "hidden read-only", "checkout read-only", "token unreadable",
-    ]  # fmt: skip
-    assert (state / "volumes" / "home" / "new").read_text() == "written\n"
-    assert not (checkout / "x").exists() and not (tmp_path / "absent").exists()
-
-
-@pytest.mark.parametrize("state_dir", ["/var/lib/slonk", "/var", "/"])
-def test_a_state_dir_holding_what_pods_use_is_refused(state_dir: str):
-    """Hidden in the pod, it would hide them too (here /var/lib/slonk/git, the hooks' state)."""
+@pytest.mark.parametrize("state_dir", [CHECKOUT, CHECKOUT / ".state"])
+def test_a_state_dir_a_pod_would_see_through_the_checkout_is_refused(state_dir: Path):
     pod = Pod("slonk-cpu-0", "worker", {}, ("true",), {},
-              (Mount("claim", "hooks", "/var/lib/slonk/git"),), "slonk")
-    with pytest.raises(LocalModeError, match=f"state dir {state_dir} holds /"):
-        pod_spec(Cluster(Path(state_dir)), pod, "", "host")
-    pod_spec(Cluster(Path(state_dir)), pod, "", "podman")  # sees only its volumes: fine
+              (Mount("claim", "hooks", "/var/lib/slonk/git"),), "slonk", image=image("worker"))
+    with pytest.raises(LocalModeError, match=f"state dir {state_dir} lies in /"):
+        pod_spec(Cluster(state_dir), pod, "", "host")
+    pod_spec(Cluster(state_dir), pod, "", "podman")  # sees only its volumes: fine
 
 
 @pytest.fixture(scope="module")
 def exposed() -> Iterator[LocalCluster]:
-    """A cluster with its state directory under /var: without hiding, every pod would show
-    it through the /var overlay's lower layer (the host's /var), as the default's. `up` also
-    makes it root's alone (0700); the hiding keeps it from the pods' root too."""
+    """A cluster with its state directory under /var, where the default one lies. `up`
+    makes it root's alone (0700); pods, root included, do not see it at all."""
     state_dir = Path(tempfile.mkdtemp(prefix="slonk-isolation-", dir="/var/tmp"))
     try:
         with running(state_dir):
@@ -136,6 +82,24 @@ def test_root_in_a_pod_still_gets_its_mounts_and_not_the_rest(exposed: LocalClus
     controller = exposed.pod("slonk-controller-0")
     mounted = "/var/run/secrets/kubernetes.io/serviceaccount/token"
     assert controller.check_output(f"cat {mounted}") == _token(exposed)
-    assert controller.check_output(f"ls -A {exposed.state_dir}") == ""
+    assert "No such file or directory" in controller.run(f"ls -A {exposed.state_dir}").stderr
     checkout = Path(__file__).parents[2]
     assert "Read-only file system" in controller.run(f"touch {checkout}/slonk-was-here").stderr
+
+
+def test_a_pod_runs_the_images_userland_not_the_hosts(exposed: LocalCluster):
+    worker = exposed.pod("slonk-cpu-0")
+    assert worker.check_output("slurmd -V").startswith("slurm-wlm 24.11")
+    accounts = dict(line.split(":") for line in
+                    worker.check_output("getent passwd | cut -d: -f1,3").splitlines())
+    # A fresh machine's uid 1000 user (and any other of the host's people) is the host's only.
+    host = [e.split(":") for e in Path("/etc/passwd").read_text().splitlines()]
+    people = {e[0] for e in host if 1000 <= int(e[2]) < 60000}  # Debian: its users
+    assert not people & set(accounts), people & set(accounts)
+    assert accounts["slurm"] == "401" and accounts["demo"] == "5000"
+    # The host's tools are not there (the host builds images with them; no pod needs them).
+    for tool in ("buildah", "podman", "debootstrap"):
+        assert shutil.which(tool), f"the host should have {tool}"
+        assert worker.run(f"command -v {tool}").rc != 0
+    release = worker.check_output("grep VERSION_CODENAME /etc/os-release")
+    assert release == "VERSION_CODENAME=trixie"

@@ -64,7 +64,8 @@ def test_no_confinement_uses_plugins_that_need_no_cgroups(demo_spec):
     lines = _conf(demo_spec)
     assert "ProctrackType=proctrack/linuxproc" in lines
     assert "TaskPlugin=task/none" in lines
-    assert "ConstrainCores=no" in _conf(demo_spec, "cgroup.conf")
+    # Slurm 24.11's slurmd would refuse to start without a cgroup filesystem otherwise.
+    assert _conf(demo_spec, "cgroup.conf")[1:] == ["CgroupPlugin=disabled"]
 
 
 def test_empty_pool_is_left_out(demo_spec):
@@ -125,3 +126,9 @@ def test_render_config_command(tmp_path, demo_spec, capsys):
     assert main(["render-config", "--cluster", str(cluster), "--out", str(tmp_path / "x")]) == 1
     assert "partitions[0].pools[0]: unknown nodepool 'tpu'" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+
+def test_cgroup_confinement_is_cgroup_v2_managed_by_slurmd_not_systemd(demo_spec):
+    demo_spec["confinement"] = "cgroup"
+    cgroup = _conf(demo_spec, "cgroup.conf")
+    assert {"CgroupPlugin=cgroup/v2", "IgnoreSystemd=yes", "ConstrainRAMSpace=yes"} <= set(cgroup)

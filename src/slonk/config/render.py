@@ -66,9 +66,8 @@ def slurm_settings(spec: ClusterSpec) -> dict[str, str]:
         # Without CR_Core a job is given a node's whole memory and jobs serialize.
         "SelectTypeParameters": "CR_Core",
         "SchedulerParameters": "batch_sched_delay=0,sched_min_interval=0",
-        # A pod comes back with a new IP under the same name: never cache addresses,
-        # and let a node that re-registers with a valid config return to service.
-        "CommunicationParameters": "NoAddrCache",
+        # A pod comes back with a new IP under the same name: Slurm 24.11 caches no addresses
+        # (NoAddrCache is defunct), and a node that re-registers with a valid config returns.
         "ReturnToService": 2,
         # A pod sees the host's CPUs; the pool's declared size is what Slurm should use.
         "SlurmdParameters": "config_overrides",
@@ -109,15 +108,20 @@ def conf_server(spec: ClusterSpec) -> str:
 
 
 def cgroup_settings(spec: ClusterSpec) -> dict[str, str]:
-    cgroup = spec.confinement == "cgroup"
-    defaults: dict[str, Any] = {
-        "CgroupPlugin": "autodetect",
-        # A pod has no systemd to ask for a scope: slurmd manages its own subtree.
-        "IgnoreSystemd": True,
-        "ConstrainCores": cgroup,
-        "ConstrainRAMSpace": cgroup,
-        "ConstrainDevices": cgroup,
-    }
+    if spec.confinement == "none":
+        # Slurm 24.11's slurmd refuses to start without a cgroup filesystem unless told that
+        # no cgroup plugin is used (measured), even with proctrack/linuxproc and task/none.
+        defaults: dict[str, Any] = {"CgroupPlugin": "disabled"}
+    else:
+        defaults = {
+            # Kubernetes nodes run cgroup v2; autodetect would guess from what a pod sees.
+            "CgroupPlugin": "cgroup/v2",
+            # A pod has no systemd to ask for a scope: slurmd manages its own subtree.
+            "IgnoreSystemd": True,
+            "ConstrainCores": True,
+            "ConstrainRAMSpace": True,
+            "ConstrainDevices": True,
+        }
     return _merge(defaults, spec.cgroup_conf)
 
 

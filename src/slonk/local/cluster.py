@@ -62,17 +62,7 @@ NODE_UP_STATES = frozenset(
 )
 POD_TMPFS = {"/run": "0755", "/tmp": "1777"}
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
-POD_PATH = ":".join(
-    [
-        str(Path(sys.executable).parent),
-        "/usr/local/sbin",
-        "/usr/local/bin",
-        "/usr/sbin",
-        "/usr/bin",
-        "/sbin",
-        "/bin",
-    ]
-)
+POD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 @dataclass(frozen=True)
@@ -235,48 +225,40 @@ def known_hosts(cluster: Cluster, objects: Plan, addresses: dict[str, str]) -> N
     cluster.known_hosts.write_text("".join(f"{line}\n" for line in lines))
 
 
-def _install_paths(tmpfs: dict[str, str]) -> list[Path]:
-    """What a host-runtime pod binds read-only at the same path: where slonk and its Python
-    live, when its own /tmp or /run would hide them, and a whole checkout always (values may
-    name its files: the tests' fake nvidia-smi), so that no pod can write to it."""
-    source = paths.checkout() or Path(slonk.__file__).parents[1]
-    needed = {Path(sys.prefix), Path(sys.base_prefix), source}
-    return sorted(p for p in needed if p == source or any(p.is_relative_to(t) for t in tmpfs))
+def _development_binds(layers: Sequence[str]) -> list[dict[str, Any]]:
+    """From a checkout, its code in place of the image's copy (so that a change needs no
+    image rebuild), and the checkout itself read-only at its own path (values may name its
+    files: the tests' fake nvidia-smi). Nothing when slonk runs from an install."""
+    checkout = paths.checkout()
+    if checkout is None:
+        return []
+    installed = [
+        str(Path("/", *p.relative_to(layer).parts))
+        for layer in layers
+        for p in Path(layer).glob("opt/slonk/lib/python3*/site-packages/slonk")
+    ]
+    if not installed:
+        raise LocalModeError("the image has no slonk in /opt/slonk (scripts/build-images)")
+    code = Path(slonk.__file__).parent
+    return [
+        {"source": str(checkout), "target": str(checkout), "readOnly": True},
+        {"source": str(code), "target": installed[0], "readOnly": True},
+    ]
 
 
 def pod_spec(cluster: Cluster, pod: Pod, hosts: str, runtime: str) -> dict[str, Any]:
-    layers = cluster.pod_dir(pod.name) / "layers"
-    rootfs = paths.rootfs_dir()
-    if rootfs is None:
-        raise LocalModeError("cannot find the images' rootfs/ (set SLONK_ROOTFS)")
-
-    def writable(target: str, lower: list[str]) -> dict[str, Any]:
-        name = target.strip("/")
-        return {
-            "target": target,
-            "lower": lower,
-            "upper": str(layers / f"{name}.upper"),
-            "work": str(layers / f"{name}.work"),
-        }
-
-    binds = [
-        {"source": str(path), "target": str(path), "readOnly": True}
-        for path in (_install_paths(POD_TMPFS) if runtime == "host" else [])
-    ]
+    layers: list[str] = podman.image_layers(pod.image) if runtime == "host" else []
+    rootfs = paths.rootfs_dir() if paths.checkout() else None
+    binds = _development_binds(layers) if runtime == "host" else []
     for mount in pod.mounts:
         source = state_path(cluster.state_dir, mount, pod.name)
         binds.append({"source": str(source), "target": mount.target, "readOnly": mount.read_only})
-    overlays = [
-        writable("/etc", [str(rootfs / "etc"), "/etc"]),
-        writable("/var", ["/var"]),
-        {"target": "/usr", "lower": [str(rootfs / "usr"), "/usr"]},
-    ]
-    # A host-runtime pod hides the state dir (podinit): it must hold none of the pod's paths.
-    used = [*(o["target"] for o in overlays), *POD_TMPFS, *(b["target"] for b in binds)]
-    for path in [*used, str(paths.HOOKS_STATE)] if runtime == "host" else []:
-        if Path(path).is_relative_to(cluster.state_dir):
+    # What a host-runtime pod binds from the checkout must not show it the state directory.
+    for bind in binds[:2] if runtime == "host" else []:
+        if cluster.state_dir.is_relative_to(bind["source"]):
             raise LocalModeError(
-                f"state dir {cluster.state_dir} holds {path}, which pods use: choose another"
+                f"state dir {cluster.state_dir} lies in {bind['source']}, which pods see: "
+                "choose another"
             )
     env = {"PATH": POD_PATH, "HOME": "/root", "LANG": "C.UTF-8", **pod.env}
     if pod.service_account:
@@ -286,6 +268,7 @@ def pod_spec(cluster: Cluster, pod: Pod, hosts: str, runtime: str) -> dict[str, 
             "KUBERNETES_SERVICE_HOST": BRIDGE_ADDRESS,
             "KUBERNETES_SERVICE_PORT": str(fake_apiserver.PORT),
         }
+    pod_layers = cluster.pod_dir(pod.name) / "layers"
     return {
         "hostname": pod.name,
         "image": pod.image,
@@ -294,12 +277,16 @@ def pod_spec(cluster: Cluster, pod: Pod, hosts: str, runtime: str) -> dict[str, 
         "noNewPrivileges": pod.no_new_privileges,
         "command": list(pod.command),
         "env": env,
-        "overlays": overlays,
+        # Host runtime: the image's layers under the pod's own (from a checkout, its rootfs/
+        # on top, as the images' last layer copies it), mounted at `target` and pivoted into.
+        "root": {
+            "lower": [*([str(rootfs)] if rootfs else []), *layers],
+            "upper": str(pod_layers / "upper"),
+            "work": str(pod_layers / "work"),
+            "target": str(pod_layers / "root"),
+        },
         "tmpfs": POD_TMPFS,
         "binds": binds,
-        # Host runtime: where a state directory (tokens, Secrets, other pods' layers) would
-        # show through the host's files; a podman pod sees only its volumes.
-        "hide": sorted({str(cluster.state_dir), str(DEFAULT_STATE_DIR.resolve())}),
         "files": {"/etc/hosts": hosts, "/etc/hostname": f"{pod.name}\n"},
         "sidecars": _sidecar_specs(cluster, pod),
     }
@@ -361,10 +348,8 @@ def _launch(cluster: Cluster, name: str, spec: dict[str, Any]) -> int:
     pod_dir = cluster.pod_dir(name)
     shutil.rmtree(pod_dir / "layers", ignore_errors=True)
     shutil.rmtree(pod_dir / "scratch", ignore_errors=True)
-    for layer in spec["overlays"]:
-        for key in ("upper", "work"):
-            if key in layer:
-                Path(layer[key]).mkdir(parents=True)
+    for key in ("upper", "work", "target"):
+        Path(spec["root"][key]).mkdir(parents=True)
     for volume in spec["binds"]:
         Path(volume["source"]).mkdir(parents=True, exist_ok=True)
     netns = cluster.network.pod_netns(name)

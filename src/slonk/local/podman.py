@@ -8,6 +8,7 @@ $SLONK_PODMAN (default `podman`), so a machine that needs a wrapper around it ca
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
@@ -28,6 +29,20 @@ def podman(*args: str) -> str:
     if result.returncode:
         raise PodmanError(f"podman {args[0]}: {result.stderr.strip() or 'failed'}")
     return result.stdout.strip()
+
+
+def image_layers(image: str) -> list[str]:
+    """The directories of an image's layers in podman's store, top first: the lower layers of
+    a host-runtime pod's root, as podman's own overlay would stack them."""
+    try:
+        (found,) = json.loads(podman("image", "inspect", image))
+    except PodmanError as err:
+        raise PodmanError(f"image {image} is not built (scripts/build-images): {err}") from None
+    driver = found["GraphDriver"]
+    if driver["Name"] != "overlay":
+        raise PodmanError(f"the host runtime needs podman's overlay storage, not {driver['Name']}")
+    lower = driver["Data"].get("LowerDir")
+    return [driver["Data"]["UpperDir"], *(lower.split(":") if lower else [])]
 
 
 def start(pod_dir: Path, netns: str, spec: Mapping[str, Any]) -> int:
