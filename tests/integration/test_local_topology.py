@@ -46,7 +46,7 @@ def test_slurmctld_shows_both_blocks(blocks: LocalCluster) -> None:
 
 
 def _node_list(cluster: LocalCluster, job: str) -> list[str]:
-    out = cluster.pod(CONTROLLER).check_output(f"squeue --noheader --jobs={job} --format=%T|%N")
+    out = cluster.pod(CONTROLLER).check_output(f"squeue --noheader --jobs={job} --format='%T|%N'")
     state, nodes = out.strip().split("|")
     return hostlist.expand_hostlist(nodes) if state == "RUNNING" else []
 
