@@ -1,5 +1,5 @@
 """Block topology on a real local cluster: two pools in two blocks, as slurmctld shows them,
-and jobs asking for `--segment` placed within one block."""
+and jobs asking for `--segment` placed within one block; and `tree`, the default."""
 
 from __future__ import annotations
 
@@ -67,3 +67,11 @@ def test_a_segment_larger_than_a_block_is_refused(blocks: LocalCluster) -> None:
     out = blocks.user().run("sbatch --nodes=4 --segment=4 --wrap true")
     assert out.rc != 0
     assert "Requested topology configuration is not available" in out.stderr
+
+
+def test_tree_topology_is_shown_too(healthy: LocalCluster) -> None:
+    """The default (`tree`): one pool is one leaf switch."""
+    out = healthy.pod(CONTROLLER).check_output("scontrol show topology")
+    (leaf,) = [f for f in map(_fields, out.splitlines()) if "SwitchName" in f]
+    assert (leaf["SwitchName"], hostlist.expand_hostlist(leaf["Nodes"])) == (
+        "cpu", ["slonk-cpu-0", "slonk-cpu-1"]), out
