@@ -1,14 +1,26 @@
-"""slurmctld under s6, as config-watch drives it: is it answering, start it on new files,
+"""slurmctld under s6, as config-watch drives it: is it answering, have it run new files,
 and when it will not run them, what it said.
 
-New files are tried by a restart, never by `scontrol reconfigure`. Measured on Slurm 22.05:
-a reconfigure with a file slurmctld cannot parse kills it on the spot (fatal: it exits
-without the state save a stop makes), and one it will not apply live (a SelectType change)
-is answered with an error after the rest of the file took effect. A stop saves its state; a
-start either runs the files or dies saying why, before serving them to anyone. (Slurm 23.11
-and later reconfigure by starting a new slurmctld too.) While slurmctld is tried on
-new files s6 starts it once (`s6-svc -o`): it says its fatal line once, and is not started
-again on them before config-watch has put the previous files back.
+New files are applied by `scontrol reconfigure` where Slurm 24.11 allows it, measured on
+24.11.5 with slurmctld in the foreground (-D, as s6 runs it): the reconfigure saves the
+state and re-executes slurmctld in place (same pid), which re-reads every file: nodes,
+NodeSets, partitions, topology and even a select plugin change; jobs keep running, and the
+new process sends the files to every slurmd (each says "Caught SIGHUP. Triggering
+reconfigure"). scontrol answers before the re-execution: a new process that will not run
+the files dies (`fatal: Can't find plugin for select/bogus`, exit 1) without serving them,
+so slurmctld is started once on them (`s6-svc -o`) and is not started again before
+config-watch has put the previous files back. scontrol reads the new files itself first: a
+file it cannot parse is refused by scontrol, and slurmctld keeps running the previous files.
+(Without -D, slurmctld forks the new process and the old one keeps serving when it fails —
+"slurm_reconfigure error: Unspecified error" — but s6 cannot supervise a daemon that
+replaces its own pid.)
+
+Still applied by a restart (RESTART_KEYS): SlurmctldPort and AuthType (scontrol, reading
+the new files, cannot reach or authenticate to the running slurmctld), SlurmctldHost (a
+re-executed slurmctld on another host name dies: "This host ... not a valid controller")
+and SlurmUser (the re-executed slurmctld aborts starting slurmscriptd). A stop saves the
+state; a start either runs the files or dies saying why, before serving them to anyone;
+the files are then sent to the slurmds by a reconfigure.
 """
 
 from __future__ import annotations
@@ -25,6 +37,27 @@ from slonk import paths
 START_TIMEOUT_SECONDS = 180.0
 COMMAND_TIMEOUT_SECONDS = 60.0
 POLL_SECONDS = 0.2
+
+
+# Global slurm.conf settings a reconfigure cannot change (measured on 24.11, see above).
+RESTART_KEYS = frozenset({"slurmctldport", "authtype", "slurmctldhost", "slurmuser"})
+# The first line a (re-)executed slurmctld logs: it has read its files.
+STARTED = " started on cluster "
+
+
+def _global_settings(slurm_conf: str) -> dict[str, str]:
+    settings = {}
+    for line in slurm_conf.splitlines():
+        key, eq, value = line.strip().partition("=")
+        if eq and not key.startswith("#"):
+            settings.setdefault(key.lower(), value)
+    return settings
+
+
+def needs_restart(old_conf: str, new_conf: str) -> list[str]:
+    """The settings between two slurm.conf texts that only a restart applies."""
+    old, new = _global_settings(old_conf), _global_settings(new_conf)
+    return sorted(k for k in RESTART_KEYS if old.get(k) != new.get(k))
 
 
 class Refused(RuntimeError):
@@ -98,16 +131,18 @@ class Slurmctld:
         except OSError:
             return 0
 
-    def said(self, mark: int) -> str:
+    def _lines(self, mark: int) -> list[str]:
         try:
             with open(self.log, "rb") as log:
                 if log.seek(0, 2) < mark:
                     mark = 0  # s6-log rotated it
                 log.seek(mark)
-                lines = log.read().decode(errors="replace").splitlines()
+                return log.read().decode(errors="replace").splitlines()
         except OSError:
-            return ""
-        return _what_it_said(lines)
+            return []
+
+    def said(self, mark: int) -> str:
+        return _what_it_said(self._lines(mark))
 
     def keep_up(self) -> None:
         """s6 restarts it again when it dies (undoes `-o`)."""
@@ -140,6 +175,33 @@ class Slurmctld:
         if self._wait(self._pid()):
             self.keep_up()
             return
+        hung = self._pid() is not None
+        self._stop()
+        if hung:
+            raise Refused(f"it did not answer within {self.start_timeout:g} s")
+        raise Refused(self.said(mark) or "it exited")
+
+    def reconfigure(self) -> str:
+        """Have it run the new files by `scontrol reconfigure` and wait until the
+        re-executed slurmctld answers; returns what to say. Raises Refused: if scontrol
+        refused the files, slurmctld still runs the previous ones; if the new process died
+        or did not answer within the bound, it is left down."""
+        mark, pid = self.mark(), self._pid()
+        self._svc("-o")
+        result = self._scontrol("reconfigure")
+        if result.returncode != 0:
+            self.keep_up()
+            said = _what_it_said([line.removeprefix("scontrol: ")
+                                  for line in (result.stderr or result.stdout).splitlines()])
+            raise Refused(said or "scontrol reconfigure failed")
+        deadline = time.monotonic() + self.start_timeout
+        while pid is not None and time.monotonic() < deadline:
+            if self._pid() != pid:
+                break  # the new process died
+            if any(STARTED in line for line in self._lines(mark)) and self.answers():
+                self.keep_up()
+                return "sent it to the slurmds"
+            time.sleep(POLL_SECONDS)
         hung = self._pid() is not None
         self._stop()
         if hung:

@@ -5,10 +5,11 @@ gives either the old or the new document, never half of one; a content hash tell
 
 Slurm runs configless: the controller renders the Slurm configuration and slurmctld is its
 only reader; every slurmd and client fetches what slurmctld runs. So the controller alone
-applies a change: it writes the files and restarts slurmctld on them (slonk.slurmctld says
-why not a reconfigure); if slurmctld will not run them, it puts the previous ones back, says
-once what slurmctld said, and never tries those files again. Only files slurmctld runs are
-sent to the slurmds. A worker follows cluster.yaml for its own health plan and job programs.
+applies a change: it writes the files and has slurmctld run them, by `scontrol reconfigure`
+or, for the few settings only a restart applies, by a restart (slonk.slurmctld says which);
+if slurmctld will not run them, it puts the previous ones back, says once what slurmctld
+said, and never tries those files again. Only files slurmctld runs are sent to the slurmds.
+A worker follows cluster.yaml for its own health plan and job programs.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pathlib import Path
 from slonk import paths, rollout
 from slonk.config.render import render
 from slonk.config.spec import ClusterSpec, SpecError, load_spec
-from slonk.slurmctld import Refused, Slurmctld
+from slonk.slurmctld import Refused, Slurmctld, needs_restart
 
 MAX_RETRY_SECONDS = 60.0
 
@@ -79,7 +80,8 @@ class Controller:
         and these files never tried again. Returns what to say."""
         rollout.write_files(self.conf_dir, old)
         self.record.refuse(key, reason)
-        if not self.daemon.recover():
+        # scontrol may have refused them before slurmctld saw them: it still runs the old.
+        if not self.daemon.answers() and not self.daemon.recover():
             reason += "; slurmctld does not answer on the previous configuration either"
         return reason
 
@@ -91,17 +93,23 @@ class Controller:
         refused = self.record.refusal(key)
         if refused is not None:
             raise NotApplied(f"slurmctld refused this configuration before ({refused})")
+        answers = self.daemon.answers()
         # Not answering on files it never accepted, it has nothing to lose: a start decides.
-        if not self.daemon.answers() and old == self.record.accepted():
+        if not answers and old == self.record.accepted():
             raise NotNow("slurmctld is not answering")
+        restart = needs_restart(old.get("slurm.conf", ""), new["slurm.conf"])
         rollout.write_files(self.conf_dir, new)
         try:
-            self.daemon.restart()
+            if answers and not restart:
+                sent = self.daemon.reconfigure()
+            else:
+                self.daemon.restart()
+                sent = self.daemon.push()
         except Refused as err:
             raise NotApplied(self._take_back(key, old, str(err))) from None
         self.record.accept(new)
         changed = ", ".join(sorted(n for n in new if new[n] != old.get(n)))
-        return f"rewrote {changed}; slurmctld runs it; {self.daemon.push()}"
+        return f"rewrote {changed}; slurmctld runs it; {sent}"
 
     def settle(self) -> str | None:
         """At start: slurmctld was started on what `slonk init` wrote. Files it has not

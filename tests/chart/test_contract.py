@@ -280,3 +280,26 @@ def test_the_network_policies_and_slurm_agree_on_srun_ports(slurm, message):
     values = copy.deepcopy(BASE_VALUES)
     values["slurm"] = slurm
     assert message in _chart_error(values)
+
+
+def test_a_block_smaller_than_the_first_is_refused_by_chart_and_pods(base_spec):
+    """slurmctld will not start with it (measured on 24.11): neither reaches a node."""
+    pools = [{**POOL, "name": "a", "replicas": 3, "topology": {"block": "b1"}},
+             {**POOL, "name": "b", "replicas": 1, "topology": {"block": "b2"}},
+             {**POOL, "name": "c", "replicas": 1, "topology": {"block": "b2"}}]
+    message = ("nodepools[1].replicas: block 'b2' has 2 node(s), fewer than the first block "
+               "'b1' (3): Slurm takes the first block's size as the base block size and "
+               "refuses a smaller block; give every block at least 3 nodes, or list the "
+               "pools of the smallest block first")
+    partitions = [{**PARTITION, "pools": ["a"]}]
+    values = {**copy.deepcopy(BASE_VALUES), "nodepools": pools, "partitions": partitions,
+              "slurm": {"topology": "block"}}
+    assert message in _chart_error(values)
+    spec = {**copy.deepcopy(base_spec), "topology": "block", "partitions": partitions,
+            "nodepools": pools}
+    with pytest.raises(SpecError) as caught:
+        parse_spec(spec)
+    assert str(caught.value) == message
+    pools[2]["replicas"] = 2
+    chart.render(chart.default_chart(), values)
+    parse_spec(spec)

@@ -76,12 +76,15 @@ def _finishes(cluster: LocalCluster, job: str) -> None:
     assert cluster.user().check_output(f"cat finished-{job}") == "done"
 
 
-@pytest.mark.parametrize(("setting", "slurm_said"), [
-    ({"SelectType": "select/bogus"}, "fatal: Can't find plugin for select/bogus"),
-    ({"BogusKey": 1}, "error: _parse_next_key: Parsing error at unrecognized key: BogusKey"),
+# A plugin slurmctld does not have kills the re-executed slurmctld (it says so once); a key
+# scontrol cannot parse never reaches slurmctld (scontrol reads the files first).
+@pytest.mark.parametrize(("setting", "slurm_said", "slurmctld_said"), [
+    ({"SelectType": "select/bogus"}, "fatal: Can't find plugin for select/bogus", 1),
+    ({"BogusKey": 1}, "error: _parse_next_key: Parsing error at unrecognized key: BogusKey", 0),
 ], ids=["unknown-plugin", "unknown-key"])
 def test_a_setting_slurm_refuses_reaches_no_node(
-    healthy: LocalCluster, held_job: str, tmp_path: Path, setting: dict, slurm_said: str
+    healthy: LocalCluster, held_job: str, tmp_path: Path, setting: dict, slurm_said: str,
+    slurmctld_said: int,
 ):
     user, worker = healthy.user(), healthy.pod(WORKERS[0])
     slurmds = _pids(healthy, "slurmd", WORKERS)
@@ -99,7 +102,7 @@ def test_a_setting_slurm_refuses_reaches_no_node(
         wait_for("the later change", lambda: _said(healthy, offset, APPLIED))
         (line,) = _said(healthy, offset, REFUSED)
         assert f"slurmctld would not run it: {slurm_said}" in line, line
-        assert len(_said(healthy, offset, f"slurmctld: {slurm_said}")) == 1  # started once
+        assert len(_said(healthy, offset, f"slurmctld: {slurm_said}")) == slurmctld_said
         wait_for("the new partition on the login pod",
                  lambda: _partitions(healthy, user) == ["main*", "short"])
         for pod in WORKERS:
@@ -116,9 +119,10 @@ def test_a_setting_slurm_refuses_reaches_no_node(
 def test_a_new_node_changes_only_what_it_should(
     healthy: LocalCluster, held_job: str, tmp_path: Path
 ):
-    """A node more in the pool: slurmctld restarts on it and every slurmd learns it, none
-    restarts, and the login pod is untouched. (`slonk local upgrade` makes no new pod: in
-    local mode the node's name does not resolve, so slurmctld leaves it out.)"""
+    """A node more in the pool: slurmctld re-executes on it (`scontrol reconfigure`: same
+    pid) and every slurmd learns it, none restarts, and the login pod is untouched.
+    (`slonk local upgrade` makes no new pod: in local mode the node's name does not resolve,
+    so slurmctld leaves it out.)"""
     daemons = {**_pids(healthy, "slurmd", WORKERS), **_pids(healthy, "sshd", ("slonk-login-0",))}
     slurmctld = _pids(healthy, "slurmctld", (CONTROLLER,))
     offset = len(healthy.log(CONTROLLER))
@@ -130,7 +134,7 @@ def test_a_new_node_changes_only_what_it_should(
             cache = healthy.pod(pod).file(CACHE)
             wait_for(f"{pod}'s slurmd to get it", lambda c=cache: (
                 "NodeName=slonk-cpu-[0-2] " in c.content_string))
-        assert _pids(healthy, "slurmctld", (CONTROLLER,)) != slurmctld
+        assert _pids(healthy, "slurmctld", (CONTROLLER,)) == slurmctld  # not restarted
         assert {**_pids(healthy, "slurmd", WORKERS),
                 **_pids(healthy, "sshd", ("slonk-login-0",))} == daemons
         assert _partitions(healthy, healthy.user()) == ["main*"]

@@ -1,8 +1,10 @@
 """The controller's rollout decisions: what slurmctld reads, what is taken back, what waits.
 
-slurmctld itself is played by a stand-in that answers as Slurm 22.05 was measured to
-(tests/integration/test_config_rollout.py runs the real one): it refuses files naming a
-select plugin it does not have, and can be made to stop answering.
+slurmctld itself is played by a stand-in that answers as Slurm 24.11.5 was measured to
+(slonk.slurmctld; tests/integration/test_config_rollout.py runs the real one): a reconfigure
+re-executes it, and the new process dies on files naming a select plugin it does not have;
+scontrol, which reads the files first, refuses one with a key it does not know, and
+slurmctld keeps running the previous files. It can be made to stop answering.
 """
 
 from __future__ import annotations
@@ -18,26 +20,34 @@ import yaml
 from slonk import paths, rollout
 from slonk.config.render import render
 from slonk.config.spec import parse_spec
-from slonk.slurmctld import Refused, _what_it_said
+from slonk.slurmctld import Refused, _what_it_said, needs_restart
 from slonk.watch import Controller, Follower, NotApplied, NotNow
 
-VERSION = "slurm-wlm 22.05.8"
+VERSION = "slurm-wlm 24.11.5"
 FATAL = "fatal: Can't find plugin for select/bogus"
+# What `scontrol reconfigure` printed on a file with BogusKey=1 (exit 1), as slonk says it.
+PARSE = ("error: _parse_next_key: Parsing error at unrecognized key: BogusKey; "
+         "fatal: Unable to process configuration file")
 
 
 @dataclass
 class StandIn:
-    """Runs whatever files are in `conf_dir`, unless they name select/bogus."""
+    """Runs whatever files are in `conf_dir`, unless they name select/bogus (it dies) or
+    BogusKey (scontrol will not send them)."""
 
     conf_dir: Path
     answering: bool = True
     calls: list[str] = field(default_factory=list)
 
-    def _runs_them(self, how: str) -> str:
+    def _conf(self) -> str:
+        return (self.conf_dir / "slurm.conf").read_text()
+
+    def _runs_them(self, how: str) -> None:
         self.calls.append(how)
-        if "select/bogus" in (self.conf_dir / "slurm.conf").read_text():
+        if "select/bogus" in self._conf():
+            self.answering = False  # it died, and is left down
             raise Refused(FATAL)
-        return how
+        self.answering = True
 
     def version(self) -> str:
         return VERSION
@@ -48,12 +58,20 @@ class StandIn:
     def restart(self) -> None:
         self._runs_them("restarted")
 
+    def reconfigure(self) -> str:
+        if "BogusKey" in self._conf():
+            self.calls.append("scontrol refused")
+            raise Refused(PARSE)
+        self._runs_them("reconfigured")
+        return "sent it to the slurmds"
+
     def started(self) -> None:
         self._runs_them("started")
 
     def recover(self) -> bool:
         self.calls.append("recover")
-        return "select/bogus" not in (self.conf_dir / "slurm.conf").read_text()
+        self.answering = "select/bogus" not in self._conf()
+        return self.answering
 
     def push(self) -> str:
         self.calls.append("push")
@@ -75,7 +93,7 @@ def _spec(demo_spec, **slurm_conf):
     return parse_spec(demo_spec)
 
 
-def test_a_change_restarts_slurmctld_then_goes_to_the_slurmds(controller, demo_spec):
+def test_a_change_is_applied_by_a_reconfigure_which_reaches_the_slurmds(controller, demo_spec):
     assert controller.apply(_spec(demo_spec)).startswith("rewrote cgroup.conf, gres.conf, ")
     assert controller.apply(_spec(demo_spec)) == "no change to the Slurm configuration"
     demo_spec["partitions"][1]["maxTime"] = 60
@@ -84,9 +102,30 @@ def test_a_change_restarts_slurmctld_then_goes_to_the_slurmds(controller, demo_s
     demo_spec["nodepools"][0]["replicas"] = 3
     assert controller.apply(_spec(demo_spec)) == (
         "rewrote slurm.conf, topology.conf; slurmctld runs it; sent it to the slurmds")
-    # A restart sends nothing to the slurmds by itself (measured): it is pushed after.
-    assert controller.daemon.calls == ["restarted", "push"] * 3
+    # Nothing to reconfigure at first: a start, then a push. A reconfigure sends the files
+    # to every slurmd itself (measured: each slurmd re-reads them).
+    assert controller.daemon.calls == ["restarted", "push", "reconfigured", "reconfigured"]
     assert controller.record.accepted() == rollout.read_files(controller.conf_dir)
+
+
+def test_settings_only_a_restart_applies_restart_slurmctld(controller, demo_spec):
+    controller.apply(_spec(demo_spec))
+    demo_spec["slurmctldPort"] = 6900
+    assert controller.apply(_spec(demo_spec)) == (
+        "rewrote slurm.conf; slurmctld runs it; sent it to the slurmds")
+    controller.apply(_spec(demo_spec, AuthType="auth/slurm"))
+    assert controller.daemon.calls == ["restarted", "push"] * 3
+
+
+def test_what_needs_a_restart():
+    old = ("SlurmctldPort=6817\nAuthType=auth/munge\nNodeName=a CPUs=1\n"
+           "SelectType=select/cons_tres\n")
+    assert needs_restart(old, old.replace("CPUs=1", "CPUs=2")) == []
+    assert needs_restart(old, old.replace("cons_tres", "linear")) == []
+    assert needs_restart(old, old.replace("6817", "6900")) == ["slurmctldport"]
+    assert needs_restart(old, old.replace("AuthType", "authtype").replace("munge", "slurm")) == [
+        "authtype"]
+    assert needs_restart(old, old + "SlurmUser=root\n") == ["slurmuser"]
 
 
 def test_a_refused_configuration_is_taken_back_and_never_tried_again(controller, demo_spec):
@@ -98,7 +137,8 @@ def test_a_refused_configuration_is_taken_back_and_never_tried_again(controller,
         controller.apply(bad)
     assert rollout.read_files(controller.conf_dir) == good
     assert controller.record.accepted() == good
-    assert controller.daemon.calls[-1] == "recover"
+    assert controller.daemon.calls[-2:] == ["reconfigured", "recover"]
+    assert controller.daemon.answers()
     tries = len(controller.daemon.calls)
     with pytest.raises(NotApplied, match=rf"refused this configuration before \({FATAL}\)"):
         controller.apply(bad)
@@ -107,6 +147,18 @@ def test_a_refused_configuration_is_taken_back_and_never_tried_again(controller,
     # What runs is still what was accepted: going back to it is no change at all.
     demo_spec["nodepools"][0]["replicas"] = 2
     assert controller.apply(_spec(demo_spec)) == "no change to the Slurm configuration"
+
+
+def test_files_scontrol_refuses_never_reach_slurmctld(controller, demo_spec):
+    """scontrol reads the new files before it asks slurmctld to: slurmctld keeps running
+    the previous ones, and is not restarted to get them back."""
+    controller.apply(_spec(demo_spec))
+    good = rollout.read_files(controller.conf_dir)
+    with pytest.raises(NotApplied, match=f"^{PARSE}$"):
+        controller.apply(_spec(demo_spec, BogusKey=1))
+    assert rollout.read_files(controller.conf_dir) == good
+    assert controller.record.accepted() == good
+    assert controller.daemon.calls[-1] == "scontrol refused"
 
 
 def test_a_refusal_counts_for_its_slurm_version_only(controller, demo_spec):
@@ -276,7 +328,7 @@ def test_refusals_are_said_once(tmp_path, demo_spec):
 
 
 def test_what_slurmctld_said_names_the_cause():
-    """Lines as Slurm 22.05 printed them, measured on this machine."""
+    """Lines as Slurm printed them, measured on this machine (22.05 and 24.11.5 alike)."""
     parse = ["slurmctld: Processing Reconfiguration Request",
              "slurmctld: error: _parse_next_key: Parsing error at unrecognized key: BogusKey",
              "slurmctld: fatal: Unable to process configuration file"]
@@ -286,6 +338,10 @@ def test_what_slurmctld_said_names_the_cause():
               "slurmctld: No job state file (/var/spool/slurmctld/job_state.old) to recover",
               "slurmctld: fatal: Can't find plugin for select/bogus"]
     assert _what_it_said(plugin) == FATAL
+    # 24.11.5's scontrol reconfigure on a file it cannot parse (slonk drops "scontrol: ").
+    scontrol = ["error: _parse_next_key: Parsing error at unrecognized key: BogusKey",
+                "fatal: Unable to process configuration file"]
+    assert _what_it_said(scontrol) == PARSE
     assert _what_it_said(["slurmctld: error: a", "slurmctld: error: b", "info"]) == "error: b"
     assert _what_it_said(["slurmctld: started"]) == ""
     assert _what_it_said(["slurmctld: fatal: a\rb\x1b[2Jc" + "x" * 1000]) == (

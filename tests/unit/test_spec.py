@@ -173,3 +173,44 @@ def test_hostile_yaml_is_refused_not_expanded(tmp_path, text, message):
 def test_a_control_character_in_a_key_is_refused(demo_spec):
     demo_spec["slurmConf"] = {"MaxJobCount\nNodeName": 1}
     assert _error(demo_spec).startswith("slurmConf.MaxJobCount\nNodeName: ")
+
+
+def _block_spec(demo_spec, *pools):
+    """Block topology over pools given as (replicas, block or None)."""
+    demo_spec["topology"] = "block"
+    demo_spec["nodepools"] = [
+        {"name": f"p{i}", "replicas": replicas, "cpus": 1, "memoryMiB": 100,
+         **({"topology": {"block": block}} if block else {})}
+        for i, (replicas, block) in enumerate(pools)]
+    demo_spec["partitions"] = [{"name": "main", "pools": ["p0"], "default": True}]
+    return demo_spec
+
+
+@pytest.mark.parametrize("pools", [
+    [(2, "b1"), (2, "b2")],
+    [(2, "b1"), (4, "b2"), (3, "b3")],  # larger blocks are fine (measured on 24.11)
+    [(1, "b1"), (1, "b1"), (2, "b2")],  # pools sharing a block add up
+    [(2, "b1"), (1, "b2"), (1, "b2")],
+    [(2, "b1"), (0, "b2"), (2, None)],  # a pool without nodes is in no block
+    [(3, "b1")],
+])
+def test_blocks_at_least_as_large_as_the_first_are_accepted(demo_spec, pools):
+    parse_spec(_block_spec(demo_spec, *pools))
+
+
+@pytest.mark.parametrize(("pools", "message"), [
+    ([(4, "b1"), (2, "b2")], "nodepools[1].replicas: block 'b2' has 2 node(s), fewer than "
+     "the first block 'b1' (4): Slurm takes the first block's size as the base block size"),
+    ([(2, "b1"), (1, None)], "nodepools[1].replicas: block 'p1' has 1 node(s), fewer than "
+     "the first block 'b1' (2)"),  # an unplaced pool is a block of its own
+])
+def test_a_block_smaller_than_the_first_is_refused(demo_spec, pools, message):
+    with pytest.raises(SpecError) as caught:
+        parse_spec(_block_spec(demo_spec, *pools))
+    assert str(caught.value).startswith(message)
+
+
+def test_block_sizes_matter_only_under_block_topology(demo_spec):
+    spec = _block_spec(demo_spec, (4, "b1"), (2, "b2"))
+    spec["topology"] = "tree"
+    parse_spec(spec)

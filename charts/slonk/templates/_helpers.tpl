@@ -140,6 +140,39 @@ affinity: {{- toYaml . | nindent 2 }}
 {{- end }}
 
 {{/*
+topology: block. slurmctld takes the first block's node count as the base block size and will
+not start with a smaller block (as slonk.config.spec._check_blocks, same message). A pool
+without a block is a block of its own, named after it; pools without nodes are in none.
+*/}}
+{{- define "slonk.validateBlocks" -}}
+{{- $sizes := dict -}}
+{{- $order := list -}}
+{{- $firstPool := dict -}}
+{{- range $i, $pool := . -}}
+{{- if gt (int $pool.replicas) 0 -}}
+{{- $name := $pool.name -}}
+{{- with $pool.topology }}{{ with .block }}{{ $name = . }}{{ end }}{{ end -}}
+{{- if not (hasKey $sizes $name) -}}
+{{- $order = append $order $name -}}
+{{- $_ := set $firstPool $name $i -}}
+{{- $_ := set $sizes $name 0 -}}
+{{- end -}}
+{{- $_ := set $sizes $name (add (index $sizes $name) (int $pool.replicas)) -}}
+{{- end -}}
+{{- end -}}
+{{- if $order -}}
+{{- $first := first $order -}}
+{{- $base := index $sizes $first | int -}}
+{{- range $name := rest $order -}}
+{{- $size := index $sizes $name | int -}}
+{{- if lt $size $base -}}
+{{- fail (printf "nodepools[%d].replicas: block '%s' has %d node(s), fewer than the first block '%s' (%d): Slurm takes the first block's size as the base block size and refuses a smaller block; give every block at least %d nodes, or list the pools of the smallest block first" (index $firstPool $name | int) $name $size $first $base $base) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
 Checks the schema cannot express. Each failure names the values key, as the schema does.
 */}}
 {{- define "slonk.validate" -}}
@@ -153,6 +186,9 @@ Checks the schema cannot express. Each failure names the values key, as the sche
 {{- if gt (len $node) 63 -}}
 {{- fail (printf "nodepools[%d].name: node name %q is longer than 63 characters" $i $node) -}}
 {{- end -}}
+{{- end -}}
+{{- if eq .Values.slurm.topology "block" -}}
+{{- include "slonk.validateBlocks" .Values.nodepools -}}
 {{- end -}}
 {{- $partitions := dict -}}
 {{- $defaults := 0 -}}

@@ -165,13 +165,11 @@ def _partition_line(spec: ClusterSpec, partition: Any) -> str:
 
 
 def _groups(spec: ClusterSpec, attribute: str) -> dict[str, list[str]]:
-    """Node names grouped by a placement attribute; unplaced pools form their own group."""
-    groups: dict[str, list[str]] = {}
-    for pool in spec.nodepools:
-        if pool.replicas:
-            key = getattr(pool.placement, attribute) or pool.name
-            groups.setdefault(key, []).extend(pool.node_names(spec.release))
-    return groups
+    """Node names by switch or block (ClusterSpec.placement_groups)."""
+    return {
+        name: [node for _, pool in pools for node in pool.node_names(spec.release)]
+        for name, pools in spec.placement_groups(attribute).items()
+    }
 
 
 def topology_lines(spec: ClusterSpec) -> list[str]:
@@ -183,6 +181,9 @@ def topology_lines(spec: ClusterSpec) -> list[str]:
             lines.append(f"SwitchName={spec.release}-spine Switches={','.join(leaves)}")
         return lines
     if spec.topology == "block":
+        # The first block sets the base block size (the largest --segment); spec checks
+        # every later one is at least as large. No BlockSizes: the default aggregates
+        # consecutive blocks in powers of two, in pool order.
         blocks = _groups(spec, "block")
         return [f"BlockName={name} Nodes={_ranged(nodes)}" for name, nodes in blocks.items()]
     return []

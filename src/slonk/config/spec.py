@@ -289,6 +289,16 @@ class ClusterSpec:
             phases |= {p for c in self.health_checks(pool).values() for p in c.phases}
         return tuple(p for p in HOOK_PHASES if p in phases)
 
+    def placement_groups(self, attribute: str) -> dict[str, list[tuple[int, NodePool]]]:
+        """Pools with nodes, by their `switch` or `block` in the order they first appear,
+        with their index; an unplaced pool forms its own group, named after it."""
+        groups: dict[str, list[tuple[int, NodePool]]] = {}
+        for i, pool in enumerate(self.nodepools):
+            if pool.replicas:
+                key = getattr(pool.placement, attribute) or pool.name
+                groups.setdefault(key, []).append((i, pool))
+        return groups
+
     def health_checks(self, pool: NodePool) -> dict[str, CheckSettings]:
         """The checks a pool's nodes run: the GPU check only where there are GPUs to count."""
         if self.health is None:
@@ -782,6 +792,26 @@ def _unique(values: list[Any], path: str, what: str, key: str = "name") -> None:
         seen.add(value)
 
 
+def _check_blocks(spec: ClusterSpec) -> None:
+    """slurmctld (24.11, measured) takes the first block's node count as the base block size
+    and will not start with a block of fewer nodes ("Block configuration (b2) children count
+    lower than bblock_node_cnt")."""
+    blocks = list(spec.placement_groups("block").items())
+    if not blocks:
+        return
+    first, first_pools = blocks[0]
+    base = sum(pool.replicas for _, pool in first_pools)
+    for name, pools in blocks[1:]:
+        size = sum(pool.replicas for _, pool in pools)
+        if size < base:
+            raise SpecError(
+                f"nodepools[{pools[0][0]}].replicas: block {name!r} has {size} node(s), fewer "
+                f"than the first block {first!r} ({base}): Slurm takes the first block's size "
+                "as the base block size and refuses a smaller block; give every block at "
+                f"least {base} nodes, or list the pools of the smallest block first"
+            )
+
+
 def parse_spec(data: Any) -> ClusterSpec:
     """Validate a parsed `cluster.yaml` document and build the spec."""
     if found := patterns.first_unsafe_value(data):
@@ -820,7 +850,7 @@ def parse_spec(data: Any) -> ClusterSpec:
         raise SpecError(f"topology: must be one of {', '.join(TOPOLOGY_PLUGINS)}")
     slurm_conf = _conf_map(r, "slurmConf")
     extra_lines = _extra_lines(r, slurm_conf)
-    return ClusterSpec(
+    spec = ClusterSpec(
         cluster_name=cluster_name,
         release=release,
         namespace=_dns_label(r.get("namespace", str, "default"), "namespace"),
@@ -844,6 +874,9 @@ def parse_spec(data: Any) -> ClusterSpec:
         hooks=_hooks(r.data.get("hooks"), "hooks"),
         health=_health(r.data.get("health"), "health"),
     )
+    if topology == "block":
+        _check_blocks(spec)
+    return spec
 
 
 class _PlainLoader(yaml.SafeLoader):
