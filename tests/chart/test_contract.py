@@ -64,6 +64,8 @@ HOSTILE = [
     ("slurm.slurmConf", {"slurmctldhost": "evil"}, "slurm.slurmConf.slurmctldhost"),
     ("slurm.slurmConf", {"INCLUDE": "/etc/passwd"}, "slurm.slurmConf.INCLUDE"),
     ("slurm.slurmConf", {"SlurmctldPort": 1}, "slurm.slurmConf.SlurmctldPort"),
+    # slurmctld logs to stderr (kubectl logs); config-watch reads it to know a reconfigure ran.
+    ("slurm.slurmConf", {"SlurmctldLogFile": "/tmp/x"}, "slurm.slurmConf.SlurmctldLogFile"),
     ("slurm.slurmConf", {"MaxJobCount": "5 NodeName=evil"}, "slurm.slurmConf.MaxJobCount"),
     ("slurm.slurmConf", {"MaxJobCount": "5\nNodeName=evil"}, "slurm.slurmConf.MaxJobCount"),
     ("slurm.slurmConf", {"MaxJobCount": "5\r"}, "slurm.slurmConf.MaxJobCount"),

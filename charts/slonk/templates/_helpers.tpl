@@ -259,7 +259,7 @@ Checks the schema cannot express. Each failure names the values key, as the sche
 keys in any case). The same list as MANAGED_KEYS in src/slonk/config/spec.py (a test holds
 them equal). */}}
 {{- define "slonk.managedSlurmKeys" -}}
-clustername slurmctldhost controlmachine controladdr backupcontroller backupaddr slurmctldaddr slurmctldport slurmdport nodename nodeset partitionname frontendname downnodes include
+clustername slurmctldhost controlmachine controladdr backupcontroller backupaddr slurmctldaddr slurmctldport slurmdport nodename nodeset partitionname frontendname downnodes include slurmctldlogfile slurmdlogfile
 {{- end }}
 
 {{- /* What slonk writes on a partition's line: PARTITION_KEYS in spec.py. */}}

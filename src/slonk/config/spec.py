@@ -27,7 +27,7 @@ DNS_LABEL_MAX = 63
 MANAGED_KEYS = frozenset(
     "ClusterName SlurmctldHost ControlMachine ControlAddr BackupController BackupAddr "
     "SlurmctldAddr SlurmctldPort SlurmdPort NodeName NodeSet PartitionName FrontendName "
-    "DownNodes Include".split()
+    "DownNodes Include SlurmctldLogFile SlurmdLogFile".split()
 )
 # What slonk writes on a partition's line, and Slurm's alias of one (Priority): its
 # `options` may add anything else.
