@@ -247,16 +247,16 @@ def pod_spec(cluster: Cluster, pod: Pod, hosts: str, runtime: str) -> dict[str, 
     layers: list[str] = podman.image_layers(pod.image) if runtime == "host" else []
     rootfs = paths.rootfs_dir() if paths.checkout() else None
     binds = _development_binds(layers) if runtime == "host" else []
-    for mount in pod.mounts:
-        source = state_path(cluster.state_dir, mount, pod.name)
-        binds.append({"source": str(source), "target": mount.target, "readOnly": mount.read_only})
     # What a host-runtime pod binds from the checkout must not show it the state directory.
-    for bind in binds[:2] if runtime == "host" else []:
+    for bind in binds:
         if cluster.state_dir.is_relative_to(bind["source"]):
             raise LocalModeError(
                 f"state dir {cluster.state_dir} lies in {bind['source']}, which pods see: "
                 "choose another"
             )
+    for mount in pod.mounts:
+        source = state_path(cluster.state_dir, mount, pod.name)
+        binds.append({"source": str(source), "target": mount.target, "readOnly": mount.read_only})
     env = {"PATH": POD_PATH, "HOME": "/root", "LANG": "C.UTF-8", **pod.env}
     if pod.service_account:
         account = cluster.state_dir / "serviceaccounts" / pod.service_account
