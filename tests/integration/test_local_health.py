@@ -137,10 +137,13 @@ def test_a_node_failing_boot_checks_registers_drained_then_is_recycled_then_quar
 ):
     cluster = faults.cluster
     faults.gpu("missing")
+    offset = len(cluster.log(BAD))
     cluster.slonk("restart", BAD)
+    # The old pod's interval check may drain the node first: wait for the new pod's boot.
+    failed = "boot check failed: FAIL gpu        1 of 2 GPUs visible"
+    wait_for(f"{BAD}'s boot checks to fail", lambda: failed in cluster.log(BAD)[offset:])
     reason = "slonk:gpu: 1 of 2 GPUs visible"
     wait_for(f"{BAD} registered drained", lambda: cluster.nodes()[BAD] == ("idle+drain", reason))
-    assert "boot check failed: FAIL gpu        1 of 2 GPUs visible" in cluster.log(BAD)
     _recycle_fast(cluster)
     quarantine = f"slonk:quarantine: recycled 2 times in 600 s; last {reason}"
     wait_for(f"{BAD} quarantined", lambda: cluster.nodes()[BAD] == ("idle+drain", quarantine),
