@@ -111,7 +111,7 @@ def test_a_job_running_when_a_fault_appears_finishes(faults: Faults):
 
 def _recycle_fast(cluster: LocalCluster) -> None:
     values = cluster.state_dir.parent / "recycle-fast.yaml"
-    values.write_text("health: {recycle: {idleSeconds: 0, maxRecycles: 2, windowSeconds: 600}}\n")
+    values.write_text("health: {recycle: {idleSeconds: 1, maxRecycles: 2, windowSeconds: 600}}\n")
     cluster.slonk("upgrade", "-f", str(values))
 
 

@@ -136,7 +136,7 @@ def recycling(hooks: LocalCluster) -> Iterator[LocalCluster]:
     """Recycling at once, and slonk-cpu-1's GPUs made faulty (the fake nvidia-smi's state
     is in /home); healed and back to the cluster's values afterwards."""
     values = hooks.state_dir.parent / "recycle-at-once.yaml"
-    values.write_text("health: {recycle: {idleSeconds: 0, maxRecycles: 100}}\n")
+    values.write_text("health: {recycle: {idleSeconds: 1, maxRecycles: 100}}\n")
     hooks.slonk("upgrade", "-f", str(values))
     try:
         yield hooks

@@ -42,6 +42,10 @@ def test_health_is_off_unless_enabled():
 
 @pytest.mark.parametrize(("health", "error"), [
     ({"enabled": True, "checks": {"gpuu": {}}}, "health.checks.gpuu: unknown key"),
+    # slurmd start times are whole seconds: a node recycled at once could not be told from
+    # its successor.
+    ({"enabled": True, "recycle": {"idleSeconds": 0}},
+     "health.recycle.idleSeconds: must be >= 1, got 0"),
     ({"enabled": True, "checks": {"gpu": {"xids": ["79"]}}},
      "health.checks.gpu.xids[0]: expected an integer"),
     ({"enabled": True, "checks": {"scratch": {"minFreePercent": -1}}},
@@ -378,7 +382,7 @@ def test_a_hostile_reason_on_another_node_leaves_this_one_alone(monkeypatch):
     assert updates == []
 
 
-RECYCLE_NOW = {"enabled": True, "recycle": {"idleSeconds": 0, "maxRecycles": 5}}
+RECYCLE_NOW = {"enabled": True, "recycle": {"idleSeconds": 1, "maxRecycles": 5}}
 
 
 class RecordingKubernetes:
@@ -396,8 +400,11 @@ class RecordingKubernetes:
 
 
 def _recycle_pass(monkeypatch, text, kube, history):
+    """One pass at t=1000 over nodes seen idle since a second before (idleSeconds is 1)."""
     monkeypatch.setattr(node, "scontrol", lambda *args: slurm_json.nodes(*text)
                         if isinstance(text, list) else text)  # fmt: skip
+    for record in text if isinstance(text, list) else []:
+        history.idle_since.setdefault(record["name"], 999)
     recycle.pass_once(parse_spec({**BASE, "health": RECYCLE_NOW}), kube, history, now=1000)
 
 

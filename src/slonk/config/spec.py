@@ -770,7 +770,10 @@ def _health(data: Any, path: str) -> HealthSettings | None:
     rr = _Reader(r.get("recycle", dict, {}), r.at("recycle"), keys)
     if rr.get("enabled", bool, True):
         recycle = RecycleSettings(
-            idle_seconds=rr.count("idleSeconds", default=300),
+            # At least 1: Slurm gives slurmd's start time in whole seconds, and the loop
+            # knows a recycled node's new slurmd by it. Idle a second or more, a drained
+            # node's slurmd and the one that replaces it never start in the same second.
+            idle_seconds=rr.count("idleSeconds", default=300, minimum=1),
             period_seconds=rr.count("periodSeconds", default=30, minimum=1),
             max_recycles=rr.count("maxRecycles", default=3, minimum=1),
             window_seconds=rr.count("windowSeconds", default=3600, minimum=1),
