@@ -14,7 +14,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -69,11 +69,19 @@ def slonk(*args: str, check: bool = True, timeout: float = 180) -> subprocess.Co
 
 
 @contextlib.contextmanager
-def running(state_dir: Path, *up_args: str) -> Iterator[None]:
-    """A local cluster `up` in `state_dir`, brought `down --purge` after, whatever happened."""
+def running(
+    state_dir: Path, *up_args: str, values: Mapping[str, Any] | None = None
+) -> Iterator[Path | None]:
+    """A local cluster `up` in `state_dir`, brought `down --purge` after, whatever happened.
+    `values` are written beside the state dir and given to `up -f`; yields that file."""
+    values_file = None
+    if values is not None:
+        values_file = state_dir.parent / f"{state_dir.name}-values.yaml"
+        values_file.write_text(yaml.safe_dump(dict(values)))
+        up_args = (*up_args, "-f", str(values_file))
     try:
         slonk("local", "up", *up_args, "--state-dir", str(state_dir))
-        yield
+        yield values_file
     finally:
         slonk("local", "down", "--purge", "--state-dir", str(state_dir), check=False)
 
@@ -214,8 +222,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     state_dir = tmp_path_factory.mktemp("local-cluster")
     hooks = HooksRepo(tmp_path_factory.mktemp("hooks") / "repo")
     hooks.create()
-    values = state_dir.parent / "cluster-values.yaml"
-    values.write_text(yaml.safe_dump({
+    values = {
         "hooks": {"enabled": True, "git": {"repo": f"file://{hooks.path}", "periodSeconds": 1}},
         "health": {
             "intervalSeconds": HEALTH_INTERVAL,
@@ -227,8 +234,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
             # Recycling is as good as off, but for the tests that turn it on.
             "recycle": {"idleSeconds": 3600, "periodSeconds": 1},
         },
-    }))
-    with running(state_dir, "-f", str(values)):
+    }
+    with running(state_dir, values=values):
         yield LocalCluster(state_dir, hooks)
 
 

@@ -99,9 +99,8 @@ class Lifecycle(LocalCluster):
 @pytest.fixture(scope="module")
 def small(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lifecycle]:
     state_dir = tmp_path_factory.mktemp("lifecycle") / "state"
-    values = state_dir.parent / "values.yaml"
-    values.write_text(yaml.safe_dump(VALUES))
-    with running(state_dir, "-f", str(values)):
+    with running(state_dir, values=VALUES) as values:
+        assert values is not None
         yield Lifecycle(state_dir, values)
 
 

@@ -7,7 +7,6 @@ from collections.abc import Iterator
 
 import hostlist
 import pytest
-import yaml
 
 from .conftest import LocalCluster, running, wait_for
 
@@ -26,9 +25,7 @@ NODES = tuple(node for nodes in BLOCKS.values() for node in nodes)
 @pytest.fixture(scope="module")
 def blocks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     state_dir = tmp_path_factory.mktemp("topology") / "state"
-    values = state_dir.parent / "values.yaml"
-    values.write_text(yaml.safe_dump(VALUES))
-    with running(state_dir, "-f", str(values)):
+    with running(state_dir, values=VALUES):
         cluster = LocalCluster(state_dir)
         cluster.wait_idle(NODES)
         yield cluster
