@@ -30,6 +30,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 from slonk import paths
 
@@ -175,6 +176,11 @@ class Slurmctld:
         if self._wait(self._pid()):
             self.keep_up()
             return
+        self._give_up(mark)
+
+    def _give_up(self, mark: int) -> NoReturn:
+        """Stop it, and raise Refused with why: hung past the bound, or what it said as it
+        died (its log from `mark`)."""
         hung = self._pid() is not None
         self._stop()
         if hung:
@@ -202,11 +208,7 @@ class Slurmctld:
                 self.keep_up()
                 return "sent it to the slurmds"
             time.sleep(POLL_SECONDS)
-        hung = self._pid() is not None
-        self._stop()
-        if hung:
-            raise Refused(f"it did not answer within {self.start_timeout:g} s")
-        raise Refused(self.said(mark) or "it exited")
+        self._give_up(mark)
 
     def started(self) -> None:
         """The daemon s6 started with the pod: wait until it answers; raises Refused (it is
