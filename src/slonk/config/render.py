@@ -11,7 +11,7 @@ import jinja2
 
 from slonk.config.spec import ClusterSpec, NodePool
 from slonk.files import write_atomically
-from slonk.paths import HOOK_BIN
+from slonk.paths import HOOK_BIN, STATE_SAVE
 
 CONFIG_FILES = ("slurm.conf", "topology.conf", "gres.conf", "cgroup.conf")
 # Configless Slurm: slurmctld is the only reader of these files; every slurmd and client
@@ -51,7 +51,7 @@ def slurm_settings(spec: ClusterSpec) -> dict[str, str]:
         "AuthType": "auth/munge",
         "SlurmctldPort": spec.slurmctld_port,
         "SlurmdPort": spec.slurmd_port,
-        "StateSaveLocation": "/var/spool/slurmctld",
+        "StateSaveLocation": str(STATE_SAVE),
         "SlurmdSpoolDir": "/var/spool/slurmd",
         "SlurmctldPidFile": "/run/slurmctld.pid",
         "SlurmdPidFile": "/run/slurmd.pid",

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from slonk import paths
 from slonk.config.spec import ClusterSpec, RecycleSettings, SpecError
 from slonk.files import write_atomically
 from slonk.health import node as slurm
@@ -27,7 +28,7 @@ from slonk.services import idle
 
 # On the controller's state volume, beside slurmctld's own state: a controller restart must
 # not forget how often a node was recycled.
-HISTORY = Path("/var/spool/slurmctld/slonk-recycle.json")
+HISTORY = paths.STATE_SAVE / "slonk-recycle.json"
 
 
 def log(message: str) -> None:
