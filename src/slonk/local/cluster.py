@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import json
 import os
 import shutil
@@ -243,8 +244,13 @@ def _development_binds(layers: Sequence[str]) -> list[dict[str, Any]]:
     ]
 
 
+# Asked once per image, not per pod (a podman call each): `up` and `upgrade` are one short
+# command, and the images do not change under it.
+_image_layers = functools.cache(podman.image_layers)
+
+
 def pod_spec(cluster: Cluster, pod: Pod, hosts: str, runtime: str) -> dict[str, Any]:
-    layers: list[str] = podman.image_layers(pod.image) if runtime == "host" else []
+    layers: list[str] = _image_layers(pod.image) if runtime == "host" else []
     rootfs = paths.rootfs_dir() if paths.checkout() else None
     binds = _development_binds(layers) if runtime == "host" else []
     # What a host-runtime pod binds from the checkout must not show it the state directory.
