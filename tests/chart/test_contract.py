@@ -121,6 +121,18 @@ HOSTILE_CHART_ONLY = [
     ("hooks.git.repo", "ext::sh -c touch% /tmp/pwned"),
     ("hooks.git.repo", "-oProxyCommand=touch /tmp/pwned"),
     ("hooks.git.repo", "https://example.org/hooks.git --upload-pack=x"),
+    # Image references reach podman's command line in local mode: no option, space or line.
+    ("images.worker", "--privileged"),
+    ("images.worker", "-f json"),
+    ("images.controller", "slonk/controller\n"),
+    ("images.login", "Slonk/Login"),
+    ("images.registry", "-v=/:/host"),
+    ("images.registry", "localhost extra"),
+    ("images.tag", "--rm"),
+    ("images.tag", "1.0 --privileged"),
+    ("images.tag", "x" * 129),
+    ("hooks.git.image", "--privileged"),
+    ("hooks.git.image", "registry.k8s.io/git-sync:v4 --rm"),
 ]
 
 
@@ -208,6 +220,12 @@ SCHEMA_PATTERNS = [
     ("/$defs/partition/properties/preemptMode", patterns.PREEMPT_MODE),
     ("/properties/hooks/properties/git/properties/ref", patterns.GIT_REF),
     ("/properties/hooks/properties/git/properties/repo/anyOf/1", patterns.GIT_REPO),
+    ("/properties/hooks/properties/git/properties/image", patterns.IMAGE),
+    ("/properties/images/properties/registry", patterns.IMAGE_REGISTRY),
+    ("/properties/images/properties/tag", patterns.IMAGE_TAG),
+    ("/properties/images/properties/controller", patterns.IMAGE_NAME),
+    ("/properties/images/properties/worker", patterns.IMAGE_NAME),
+    ("/properties/images/properties/login", patterns.IMAGE_NAME),
     ("/properties/health/properties/checks/properties/gpu/properties/nvidiaSmi",
      patterns.COMMAND_LINE),
     ("/properties/health/properties/checks/properties/gpu/properties/dmesg",

@@ -79,3 +79,18 @@ def test_hosts_file_answers_for_every_pod_of_a_scaled_pool():
     hosts = hosts_file(objects, addresses, "cluster.local")
     assert "10.0.0.4\tslonk-cpu-2 slonk-cpu-2.slonk-pods.default.svc.cluster.local " \
            "slonk-cpu-2.default.svc.cluster.local\n" in hosts
+
+
+@pytest.mark.parametrize("image", ["--privileged", "-f json", "localhost/slonk/worker:0.2.0\n",
+                                   "localhost/slonk/worker --rm", ""])
+def test_an_object_whose_image_is_no_reference_is_refused(image):
+    """Rendered objects are checked again: podman's command line would read `-…` as an
+    option."""
+    rendered = chart.render(chart.default_chart(), {})
+    docs = [d for d in yaml.safe_load_all(chart.manifest(rendered)) if d]
+    (worker,) = [d for d in docs if d["kind"] == "StatefulSet"
+                 and d["metadata"]["name"] == "slonk-cpu"]  # fmt: skip
+    worker["spec"]["template"]["spec"]["containers"][0]["image"] = image
+    with pytest.raises(LocalModeError, match=r"StatefulSet slonk-cpu, container '.*': image "
+                                             r".* is not an image reference"):  # fmt: skip
+        plan(docs, "default")

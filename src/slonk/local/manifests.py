@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from slonk.config import patterns
+
 COMPONENT = "app.kubernetes.io/component"
 POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"
 
@@ -175,7 +177,7 @@ def plan(documents: Iterable[Mapping[str, Any]], namespace: str) -> Plan:
                         sidecars=tuple(
                             Sidecar(
                                 c["name"],
-                                c["image"],
+                                _image(meta["name"], c),
                                 _env(c, name, namespace),
                                 _mounts(doc, name, c),
                             )
@@ -184,7 +186,7 @@ def plan(documents: Iterable[Mapping[str, Any]], namespace: str) -> Plan:
                         service_account=(
                             account if pod_spec.get("automountServiceAccountToken", True) else None
                         ),
-                        image=container["image"],
+                        image=_image(meta["name"], container),
                         capabilities=tuple(security.get("capabilities", {}).get("add", [])),
                         drop_capabilities=tuple(
                             security.get("capabilities", {}).get("drop", [])
@@ -193,6 +195,18 @@ def plan(documents: Iterable[Mapping[str, Any]], namespace: str) -> Plan:
                     )
                 )
     return result
+
+
+def _image(statefulset: str, container: Mapping[str, Any]) -> str:
+    """The container's image, refused unless a plain reference: podman's command line would
+    read one starting with `-` as an option."""
+    image = container["image"]
+    if not isinstance(image, str) or not patterns.matches(patterns.IMAGE, image):
+        raise LocalModeError(
+            f"StatefulSet {statefulset}, container {container.get('name')!a}: "
+            f"image {image!a} is not an image reference"
+        )
+    return image
 
 
 def hosts_file(plan: Plan, addresses: Mapping[str, str], cluster_domain: str) -> str:
