@@ -84,6 +84,19 @@ def _health_log(cluster: LocalCluster, pod: str, since: int) -> str:
     return out.stdout if out.rc == 0 else ""
 
 
+def _wait_health_logged(cluster: LocalCluster, pod: str, since: int, what: str,
+                        *fragments: str) -> None:
+    """Until one line the pod's health runs logged past `since` holds every fragment."""
+    def logged() -> bool:
+        return any(all(f in line for f in fragments)
+                   for line in _health_log(cluster, pod, since).splitlines())
+
+    try:
+        wait_for(what, logged)
+    except AssertionError as err:
+        raise AssertionError(f"{err}; {pod} logged:\n{_health_log(cluster, pod, since)}") from None
+
+
 def _health_run_by_hand(cluster: LocalCluster, pod: str) -> str:
     """A health run as slurmd's interval runs do it, here and now: a passing check that leaves
     a node be logs nothing, so its say is read from its output."""
@@ -137,8 +150,8 @@ def test_a_fault_drains_its_node_and_healing_returns_it(faults: Faults, inject, 
     assert _hosts_of_new_jobs(faults.cluster, 4) == {GOOD}
     faults.heal()
     # The health run logs the resume once Slurm took it.
-    wait_for(f"{BAD} resumed by its health check", lambda: f"resumed (was: {reason}" in (
-        _health_log(faults.cluster, BAD, offset)))
+    _wait_health_logged(faults.cluster, BAD, offset, f"{BAD} resumed by its health check",
+                        f"resumed (was: {reason}")
     faults.cluster.wait_idle()
 
 
@@ -174,8 +187,9 @@ def test_a_persons_drain_survives_every_check_and_recycle(faults: Faults):
     offset = _health_log_offset(cluster, GOOD)
     faults.gpu("ecc", pod=GOOD)
     left = "left idle+drain ('maintenance', set by 'root')"
-    wait_for(f"{GOOD}'s health check to see the fault and leave the drain",
-             lambda: f"{ECC}; {left}" in _health_log(cluster, GOOD, offset))
+    _wait_health_logged(cluster, GOOD, offset,
+                        f"{GOOD}'s health check to see the fault and leave the drain",
+                        f"interval: {ECC}", f"; {left}")
     _recycle_pass(cluster)
     assert cluster.nodes()[GOOD] == ("idle+drain", "maintenance")
     faults.heal()
