@@ -93,6 +93,41 @@ class Cluster:
     def pod_dir(self, name: str) -> Path:
         return self.state_dir / "pods" / name
 
+    def log_file(self, name: str) -> Path:
+        """The pod's log: every container's output since `up`, each restart's after the last."""
+        return self.pod_dir(name) / "log"
+
+    def log_offset(self, name: str) -> int:
+        """Where the pod's log ends now: what the pod logs from here on lies past it, for
+        `log(name, since=...)` (a byte offset)."""
+        try:
+            return self.log_file(name).stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def mark_container_start(self, name: str) -> None:
+        """Before a container of the pod starts: its log begins where the pod's ends now."""
+        (self.pod_dir(name) / "log-start").write_text(f"{self.log_offset(name)}\n")
+
+    def container_log_offset(self, name: str) -> int:
+        """Where the log of the pod's current container (its last start) begins."""
+        try:
+            start = int((self.pod_dir(name) / "log-start").read_text())
+        except (OSError, ValueError):
+            return 0
+        # A log that shrank was started afresh: all of it is the current container's.
+        return start if start <= self.log_offset(name) else 0
+
+    def log(self, name: str, since: int = 0) -> str:
+        """The pod's log from byte offset `since` (a `log_offset` or `container_log_offset`),
+        by default all of it; "" while there is none."""
+        try:
+            with open(self.log_file(name), "rb") as log:
+                log.seek(since)
+                return log.read().decode(errors="replace")
+        except FileNotFoundError:
+            return ""
+
     def record(self) -> dict[str, Any]:
         try:
             return json.loads(self.record_file.read_text())
@@ -357,6 +392,7 @@ def _launch(cluster: Cluster, name: str, spec: dict[str, Any]) -> int:
         Path(volume["source"]).mkdir(parents=True, exist_ok=True)
     netns = cluster.network.pod_netns(name)
     write_pod_spec(cluster, name, spec)
+    cluster.mark_container_start(name)
     if cluster.record().get("runtime") == "podman":
         pid = podman.start(pod_dir, netns, spec)
     else:
@@ -398,7 +434,7 @@ def wait_nodes_up(
     while True:
         for name in sorted(watched):
             if cluster.pid(name) is None:
-                log = (cluster.pod_dir(name) / "log").read_text().splitlines()[-15:]
+                log = cluster.log(name).splitlines()[-15:]
                 raise LocalModeError(f"pod {name} stopped while starting:\n" + "\n".join(log))
         states = node_states(cluster)
         summary = ", ".join(

@@ -219,7 +219,7 @@ def _put_back_spec(
 
 
 def _controller_log(cluster: Cluster) -> Path:
-    return cluster.pod_dir(cluster.pod_names("controller")[0]) / "log"
+    return cluster.log_file(cluster.pod_names("controller")[0])
 
 
 def _await_controller(cluster: Cluster, tail: LogTail, progress: Callable[[str], None]) -> None:
