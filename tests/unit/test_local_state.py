@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from slonk.local.cluster import Cluster
+from slonk.local.state import Cluster
 
 POD = "slonk-cpu-0"
 
