@@ -23,9 +23,7 @@ def _imports() -> dict[str, set[str]]:
                 names.add(node.module)
             elif isinstance(node, ast.Import):
                 names |= {alias.name for alias in node.names}
-        found[path.stem] = {
-            n.split(".")[2] for n in names if n.startswith("slonk.local.")
-        }
+        found[path.stem] = {n.split(".")[2] for n in names if n.startswith("slonk.local.")}
     return found
 
 
@@ -34,7 +32,7 @@ def _cycle(imports: dict[str, set[str]]) -> list[str] | None:
 
     def visit(module: str, path: list[str]) -> list[str] | None:
         if module in path:
-            return [*path[path.index(module):], module]
+            return [*path[path.index(module) :], module]
         if module in done:
             return None
         for imported in sorted(imports.get(module, ())):

@@ -158,6 +158,7 @@ def status(state_dir: Path) -> str:
         rows.append(f"{name:24} {info['role']:10} {info['address']:12} {state:8} {' '.join(procs)}")
     states = node_states(cluster)
     rows.append("")
-    rows.append("Slurm nodes: "
-                + (", ".join(f"{n} {s.label}" for n, s in states.items()) or "unknown"))
+    rows.append(
+        "Slurm nodes: " + (", ".join(f"{n} {s.label}" for n, s in states.items()) or "unknown")
+    )
     return "\n".join(rows)

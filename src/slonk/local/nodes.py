@@ -48,7 +48,8 @@ def wait_nodes_up(
                 raise LocalModeError(f"pod {name} stopped while starting:\n" + "\n".join(log))
         states = node_states(cluster)
         summary = ", ".join(
-            f"{n} {states[n].label if n in states else 'not registered'}" for n in sorted(expected))
+            f"{n} {states[n].label if n in states else 'not registered'}" for n in sorted(expected)
+        )
         if summary != last:
             progress(f"  nodes: {summary or 'none'}")
             last = summary
