@@ -119,7 +119,7 @@ def _local(args: argparse.Namespace) -> int:
     return subprocess.run(argv, check=False, cwd="/").returncode
 
 
-def _add_local(commands: argparse._SubParsersAction) -> None:
+def _add_local(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from slonk.local.cluster import DEFAULT_STATE_DIR
 
     local = commands.add_parser("local", help="run the chart's pods on this machine (root)")
