@@ -175,22 +175,19 @@ class LocalCluster:
         return slonk("local", *args, "--state-dir", str(self.state_dir), check=check)
 
     # The pod's log runs on across restarts: a wait reads it past an offset taken before
-    # the cause. (Read here until slonk.local's Cluster has log(name, since) itself.)
+    # the cause.
+    def log(self, pod: str, since: int = 0) -> str:
+        """The pod's log from byte offset `since`: a `log_offset` taken before the cause, or
+        `container_log_offset` for the current container's alone."""
+        return Cluster(self.state_dir).log(pod, since)
+
     def log_offset(self, pod: str) -> int:
         """Where the pod's log ends now: what it logs from here on lies past it."""
-        try:
-            return (self.state_dir / "pods" / pod / "log").stat().st_size
-        except FileNotFoundError:
-            return 0
+        return Cluster(self.state_dir).log_offset(pod)
 
-    def log(self, pod: str, since: int = 0) -> str:
-        """The pod's log from byte offset `since` (a `log_offset`), by default all of it."""
-        try:
-            with open(self.state_dir / "pods" / pod / "log", "rb") as log:
-                log.seek(since)
-                return log.read().decode(errors="replace")
-        except FileNotFoundError:
-            return ""
+    def container_log_offset(self, pod: str) -> int:
+        """Where the log of the pod's current container (its last start) begins."""
+        return Cluster(self.state_dir).container_log_offset(pod)
 
     def node_states(self) -> dict[str, NodeState]:
         """Every node as the controller sees it ({} while it does not answer)."""
