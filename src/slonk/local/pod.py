@@ -10,10 +10,11 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from slonk.errors import SlonkError
 from slonk.local.network import NETNS_DIR, netns_inode
 
 
-class PodError(RuntimeError):
+class PodError(SlonkError):
     pass
 
 
