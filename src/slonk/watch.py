@@ -25,6 +25,7 @@ from pathlib import Path
 from slonk import paths, rollout
 from slonk.config.render import render
 from slonk.config.spec import ClusterSpec, SpecError, load_spec
+from slonk.identity import pod_name
 from slonk.slurmctld import Refused, Slurmctld, needs_restart
 
 MAX_RETRY_SECONDS = 60.0
@@ -47,20 +48,6 @@ def fingerprint(path: Path) -> str | None:
         return hashlib.sha256(path.read_bytes()).hexdigest()
     except OSError:
         return None
-
-
-def update_node_programs(spec: ClusterSpec) -> str:
-    """A worker's health plan and the programs slurm.conf names follow the spec too."""
-    from slonk import init
-    from slonk.health import runner
-
-    init.install_job_programs(spec)
-    plan = runner.plan_for(spec, init.pod_name())
-    if plan:
-        runner.write_plan(plan)
-    else:
-        paths.HEALTH_PLAN.unlink(missing_ok=True)
-    return "updated the health plan and job programs"
 
 
 @dataclass
@@ -136,7 +123,9 @@ class Controller:
 
 
 def apply_worker(spec: ClusterSpec) -> str:
-    return update_node_programs(spec)
+    from slonk import worker  # a controller needs none of the health and hooks code
+
+    return worker.update_node_programs(spec, pod_name())
 
 
 @dataclass
