@@ -3,6 +3,7 @@ drain/resume rules, and the recycle loop's decisions."""
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from slonk.health.probe import Unhealthy, bounded
 from . import slurm_json
 
 FAKE_GPU = Path(__file__).parents[1] / "fakes" / "fake-gpu"
+ROOTFS = Path(__file__).parents[2] / "rootfs"
 NODE = checks.Node(name="slonk-cpu-0", gpus=2, peers=("localhost",))
 GPU_OPTIONS = {
     **HEALTH_CHECKS["gpu"].options,
@@ -288,6 +290,7 @@ def test_a_taint_that_failed_is_tried_again():
     ("slonk:prolog:10-x: exit 1", ("hook", "prolog:10-x")),
     ("slonk:quarantine: recycled 2 times", ("quarantine", "quarantine")),
     ("slonk:pod: stopping", ("pod", "pod")),
+    ("slonk:scale-down: pod leaving", ("scale-down", "scale-down")),  # never recycled
     ("maintenance", None),
     ("", None),
     ("slonk:", None),
@@ -308,9 +311,18 @@ def test_every_writer_is_read_back_as_its_kind():
         assert check not in reasons.RESERVED
     assert reasons.classify(reasons.hook("prolog", "10-x", "exit 1")).kind == reasons.HOOK
     assert reasons.classify(reasons.quarantine("recycled")).kind == reasons.QUARANTINE
+    assert reasons.classify(reasons.scale_down("pod leaving")).kind == reasons.SCALE_DOWN
     for word in reasons.RESERVED:
         with pytest.raises(ValueError):
             reasons.health(word, "x")
+
+
+def test_the_pods_stop_script_writes_reasons_pod_reason():
+    """rootfs' svscan/SIGTERM is shell: it spells the POD reason itself."""
+    script = ROOTFS / "usr/share/slonk/svscan/SIGTERM"
+    (reason,) = re.findall(r'reason="([^"]*)"', script.read_text())
+    assert reason.startswith(f"{reasons.PREFIX}{reasons.POD}: ")
+    assert reasons.classify(reason) == reasons.Cause(reasons.POD, reasons.POD)
 
 
 def test_a_reason_is_one_bounded_line():
@@ -415,6 +427,7 @@ def test_the_recycler_goes_on_past_a_refused_node(monkeypatch, capsys):
         _record("slonk-cpu-1", "IDLE+DRAIN", "slonk:gpu: 1 of 2 GPUs visible"),
         _record("slonk-cpu-2", "IDLE+DRAIN", "slonk:hook:prolog:x?y: exit 1"),
         _record("slonk-cpu-3", "IDLE+DRAIN", "x\nslonk:gpu: forged"),  # a person's
+        _record("slonk-cpu-4", "IDLE+DRAIN", reasons.scale_down("pod leaving")),  # upgrade's
     ]
     kube, history = RecordingKubernetes(refuse=("slonk-cpu-0",)), recycle.History()
     _recycle_pass(monkeypatch, text, kube, history)
