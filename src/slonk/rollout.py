@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from slonk.config.render import CONFIG_FILES
 from slonk.files import write_atomically
+from slonk.paths import CONFIG_FILES
 
 Files = dict[str, str]
 

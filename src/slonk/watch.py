@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from slonk import paths, rollout
-from slonk.config.render import render
 from slonk.config.spec import ClusterSpec, SpecError, load_spec
 from slonk.identity import pod_name
 from slonk.slurmctld import Refused, Slurmctld, needs_restart
@@ -73,6 +72,8 @@ class Controller:
         return reason
 
     def apply(self, spec: ClusterSpec) -> str:
+        from slonk.config.render import render  # the controller's alone: Jinja is 30 ms
+
         new, old = render(spec), rollout.read_files(self.conf_dir)
         if new == old:
             return "no change to the Slurm configuration"

@@ -93,6 +93,8 @@ def test_dependencies_point_one_way():
     """A command's module is imported by no other module: config-watch runs no `init`, a
     job's hooks no `health` CLI; what both need lives below them."""
     assert _of(_loaded_by_import("slonk.watch", "slonk.worker"), "slonk.init") == []
+    # A worker's config-watch renders no Slurm configuration: the controller's does.
+    assert _of(_loaded_by_import("slonk.watch", "slonk.worker"), "jinja2") == []
     job_time = _loaded_by_import("slonk.hooks.dispatch", "slonk.health.drains")
     assert _of(job_time, "slonk.health.command", "slonk.cli", "slonk.init") == []
     # Prolog and Epilog run for every job: no YAML, no spec.
