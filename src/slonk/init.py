@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import TypeVar
 
 from slonk import paths, rollout, secrets, services, statesave
 from slonk.config.render import conf_server, render
@@ -154,11 +155,14 @@ def prepare_directory(spec: ClusterSpec) -> str:
     return f"seeded {len(server.users)} users" if seeded else "kept its data"
 
 
+_T = TypeVar("_T")
+
+
 def run(role: str) -> None:
     """Every step of a pod's start, then exec s6-svscan (never returns on success)."""
     started = time.perf_counter()
 
-    def step(what: str, action: Callable[[], object]) -> object:
+    def step(what: str, action: Callable[[], _T]) -> _T:
         t = time.perf_counter()
         result = action()
         detail = f": {result}" if isinstance(result, str) else ""

@@ -110,6 +110,8 @@ def taint(kube: Kubernetes, history: History) -> None:
 def pass_once(spec: ClusterSpec, kube: Kubernetes, history: History, now: float) -> None:
     """Recycle or quarantine every node due. A node Slurm or Kubernetes refuses is logged
     and tried again next pass: one node never keeps the others waiting."""
+    if spec.health is None or spec.health.recycle is None:
+        return  # recycling is off: nothing is due
     settings = spec.health.recycle
     for action, node, recent in list(due(slurm_nodes.read_nodes(), history, settings, now)):
         try:

@@ -103,7 +103,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _nodes(self, name: str, verb: str) -> None:
         path = self.server.state_dir / "apiserver" / "nodes" / f"{name}.json"
-        node = (
+        node: dict[str, Any] = (
             json.loads(path.read_text())
             if path.exists()
             else {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}, "spec": {}}
