@@ -40,9 +40,7 @@ def _loaded_by_cli(*args: str, cwd) -> tuple[set[str], subprocess.CompletedProce
 def _loaded_by_import(*modules: str) -> set[str]:
     """sys.modules in a fresh interpreter after importing `modules`."""
     code = f"import sys, {', '.join(modules)}; print(*sys.modules, sep='\\n')"
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
-    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return set(done.stdout.split())
 
 

@@ -45,7 +45,8 @@ def apply(name: str, results: Sequence[Result], undrain: bool) -> str:
     action = decide(node, results, undrain)
     if action is None:
         return f"left {node.label}" + (
-            f" ({node.reason!a}, set by {node.reason_by!a})" if node.reason else "")
+            f" ({node.reason!a}, set by {node.reason_by!a})" if node.reason else ""
+        )
     verb, reason = action
     if verb == "drain":
         slurm_nodes.drain(name, reason)
