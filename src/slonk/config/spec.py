@@ -17,6 +17,7 @@ import yaml
 from slonk.config import accounts, patterns
 from slonk.config.accounts import AccountError, AccountRules
 from slonk.config.patterns import matches
+from slonk.errors import SlonkError
 
 SPEC_VERSION = 1
 
@@ -56,7 +57,7 @@ CONFINEMENTS = ("cgroup", "none")
 TOPOLOGY_PLUGINS = ("tree", "block", "none")
 
 
-class SpecError(ValueError):
+class SpecError(SlonkError, ValueError):
     """A cluster spec that must not be applied; the message starts with the key path."""
 
 

@@ -8,12 +8,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slonk.config import patterns
+from slonk.errors import SlonkError
 
 COMPONENT = "app.kubernetes.io/component"
 POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"
 
 
-class LocalModeError(RuntimeError):
+class LocalModeError(SlonkError):
     """The rendered chart asks for something local mode cannot provide."""
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from slonk import chart
+from slonk.health import reasons
 from slonk.local.cluster import require_root
 from slonk.local.kubelet import start_pod, stop_pods, write_hosts
 from slonk.local.manifests import LocalModeError, Plan, Pod, hosts_file
@@ -42,7 +43,7 @@ VERDICT_TIMEOUT_SECONDS = 60.0
 # After putting a change back: the watcher's word on that, if it has one (it has none when
 # it never took the change), so that the next upgrade does not read it as its own.
 ROLLBACK_VERDICT_SECONDS = 10.0
-LEAVING_REASON = "slonk:scale-down: pod leaving"
+LEAVING_REASON = reasons.scale_down("pod leaving")
 WATCH_PREFIX = "slonk watch-config: "
 # The watcher's own line: at the start of a log line (podman's k8s-file log puts a time, the
 # stream and a tag first), never in the middle of another daemon's message that may quote

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from slonk.config import accounts
 from slonk.config.spec import ClusterSpec, LdapSettings, SpecError
+from slonk.errors import SlonkError
 from slonk.files import write_atomically
 from slonk.services import idle
 from slonk.users import snapshot
@@ -28,7 +29,7 @@ from slonk.users.files import capture_base, write_accounts, write_authorized_key
 from slonk.users.homes import make_homes, secure_root
 
 
-class SyncRefused(RuntimeError):
+class SyncRefused(SlonkError):
     """The sync would be unsafe; the files stay as they were."""
 
 
