@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from slonk.health.command import LOG as HEALTH_LOG
+from slonk.health.drains import LOG as HEALTH_LOG
 from slonk.health.recycle import HISTORY
 from slonk.local.cluster import Cluster
 
