@@ -174,7 +174,7 @@ def _groups(spec: ClusterSpec, attribute: str) -> dict[str, list[str]]:
 
 def topology_lines(spec: ClusterSpec) -> list[str]:
     if spec.topology == "tree":
-        leaves = _groups(spec, "switch")
+        leaves = dict(sorted(_groups(spec, "switch").items()))
         lines = [f"SwitchName={name} Nodes={_ranged(nodes)}" for name, nodes in leaves.items()]
         if len(leaves) > 1:
             # Slurm needs one root above the leaves to place jobs across them.
