@@ -36,20 +36,24 @@ def _version(text: str | None) -> str | None:
 
 
 def previous_release() -> str | None:
-    """The commit users upgrade from: the last one before this chart version was set (the
-    previous release); while no release came before, where this branch left main. None
-    without git history."""
+    """The commit users upgrade from. On a branch that changes the chart version: where it
+    left main (its own commits before the bump are no release). Otherwise the main line's
+    (first-parent) commit before this chart version was set; a merge that sets it counts as
+    the main line's. None without git history."""
     current = _version((REPO / CHART / "Chart.yaml").read_text())
+    fork = (_git("merge-base", "HEAD", "main") or "").strip()
+    if fork and _version(_git("show", f"{fork}:{CHART}/Chart.yaml")) not in (None, current):
+        return fork
     if _version(_git("show", f"HEAD:{CHART}/Chart.yaml")) not in (None, current):
         return "HEAD"  # the version bump is not committed yet
-    for commit in (_git("log", "--format=%H", "HEAD", "--", f"{CHART}/Chart.yaml") or "").split():
+    log = _git("log", "--first-parent", "--format=%H", "HEAD", "--", f"{CHART}/Chart.yaml")
+    for commit in (log or "").split():
         before = _version(_git("show", f"{commit}^:{CHART}/Chart.yaml"))
         if before is None:
             break
         if before != current:
             return f"{commit}^"
-    fork = _git("merge-base", "HEAD", "main")
-    return fork.strip() if fork else None
+    return fork or None
 
 
 @pytest.fixture(scope="module")
