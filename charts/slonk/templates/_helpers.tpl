@@ -334,7 +334,7 @@ resources, placement) are checked by the API server and are left to it. */}}
 {{- $suffix := $ldap.dev.suffix -}}
 {{- $dev := $ldap.dev.enabled -}}
 {{- $settings := dict
-  "uris" ($ldap.uris | default (list (printf "ldap://%s-ldap" .Release.Name)))
+  "uris" ($ldap.uris | default (ternary (list (printf "ldap://%s-ldap" .Release.Name)) list $dev))
   "userBase" ($ldap.userBase | default (ternary (printf "ou=people,%s" $suffix) "" $dev))
   "groupBase" ($ldap.groupBase | default (ternary (printf "ou=groups,%s" $suffix) "" $dev))
   "userFilter" $ldap.userFilter

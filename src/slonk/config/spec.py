@@ -404,6 +404,12 @@ def _ldap(data: Any, path: str) -> LdapSettings | None:
     for i, uri in enumerate(uris):
         if not uri.startswith(("ldap://", "ldaps://")):
             raise SpecError(f"{r.at('uris')}[{i}]: {uri!r} is not an ldap:// or ldaps:// URI")
+        port = _ldap_port(uri)
+        if not 1 <= port <= MAX_PORT:
+            raise SpecError(f"{r.at('uris')}[{i}]: {uri!r}: port {port} is not a TCP port")
+    for key in ("userBase", "groupBase"):
+        if not r.require(key, str):
+            raise SpecError(f"{r.at(key)}: required")
     attributes = dict(LDAP_ATTRIBUTES)
     overrides = _Reader(r.get("attributes", dict, {}), r.at("attributes"), set(LDAP_ATTRIBUTES))
     attributes.update({k: overrides.get(k, str) for k in overrides.data})
@@ -434,6 +440,13 @@ def _ldap(data: Any, path: str) -> LdapSettings | None:
         ),
         max_removal_percent=percent,
     )
+
+
+def _ldap_port(uri: str) -> int:
+    """A URI's TCP port, as the chart's NetworkPolicies read it (slonk.ldapPorts)."""
+    host_port = re.sub(r"^ldaps?://([^/?]*).*$", r"\1", uri, flags=re.DOTALL)
+    given = re.search(r":([0-9]+)$", host_port)
+    return int(given.group(1)) if given else 636 if uri.startswith("ldaps://") else 389
 
 
 def _accounts(r: _Reader, rules: AccountRules) -> tuple[list[User], list[Group]]:
