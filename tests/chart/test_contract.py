@@ -219,6 +219,8 @@ SCHEMA_PATTERNS = [
     ("/$defs/partition/properties/maxTime", patterns.SLURM_TIME),
     ("/$defs/partition/properties/defaultTime", patterns.SLURM_TIME),
     ("/$defs/partition/properties/preemptMode", patterns.PREEMPT_MODE),
+    ("/properties/ldap/properties/userFilter", patterns.LDAP_FILTER),
+    ("/properties/ldap/properties/groupFilter", patterns.LDAP_FILTER),
     ("/properties/hooks/properties/git/properties/ref", patterns.GIT_REF),
     ("/properties/hooks/properties/git/properties/repo/anyOf/1", patterns.GIT_REPO),
     ("/properties/hooks/properties/git/properties/image", patterns.IMAGE),

@@ -13,8 +13,9 @@ cluster.yaml) is listed with the reason.
 from __future__ import annotations
 
 import copy
+import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -291,3 +292,111 @@ def test_the_spec_names_the_files_the_chart_mounts():
     rendered = chart.render(chart.default_chart(), {})
     configmap = yaml.safe_load(rendered["slonk/templates/cluster-configmap.yaml"])
     assert list(configmap["data"]) == [paths.CLUSTER_SPEC.name]
+
+
+# Schema-only rules: every bound, enumeration and pattern the schema states on a key that
+# reaches cluster.yaml, the pods' parser states too. Each probe breaks one rule in valid values
+# (under which every such key reaches cluster.yaml) and in the cluster.yaml they render.
+PROBE_BASE: dict[str, Any] = {
+    "users": [USER], "groups": [GROUP], "ldap": SITE_LDAP,
+    "hooks": {"enabled": True, "git": {"repo": "https://git.example.org/hooks.git"}},
+    "nodepools": {"cpu": {"gpus": {"count": 1, "type": "h100"}, "weight": 1, "features": ["f"],
+                          "topology": {"switch": "s1", "block": "b1"}}},
+    "partitions": {"main": {"defaultTime": 5, "priorityTier": 1, "preemptMode": "OFF"}},
+}
+# cluster.yaml's path of a values key, where the two differ.
+SPEC_KEYS = {"slurm.slurmctldPort": "slurmctldPort", "slurm.slurmdPort": "slurmdPort",
+             "slurm.confinement": "confinement", "slurm.topology": "topology",
+             "slurm.extraLines": "extraLines", "ldap.dev": "ldapServer"}
+# The one item a probe descends into: the example pool and partition, a list's first item.
+ITEM = {"nodepools": "cpu", "partitions": "main"}
+
+
+def _schema_leaves(schema: dict[str, Any], node: dict[str, Any],
+                   path: tuple[str | int, ...] = ()) -> Iterator[tuple[tuple[str | int, ...],
+                                                                        dict[str, Any]]]:
+    while "$ref" in node:
+        node = {**schema["$defs"][node["$ref"].rsplit("/", 1)[1]],
+                **{k: v for k, v in node.items() if k != "$ref"}}
+    for key, child in node.get("properties", {}).items():
+        yield from _schema_leaves(schema, child, (*path, key))
+    if path and path[-1] in ITEM and isinstance(node.get("additionalProperties"), dict):
+        yield from _schema_leaves(schema, node["additionalProperties"], (*path, ITEM[path[-1]]))
+    if isinstance(node.get("items"), dict):
+        yield from _schema_leaves(schema, node["items"], (*path, 0))
+    yield path, node
+
+
+def _breaking(rule: dict[str, Any]) -> list[Any]:
+    values: list[Any] = []
+    if "minimum" in rule:
+        values.append(rule["minimum"] - 1)
+    if "maximum" in rule:
+        values.append(rule["maximum"] + 1)
+    if "exclusiveMinimum" in rule:
+        values.append(rule["exclusiveMinimum"])
+    if "enum" in rule:
+        values.append("bogus")
+    if "maxLength" in rule:
+        values.append("a" * (rule["maxLength"] + 1))
+    if rule.get("minItems"):
+        values.append([])
+    if "pattern" in rule:
+        values.append("-not (this) shape-")
+    return values
+
+
+def _at(document: Any, path: tuple[str | int, ...]) -> Any:
+    for key in path:
+        document = document[key]
+    return document
+
+
+def _spec_keys(path: tuple[str | int, ...]) -> tuple[str | int, ...]:
+    dotted = ".".join(map(str, path))
+    for values_key, spec_key in SPEC_KEYS.items():
+        if dotted == values_key or dotted.startswith(values_key + "."):
+            return (*spec_key.split("."), *path[len(values_key.split(".")):])
+    return path
+
+
+def _probes() -> Iterator[tuple[str, tuple[str | int, ...], tuple[str | int, ...], Any]]:
+    schema = json.loads((chart.default_chart() / "values.schema.json").read_text())
+    spec = _cluster_yaml(PROBE_BASE)
+    for path, rule in _schema_leaves(schema, schema):
+        spec_path = _spec_keys(path)
+        try:
+            _at(spec, spec_path)
+        except (KeyError, IndexError, TypeError):
+            continue  # never reaches cluster.yaml
+        for value in _breaking(rule):
+            yield ".".join(map(str, path)), path, spec_path, value
+
+
+def _refused(render: Callable[[], object], error: type[Exception]) -> bool:
+    try:
+        render()
+    except error:
+        return True
+    return False
+
+
+def test_the_schema_and_the_pods_agree_on_every_bound():
+    spec = _cluster_yaml(PROBE_BASE)
+    parse_spec(spec)
+    disagree, probed = [], 0
+    for name, path, spec_path, value in _probes():
+        values, bad_spec = copy.deepcopy(PROBE_BASE), copy.deepcopy(spec)
+        node = values
+        for key in path[:-1]:
+            node = node.setdefault(key, {}) if isinstance(key, str) else node[key]
+        node[path[-1]] = value
+        _at(bad_spec, spec_path[:-1])[spec_path[-1]] = value
+        by_chart = _refused(lambda v=values: chart.render(chart.default_chart(), v),
+                            chart.ChartError)
+        by_pods = _refused(lambda s=bad_spec: parse_spec(s), SpecError)
+        probed += 1
+        if by_chart != by_pods:
+            disagree.append((name, value, "chart" if by_chart else "pods"))
+    assert probed > 50  # the walk found the keys
+    assert disagree == [], disagree

@@ -41,7 +41,7 @@ from slonk.config.model import (
     default_of,
 )
 from slonk.config.patterns import matches
-from slonk.health.catalogue import CHECK_OPTION_SHAPES, HEALTH_CHECKS
+from slonk.health.catalogue import CHECK_OPTION_MAXIMUM, CHECK_OPTION_SHAPES, HEALTH_CHECKS
 
 # The model's names, for the modules that read a spec through this one.
 __all__ = [
@@ -284,7 +284,7 @@ def _pool(name: str, data: Any, path: str, release: str) -> NodePool:
         memory_mib=r.count("memoryMiB", minimum=1),
         gpus=_gpus(r.data.get("gpus"), r.at("gpus")),
         features=features,
-        weight=r.get("weight", int),
+        weight=None if r.get("weight", int) is None else r.count("weight"),
         placement=Placement(
             switch=placement.text("switch", patterns.SLURM_NAME, "a valid switch name"),
             block=placement.text("block", patterns.SLURM_NAME, "a valid block name"),
@@ -351,7 +351,10 @@ def _account_rules(data: Any, path: str) -> AccountRules:
     max_id = r.count("maxId", default=accounts.MAX_ID, minimum=min_id)
     if max_id > accounts.ID_CEILING:
         raise SpecError(f"{r.at('maxId')}: must be <= {accounts.ID_CEILING}, got {max_id}")
-    roots = r.strings("homeRoots") or accounts.HOME_ROOTS
+    roots = r.strings("homeRoots") if r.get("homeRoots", list) is not None else None
+    if roots == ():
+        raise SpecError(f"{r.at('homeRoots')}: at least one directory")
+    roots = roots or accounts.HOME_ROOTS
     for i, root in enumerate(roots):
         _checked(r, f"homeRoots[{i}]", lambda v: accounts.check_path(v, "home root"), root)
     return AccountRules(min_id=min_id, max_id=max_id, home_roots=tuple(roots))
@@ -426,8 +429,8 @@ def _ldap(data: Any, path: str) -> LdapSettings | None:
         uris=uris,
         user_base=r.require("userBase", str),
         group_base=r.require("groupBase", str),
-        user_filter=r.get("userFilter", str, default_of(LdapSettings, "user_filter")),
-        group_filter=r.get("groupFilter", str, default_of(LdapSettings, "group_filter")),
+        user_filter=_filter(r, "userFilter", default_of(LdapSettings, "user_filter")),
+        group_filter=_filter(r, "groupFilter", default_of(LdapSettings, "group_filter")),
         attributes=attributes,
         bind_dn=r.get("bindDN", str) or None,
         bind_password_file=r.get("bindPasswordFile", str) or None,
@@ -440,6 +443,13 @@ def _ldap(data: Any, path: str) -> LdapSettings | None:
         ),
         max_removal_percent=percent,
     )
+
+
+def _filter(r: _Reader, key: str, default: str) -> str:
+    value = r.get(key, str, default)
+    if not matches(patterns.LDAP_FILTER, value):
+        raise SpecError(f"{r.at(key)}: {value!r} is not an LDAP filter in parentheses")
+    return str(value)
 
 
 def _ldap_port(uri: str) -> int:
@@ -543,7 +553,7 @@ def _check(name: str, data: Any, path: str) -> CheckSettings | None:
                 _check_option_shape(key, item, f"{r.at(key)}[{i}]")
             options[key] = items
         elif isinstance(value, int):
-            options[key] = r.count(key, default=value)
+            options[key] = r.count(key, default=value, maximum=CHECK_OPTION_MAXIMUM.get(key))
         else:
             options[key] = r.get(key, type(value), value)
             _check_option_shape(key, options[key], r.at(key))

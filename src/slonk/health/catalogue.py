@@ -47,3 +47,6 @@ CHECK_OPTION_SHAPES: Mapping[str, tuple[str, str]] = {
     "paths": (patterns.ABSOLUTE_PATH, "an absolute path"),
     "path": (patterns.ABSOLUTE_PATH, "an absolute path"),
 }
+
+# Integer options with an upper bound (a percentage); every integer option is >= 0.
+CHECK_OPTION_MAXIMUM: Mapping[str, int] = {"minFreePercent": 100}
