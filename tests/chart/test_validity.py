@@ -108,7 +108,9 @@ def test_pools_and_partitions_merge_across_values_files(tmp_path):
     base, overlay = tmp_path / "base.yaml", tmp_path / "overlay.yaml"
     base.write_text(yaml.safe_dump({"nodepools": {"big": {"replicas": 1, "cpus": 8,
                                                           "memoryMiB": 100}}}))
-    overlay.write_text(yaml.safe_dump({"nodepools": {"cpu": {"replicas": 5}, "big": None}}))
+    # (ghost: a null for a pool no file sets, which Helm keeps as a null: nothing.)
+    overlay.write_text(yaml.safe_dump({"nodepools": {"cpu": {"replicas": 5}, "big": None,
+                                                     "ghost": None}}))
     result = subprocess.run(
         [sys.executable, "-m", "slonk.cli", "chart", "template", "-f", str(base), "-f",
          str(overlay)], capture_output=True, text=True, check=True)
