@@ -264,14 +264,13 @@ def test_the_schema_uses_the_pods_patterns(schema, pointer, pattern):
 def test_the_schema_bounds_are_the_pods(schema):
     pool = _at(schema, "/$defs/nodepool/properties")
     assert pool["replicas"]["maximum"] == MAX_REPLICAS
-    names = _at(schema, "/properties/nodepools/propertyNames")
-    assert names["not"]["enum"] == list(RESERVED_POOL_NAMES)
 
 
 def test_the_templates_reserve_the_pods_keys():
     helpers = (chart.default_chart() / "templates" / "_helpers.tpl").read_text()
     for define, keys in (("slonk.managedSlurmKeys", MANAGED_KEYS),
-                         ("slonk.partitionKeys", PARTITION_KEYS)):
+                         ("slonk.partitionKeys", PARTITION_KEYS),
+                         ("slonk.reservedPoolNames", RESERVED_POOL_NAMES)):
         body = re.search(re.escape(f'define "{define}" -}}}}') + r"\n(.*)\n", helpers)
         assert body and set(body.group(1).split()) == {k.lower() for k in keys}
 

@@ -84,6 +84,12 @@ CASES: list[tuple[str, dict[str, Any], Change, Change, str]] = [
     ("%s: a list, the form before chart 0.4.0; write a map keyed by name instead: %s: %s",
      BASE, _put({"nodepools": [{"name": "cpu", **POOL}]}),
      _put({"nodepools": [{"name": "cpu", **POOL}]}), "nodepools"),
+    ("nodepools.%s: %q is reserved for slonk's own pods",
+     BASE, _put({"nodepools": {"login": POOL}}), _put({"nodepools": {"login": POOL}}),
+     "nodepools.login"),
+    ("partitions.%s: %q is Slurm's keyword for the defaults of the partitions after it, not a "
+     "partition", BASE, _put({"partitions": {"Default": {"pools": ["cpu"]}}}),
+     _put({"partitions": {"Default": {"pools": ["cpu"]}}}), "partitions.Default"),
     ("nodepools.%s: node name %q is longer than 63 characters",
      BASE, _put({"nodepools": {LONG: POOL}}), _put({"nodepools": {LONG: POOL}}),
      f"nodepools.{LONG}"),

@@ -163,8 +163,12 @@ Checks the schema cannot express. Each failure names the values key, as the sche
 {{- include "slonk.refuseList" (dict "key" "nodepools" "value" .Values.nodepools) -}}
 {{- include "slonk.refuseList" (dict "key" "partitions" "value" .Values.partitions) -}}
 {{- $pools := dict -}}
+{{- $reserved := include "slonk.reservedPoolNames" . | splitList " " -}}
 {{- range $name, $pool := .Values.nodepools -}}
 {{- with $pool -}}
+{{- if has $name $reserved -}}
+{{- fail (printf "nodepools.%s: %q is reserved for slonk's own pods" $name $name) -}}
+{{- end -}}
 {{- $_ := set $pools $name true -}}
 {{- $node := printf "%s-%s-%d" $.Release.Name $name (max 0 (sub (int .replicas) 1) | int) -}}
 {{- if gt (len $node) 63 -}}
@@ -175,6 +179,9 @@ Checks the schema cannot express. Each failure names the values key, as the sche
 {{- $default := "" -}}
 {{- range $name, $part := .Values.partitions -}}
 {{- with $part -}}
+{{- if eq (lower $name) "default" -}}
+{{- fail (printf "partitions.%s: %q is Slurm's keyword for the defaults of the partitions after it, not a partition" $name $name) -}}
+{{- end -}}
 {{- range $j, $pool := .pools -}}
 {{- if not (hasKey $pools $pool) -}}
 {{- fail (printf "partitions.%s.pools[%d]: unknown nodepool %q" $name $j $pool) -}}
@@ -241,6 +248,12 @@ keys in any case). The same list as MANAGED_KEYS in src/slonk/config/spec.py (a 
 them equal). */}}
 {{- define "slonk.managedSlurmKeys" -}}
 clustername slurmctldhost controlmachine controladdr backupcontroller backupaddr slurmctldaddr slurmctldport slurmdport nodename nodeset partitionname frontendname downnodes include slurmctldlogfile slurmdlogfile
+{{- end }}
+
+{{- /* Pool names whose StatefulSet or node names would be another component's, and Slurm's
+keyword for defaults: RESERVED_POOL_NAMES in spec.py. */}}
+{{- define "slonk.reservedPoolNames" -}}
+controller login ldap default
 {{- end }}
 
 {{- /* What slonk writes on a partition's line: PARTITION_KEYS in spec.py. */}}
