@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from slonk import paths
+from slonk.errors import SlonkError
 
 # Helm's install order (pkg/release/util/kind_sorter.go): `helm template` prints in this order.
 INSTALL_ORDER = (
@@ -22,7 +23,7 @@ _DOC_SPLIT = re.compile(r"^---[ \t]*$", re.MULTILINE)
 _KIND = re.compile(r"^kind:\s*(\S+)", re.MULTILINE)
 
 
-class ChartError(RuntimeError):
+class ChartError(SlonkError):
     """The chart, its values or a template refused to render; the message says where."""
 
 

@@ -1,22 +1,20 @@
-"""The `slonk` command line: one subcommand per job, each a thin call into its module."""
+"""The `slonk` command line: one subcommand per job, each a thin call into its module.
+
+Pods run these commands as their entrypoint and as their services, so a command imports only
+what it runs: each handler imports its modules itself, and only the command named on the
+command line gets its arguments defined (local mode's import local mode's code, which a pod
+never needs). tests/unit/test_layers.py holds this.
+"""
 
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from slonk import paths
-from slonk.chart import ChartError
-from slonk.config.render import write_config
-from slonk.config.spec import HEALTH_PHASES, HOOK_PHASES, SpecError, load_spec
-from slonk.local.manifests import LocalModeError
-from slonk.local.network import NetworkError
-from slonk.local.podman import PodmanError
-from slonk.services import ROLE_SERVICES
-
-ROLES = tuple(ROLE_SERVICES)
+from slonk.errors import SlonkError
 
 
 def _chart_template(args: argparse.Namespace) -> int:
@@ -29,6 +27,9 @@ def _chart_template(args: argparse.Namespace) -> int:
 
 
 def _render_config(args: argparse.Namespace) -> int:
+    from slonk.config.render import write_config
+    from slonk.config.spec import load_spec
+
     for path in write_config(load_spec(args.cluster), args.out):
         print(path)
     return 0
@@ -48,6 +49,7 @@ def _watch_config(args: argparse.Namespace) -> int:
 
 
 def _users_sync(args: argparse.Namespace) -> int:
+    from slonk.config.spec import load_spec
     from slonk.users import sync
 
     if args.loop:
@@ -57,11 +59,15 @@ def _users_sync(args: argparse.Namespace) -> int:
 
 
 def _hooks(args: argparse.Namespace) -> int:
-    from slonk.hooks import dispatch, revision
-
     if args.hooks_command == "run":
+        from slonk.hooks import dispatch
+
         return dispatch.run(args.phase)
+    from slonk.hooks import revision
+
     if args.hooks_command == "watch":
+        from slonk.config.spec import load_spec
+
         revision.watch(lambda: load_spec(args.cluster))
         return 0
     status = revision.read_status()
@@ -76,9 +82,10 @@ def _hooks(args: argparse.Namespace) -> int:
 
 def _health(args: argparse.Namespace) -> int:
     if args.health_command == "recycle":
+        from slonk.config.spec import load_spec
         from slonk.health import kube, recycle
 
-        recycle.run_forever(lambda: load_spec(args.cluster), kube.Cluster)
+        recycle.run_forever(lambda: load_spec(args.cluster), kube.KubeApi)
         return 0
     from slonk.health import command
 
@@ -86,7 +93,10 @@ def _health(args: argparse.Namespace) -> int:
 
 
 def _local(args: argparse.Namespace) -> int:
+    import subprocess
+
     from slonk.local import cluster
+    from slonk.local.manifests import LocalModeError
 
     state = args.state_dir
     if args.local_command == "up":
@@ -111,18 +121,109 @@ def _local(args: argparse.Namespace) -> int:
         return 0
     local = cluster.Cluster(state.resolve())
     if args.local_command == "exec":
-        if not args.command:
+        if not args.argv:
             raise LocalModeError("exec needs a command: slonk local exec POD -- CMD...")
-        argv = local.enter(args.pod, args.command)
+        argv = local.enter(args.pod, args.argv)
     else:
-        argv = local.ssh(args.user, args.command)
+        argv = local.ssh(args.user, args.argv)
     return subprocess.run(argv, check=False, cwd="/").returncode
 
 
-def _add_local(commands: argparse._SubParsersAction) -> None:
+def _add_chart(chart_cmd: argparse.ArgumentParser) -> None:
+    chart_sub = chart_cmd.add_subparsers(dest="chart_command", required=True)
+    template = chart_sub.add_parser("template", help="print the rendered manifests, as helm does")
+    template.add_argument("chart", nargs="?", type=Path, help="chart directory (default: slonk's)")
+    template.add_argument(
+        "-f",
+        "--values",
+        action="append",
+        type=Path,
+        default=[],
+        help="a values file; later files win",
+    )
+    template.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="set values on the command line (helm --set syntax)",
+    )
+    template.add_argument(
+        "--set-string",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="like --set, values kept as strings",
+    )
+    template.add_argument("--name", default="slonk", help="release name (default: slonk)")
+    template.add_argument("-n", "--namespace", default="default")
+    template.set_defaults(run=_chart_template)
+
+
+def _add_render_config(render: argparse.ArgumentParser) -> None:
+    render.add_argument("--cluster", type=Path, required=True, help="the cluster.yaml spec")
+    render.add_argument("--out", type=Path, required=True, help="directory to write into")
+    render.set_defaults(run=_render_config)
+
+
+def _add_init(init: argparse.ArgumentParser) -> None:
+    from slonk.services import ROLE_SERVICES
+
+    init.add_argument("--role", required=True, choices=tuple(ROLE_SERVICES))
+    init.set_defaults(run=_init)
+
+
+def _add_watch_config(watch: argparse.ArgumentParser) -> None:
+    watch.add_argument("--role", required=True, choices=("controller", "worker"))
+    watch.add_argument("--interval", type=float, default=1.0, help="seconds between checks")
+    watch.set_defaults(run=_watch_config)
+
+
+def _add_users(users: argparse.ArgumentParser) -> None:
+    users_sub = users.add_subparsers(dest="users_command", required=True)
+    users_sync = users_sub.add_parser("sync", help="write static and LDAP users into local files")
+    users_sync.add_argument("--cluster", type=Path, default=paths.CLUSTER_SPEC)
+    users_sync.add_argument(
+        "--force", action="store_true", help="accept a sync that removes more users than allowed"
+    )
+    users_sync.add_argument(
+        "--loop", action="store_true", help="sync every ldap.syncIntervalSeconds (the s6 service)"
+    )
+    users_sync.set_defaults(run=_users_sync)
+
+
+def _add_hooks(hooks: argparse.ArgumentParser) -> None:
+    from slonk.config.spec import HOOK_PHASES
+
+    hooks_sub = hooks.add_subparsers(dest="hooks_command", required=True)
+    hooks_run = hooks_sub.add_parser("run", help="run the active revision's scripts for a phase")
+    hooks_run.add_argument("phase", choices=HOOK_PHASES)
+    hooks_sub.add_parser("status", help="the active revision, and the last refused one")
+    hooks_sub.add_parser("watch", help="check and activate new revisions (the s6 service)")
+    hooks.add_argument("--cluster", type=Path, default=paths.CLUSTER_SPEC)
+    hooks.set_defaults(run=_hooks)
+
+
+def _add_health(health: argparse.ArgumentParser) -> None:
+    from slonk.config.spec import HEALTH_PHASES
+
+    health_sub = health.add_subparsers(dest="health_command", required=True)
+    health_run = health_sub.add_parser("run", help="run a phase's checks on this node")
+    health_run.add_argument("--phase", choices=HEALTH_PHASES, default="interval")
+    health_run.add_argument("--json", action="store_true", help="print one JSON document")
+    health_run.add_argument(
+        "--drain",
+        action="store_true",
+        help="drain the node on failure, resume what slonk drained once it passes",
+    )
+    health_sub.add_parser("recycle", help="restart the pods of drained nodes (the s6 service)")
+    health.add_argument("--cluster", type=Path, default=paths.CLUSTER_SPEC)
+    health.set_defaults(run=_health)
+
+
+def _add_local(local: argparse.ArgumentParser) -> None:
     from slonk.local.cluster import DEFAULT_STATE_DIR
 
-    local = commands.add_parser("local", help="run the chart's pods on this machine (root)")
     local_sub = local.add_subparsers(dest="local_command", required=True)
 
     def sub(name: str, help_text: str) -> argparse.ArgumentParser:
@@ -166,6 +267,19 @@ def _add_local(commands: argparse._SubParsersAction) -> None:
     sub("ssh", "ssh to the login pod as USER (-- CMD... runs a command)").add_argument("user")
 
 
+# name: (help, what defines its arguments and handler), in the order `slonk --help` lists them.
+COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
+    "chart": ("the Helm chart, through Helm's Go library", _add_chart),
+    "render-config": ("write slurm.conf & co. from cluster.yaml", _add_render_config),
+    "init": ("a pod's entrypoint: prepare files, exec s6-svscan", _add_init),
+    "watch-config": ("apply ConfigMap changes (runs under s6)", _add_watch_config),
+    "users": ("users and groups on this node", _add_users),
+    "hooks": ("job hooks from git", _add_hooks),
+    "health": ("node health checks", _add_health),
+    "local": ("run the chart's pods on this machine (root)", _add_local),
+}
+
+
 class _Version(argparse.Action):
     """Looks the version up only when asked: package metadata costs start-up time."""
 
@@ -176,91 +290,18 @@ class _Version(argparse.Action):
         parser.exit()
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser for `argv`: every command is listed, but only the one `argv` names gets its
+    arguments (defining them may import its modules); with no argv, every command does."""
     parser = argparse.ArgumentParser(prog="slonk", description="Slurm on Kubernetes")
     parser.add_argument("--version", action=_Version, nargs=0, help="print the version")
     commands = parser.add_subparsers(dest="command", required=True)
-
-    chart_cmd = commands.add_parser("chart", help="the Helm chart, through Helm's Go library")
-    chart_sub = chart_cmd.add_subparsers(dest="chart_command", required=True)
-    template = chart_sub.add_parser("template", help="print the rendered manifests, as helm does")
-    template.add_argument("chart", nargs="?", type=Path, help="chart directory (default: slonk's)")
-    template.add_argument(
-        "-f",
-        "--values",
-        action="append",
-        type=Path,
-        default=[],
-        help="a values file; later files win",
-    )
-    template.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="K=V",
-        help="set values on the command line (helm --set syntax)",
-    )
-    template.add_argument(
-        "--set-string",
-        action="append",
-        default=[],
-        metavar="K=V",
-        help="like --set, values kept as strings",
-    )
-    template.add_argument("--name", default="slonk", help="release name (default: slonk)")
-    template.add_argument("-n", "--namespace", default="default")
-    template.set_defaults(run=_chart_template)
-
-    render = commands.add_parser("render-config", help="write slurm.conf & co. from cluster.yaml")
-    render.add_argument("--cluster", type=Path, required=True, help="the cluster.yaml spec")
-    render.add_argument("--out", type=Path, required=True, help="directory to write into")
-    render.set_defaults(run=_render_config)
-
-    init = commands.add_parser("init", help="a pod's entrypoint: prepare files, exec s6-svscan")
-    init.add_argument("--role", required=True, choices=ROLES)
-    init.set_defaults(run=_init)
-
-    watch = commands.add_parser("watch-config", help="apply ConfigMap changes (runs under s6)")
-    watch.add_argument("--role", required=True, choices=("controller", "worker"))
-    watch.add_argument("--interval", type=float, default=1.0, help="seconds between checks")
-    watch.set_defaults(run=_watch_config)
-
-    users = commands.add_parser("users", help="users and groups on this node")
-    users_sub = users.add_subparsers(dest="users_command", required=True)
-    users_sync = users_sub.add_parser("sync", help="write static and LDAP users into local files")
-    users_sync.add_argument("--cluster", type=Path, default=paths.CLUSTER_SPEC)
-    users_sync.add_argument(
-        "--force", action="store_true", help="accept a sync that removes more users than allowed"
-    )
-    users_sync.add_argument(
-        "--loop", action="store_true", help="sync every ldap.syncIntervalSeconds (the s6 service)"
-    )
-    users_sync.set_defaults(run=_users_sync)
-
-    hooks = commands.add_parser("hooks", help="job hooks from git")
-    hooks_sub = hooks.add_subparsers(dest="hooks_command", required=True)
-    hooks_run = hooks_sub.add_parser("run", help="run the active revision's scripts for a phase")
-    hooks_run.add_argument("phase", choices=HOOK_PHASES)
-    hooks_sub.add_parser("status", help="the active revision, and the last refused one")
-    hooks_sub.add_parser("watch", help="check and activate new revisions (the s6 service)")
-    hooks.add_argument("--cluster", type=Path, default=paths.CLUSTER_SPEC)
-    hooks.set_defaults(run=_hooks)
-
-    health = commands.add_parser("health", help="node health checks")
-    health_sub = health.add_subparsers(dest="health_command", required=True)
-    health_run = health_sub.add_parser("run", help="run a phase's checks on this node")
-    health_run.add_argument("--phase", choices=HEALTH_PHASES, default="interval")
-    health_run.add_argument("--json", action="store_true", help="print one JSON document")
-    health_run.add_argument(
-        "--drain",
-        action="store_true",
-        help="drain the node on failure, resume what slonk drained once it passes",
-    )
-    health_sub.add_parser("recycle", help="restart the pods of drained nodes (the s6 service)")
-    health.add_argument("--cluster", type=Path, default=paths.CLUSTER_SPEC)
-    health.set_defaults(run=_health)
-
-    _add_local(commands)
+    # slonk's own options take no value, so the first word that is no option is the command.
+    chosen = None if argv is None else next((a for a in argv if not a.startswith("-")), "")
+    for name, (help_text, define) in COMMANDS.items():
+        command = commands.add_parser(name, help=help_text)
+        if chosen in (None, name):
+            define(command)
     return parser
 
 
@@ -268,11 +309,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     # Everything after the first `--` is a command to run (exec, ssh), never slonk's options.
     split = argv.index("--") if "--" in argv else len(argv)
-    args = build_parser().parse_args(argv[:split])
-    args.command = argv[split + 1 :]
+    args = build_parser(argv[:split]).parse_args(argv[:split])
+    args.argv = argv[split + 1 :]
     try:
         return args.run(args)
-    except (ChartError, SpecError, LocalModeError, NetworkError, PodmanError) as err:
+    except SlonkError as err:  # a person's to fix: one line. Anything else is a bug.
         print(f"slonk: error: {err}", file=sys.stderr)
         return 1
 

@@ -7,37 +7,35 @@ message naming the file or key, before a daemon starts with a half-made configur
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import TypeVar
 
 from slonk import paths, rollout, secrets, services, statesave
 from slonk.config.render import conf_server, render
-from slonk.config.spec import ClusterSpec, SpecError, load_spec
+from slonk.config.spec import ClusterSpec, load_spec
+from slonk.errors import SlonkError
 from slonk.files import make_dir
 from slonk.health import runner as health
-from slonk.hooks import revision
+from slonk.identity import pod_name
 from slonk.ldapdev import DevDirectory, seed_ldif
 from slonk.slurmctld import Slurmctld
 from slonk.users import sync as users_sync
 from slonk.users.directory import DirectoryError
+from slonk.worker import install_job_programs
 
 BOOT_LDAP_WAIT_SECONDS = 5.0
 
 
-class InitError(RuntimeError):
+class InitError(SlonkError):
     """The pod cannot start as configured; the message says what to fix."""
 
 
 def log(message: str) -> None:
     print(f"slonk init: {message}", file=sys.stderr, flush=True)
-
-
-def pod_name() -> str:
-    return os.environ.get("POD_NAME") or socket.gethostname()
 
 
 def check_identity(spec: ClusterSpec, role: str, name: str) -> None:
@@ -121,26 +119,7 @@ def _users_without_directory(spec: ClusterSpec) -> tuple[users_sync.Result, str]
         return users_sync.sync(replace(spec, ldap=None)), "static users only"
 
 
-def install_job_programs(spec: ClusterSpec) -> str:
-    """The programs slurm.conf names (Prolog, Epilog, HealthCheckProgram): this interpreter
-    running the dispatcher or the health checks. slurmd gives them no PATH of their own."""
-    paths.HOOK_BIN.mkdir(parents=True, exist_ok=True)
-    programs = {phase: f"-m slonk.hooks.dispatch {phase}" for phase in spec.job_phases}
-    if spec.health:
-        programs["health"] = "-m slonk.health.command"
-    for name, arguments in programs.items():
-        wrapper = paths.HOOK_BIN / name
-        wrapper.write_text(
-            f'#!/bin/sh\nexport PATH="${{PATH:-{paths.DEFAULT_PATH}}}"\n'
-            f"exec {sys.executable} {arguments}\n"
-        )
-        wrapper.chmod(0o755)
-    if spec.hooks:
-        revision.write_settings(spec.hooks)
-    return ", ".join(programs)
-
-
-def boot_checks(plan: health.Plan) -> str:
+def boot_checks(plan: health.CheckPlan) -> str:
     """Before slurmd starts: the results stand for the pod's life, and the first health run
     (slurmd's, before it registers) drains the node for any failure."""
     health.write_plan(plan)
@@ -176,11 +155,14 @@ def prepare_directory(spec: ClusterSpec) -> str:
     return f"seeded {len(server.users)} users" if seeded else "kept its data"
 
 
+_T = TypeVar("_T")
+
+
 def run(role: str) -> None:
     """Every step of a pod's start, then exec s6-svscan (never returns on success)."""
     started = time.perf_counter()
 
-    def step(what: str, action: Callable[[], object]) -> object:
+    def step(what: str, action: Callable[[], _T]) -> _T:
         t = time.perf_counter()
         result = action()
         detail = f": {result}" if isinstance(result, str) else ""
@@ -221,7 +203,7 @@ def run(role: str) -> None:
 def main(role: str) -> int:
     try:
         run(role)
-    except (InitError, SpecError, secrets.MissingSecret, statesave.StateError) as err:
+    except SlonkError as err:  # what to fix, in the pod's log; a bug keeps its traceback
         log(f"error: {err}")
         return 1
     return 0

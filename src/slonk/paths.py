@@ -31,6 +31,7 @@ HEALTH_PLAN = HEALTH_STATE / "plan.json"
 # -f, see rootfs' slurmctld/run) is its only reader. Every other client and every slurmd
 # fetches what slurmctld runs; a slurm.conf at the clients' default path would shadow that.
 SLURMCTLD_CONF_DIR = Path("/etc/slurm/slurmctld")
+CONFIG_FILES = ("slurm.conf", "topology.conf", "gres.conf", "cgroup.conf")  # in that dir
 CLIENT_SLURM_CONF = Path("/etc/slurm/slurm.conf")
 # slurmctld's StateSaveLocation (its volume), and on it the last configuration slurmctld
 # accepted and the last it refused.

@@ -20,9 +20,10 @@ import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from slonk.config.render import CONFIG_FILES
 from slonk.files import write_atomically
+from slonk.paths import CONFIG_FILES
 
 Files = dict[str, str]
 
@@ -50,7 +51,7 @@ class Record:
 
     path: Path
 
-    def _load(self) -> dict:
+    def _load(self) -> dict[str, Any]:
         """The record, or {} (nothing to fall back on, nothing refused) when there is none,
         it is unreadable, or someone other than root could have written it."""
         try:
@@ -67,7 +68,7 @@ class Record:
                 return {}
         return data if isinstance(data, dict) else {}
 
-    def _save(self, data: dict) -> None:
+    def _save(self, data: dict[str, Any]) -> None:
         write_atomically(self.path, json.dumps(data), mode=0o600)
 
     def accepted(self) -> Files | None:

@@ -5,12 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from slonk import paths
+from slonk.errors import SlonkError
 from slonk.files import make_dir, write_atomically
 
 MIN_MUNGE_KEY_BYTES = 32  # munged refuses shorter keys
 
 
-class MissingSecret(RuntimeError):
+class MissingSecret(SlonkError):
     """A Secret the pod needs is not mounted; the message says which and where."""
 
 

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from slonk.errors import SlonkError
 from slonk.health import reasons
 
 # One call for every node (or the named ones), one for the queue.
@@ -27,7 +28,7 @@ QUEUE = ("squeue", "--json")
 RUNNING_STATES = frozenset({"idle", "allocated", "mixed"})
 
 
-class SlurmError(RuntimeError):
+class SlurmError(SlonkError):
     pass
 
 

@@ -47,7 +47,7 @@ STARTED = " started on cluster "
 
 
 def _global_settings(slurm_conf: str) -> dict[str, str]:
-    settings = {}
+    settings: dict[str, str] = {}
     for line in slurm_conf.splitlines():
         key, eq, value = line.strip().partition("=")
         if eq and not key.startswith("#"):

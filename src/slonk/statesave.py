@@ -23,6 +23,8 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from slonk.errors import SlonkError
+
 # The files that carry the header, in the order they are read.
 HEADED_FILES = ("job_state", "node_state")
 _TAG = b"PROTOCOL_VERSION\0"
@@ -35,7 +37,7 @@ _CADENCE_START = 41  # 24.05
 _VERSION = re.compile(r"(?:slurm(?:-wlm)? )?(\d{2})\.(\d{2})\.\d{1,3}(?:-\d{1,3})?", re.ASCII)
 
 
-class StateError(RuntimeError):
+class StateError(SlonkError):
     """slurmctld must not start on this state; the message says what to do."""
 
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from slonk import paths, rollout
-from slonk.config.render import render
 from slonk.config.spec import ClusterSpec, SpecError, load_spec
+from slonk.identity import pod_name
 from slonk.slurmctld import Refused, Slurmctld, needs_restart
 
 MAX_RETRY_SECONDS = 60.0
@@ -47,20 +47,6 @@ def fingerprint(path: Path) -> str | None:
         return hashlib.sha256(path.read_bytes()).hexdigest()
     except OSError:
         return None
-
-
-def update_node_programs(spec: ClusterSpec) -> str:
-    """A worker's health plan and the programs slurm.conf names follow the spec too."""
-    from slonk import init
-    from slonk.health import runner
-
-    init.install_job_programs(spec)
-    plan = runner.plan_for(spec, init.pod_name())
-    if plan:
-        runner.write_plan(plan)
-    else:
-        paths.HEALTH_PLAN.unlink(missing_ok=True)
-    return "updated the health plan and job programs"
 
 
 @dataclass
@@ -86,6 +72,8 @@ class Controller:
         return reason
 
     def apply(self, spec: ClusterSpec) -> str:
+        from slonk.config.render import render  # the controller's alone: Jinja is 30 ms
+
         new, old = render(spec), rollout.read_files(self.conf_dir)
         if new == old:
             return "no change to the Slurm configuration"
@@ -136,7 +124,9 @@ class Controller:
 
 
 def apply_worker(spec: ClusterSpec) -> str:
-    return update_node_programs(spec)
+    from slonk import worker  # a controller needs none of the health and hooks code
+
+    return worker.update_node_programs(spec, pod_name())
 
 
 @dataclass

@@ -16,9 +16,12 @@ from slonk.config.spec import SpecError, parse_spec
 
 # Values that turn on every section of cluster.yaml, each with values.yaml's defaults.
 ALL_ON: dict[str, Any] = {
-    "ldap": {"enabled": True, "uris": ["ldap://ldap.example.org"],
-             "userBase": "ou=people,dc=example,dc=org",
-             "groupBase": "ou=groups,dc=example,dc=org"},
+    "ldap": {
+        "enabled": True,
+        "uris": ["ldap://ldap.example.org"],
+        "userBase": "ou=people,dc=example,dc=org",
+        "groupBase": "ou=groups,dc=example,dc=org",
+    },
     "hooks": {"enabled": True, "git": {"repo": "https://git.example.org/hooks.git"}},
 }
 # Keys the chart always writes whose absence in cluster.yaml means "off", not a default,
@@ -30,7 +33,7 @@ NOT_DEFAULTS = {
     "health.enabled": "no health section: a spec from before health checks",
     "slurmConf": "holds SrunPortRange only",
     "slurmConf.SrunPortRange": "the chart pins srun's ports for its NetworkPolicies; a spec "
-                               "without it leaves them to Slurm",
+    "without it leaves them to Slurm",
     "hooks.prolog": "the chart writes every phase; a phase not given runs nothing",
     "hooks.epilog": "the same",
     "partitions.main.default": "the example partition is the default one",

@@ -184,8 +184,19 @@ class LocalCluster:
     def slonk(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         return slonk("local", *args, "--state-dir", str(self.state_dir), check=check)
 
-    def log(self, pod: str) -> str:
-        return (self.state_dir / "pods" / pod / "log").read_text()
+    def log(self, pod: str, since: int = 0) -> str:
+        """The pod's log from byte offset `since`: a `log_offset` taken before the cause, or
+        `container_log_offset` for the current container's alone (the log runs on across
+        restarts)."""
+        return Cluster(self.state_dir).log(pod, since)
+
+    def log_offset(self, pod: str) -> int:
+        """Where the pod's log ends now: what it logs from here on lies past it."""
+        return Cluster(self.state_dir).log_offset(pod)
+
+    def container_log_offset(self, pod: str) -> int:
+        """Where the log of the pod's current container (its last start) begins."""
+        return Cluster(self.state_dir).container_log_offset(pod)
 
     def nodes(self) -> dict[str, tuple[str, str]]:
         """{node: (state, reason)} as the controller sees it ({} while it does not answer):

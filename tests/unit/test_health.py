@@ -3,19 +3,22 @@ drain/resume rules, and the recycle loop's decisions."""
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
 import pytest
 
+from slonk import slurm_nodes
 from slonk.config.spec import HEALTH_CHECKS, RecycleSettings, SpecError, parse_spec
-from slonk.health import checks, command, gpu, node, reasons, recycle, runner
+from slonk.health import checks, drains, gpu, reasons, recycle, runner
 from slonk.health.kube import KubeError
 from slonk.health.probe import Unhealthy, bounded
 
 from . import slurm_json
 
 FAKE_GPU = Path(__file__).parents[1] / "fakes" / "fake-gpu"
+ROOTFS = Path(__file__).parents[2] / "rootfs"
 NODE = checks.Node(name="slonk-cpu-0", gpus=2, peers=("localhost",))
 GPU_OPTIONS = {
     **HEALTH_CHECKS["gpu"].options,
@@ -111,7 +114,7 @@ def test_a_hung_probe_is_abandoned_at_its_timeout():
 
 def test_a_hung_check_times_out_and_the_others_still_report(monkeypatch):
     monkeypatch.setitem(checks.CHECKS, "dns", lambda *a: time.sleep(30))
-    plan = runner.Plan(NODE, True, {
+    plan = runner.CheckPlan(NODE, True, {
         "dns": {"phases": ["interval"], "timeoutSeconds": 0.1, "options": {}},
         "interfaces": {"phases": ["interval"], "timeoutSeconds": 5,
                        "options": {"names": ["lo"], "rdmaDevices": []}},
@@ -149,15 +152,15 @@ def test_health_reads_every_node_in_one_call(monkeypatch):
         calls.append(args)
         return slurm_json.text("scontrol-show-node.json")
 
-    monkeypatch.setattr(node, "scontrol", scontrol)
-    assert [n.name for n in node.read_nodes()] == ["bare", "n1", "n2", "n3", "n4"]
-    node.read_nodes("n1")
+    monkeypatch.setattr(slurm_nodes, "scontrol", scontrol)
+    assert [n.name for n in slurm_nodes.read_nodes()] == ["bare", "n1", "n2", "n3", "n4"]
+    slurm_nodes.read_nodes("n1")
     assert calls == [("show", "node", "--json"), ("show", "node", "n1", "--json")]
 
 
 def _node(reason="", drained=True, state="idle", started="t0"):
     flags = frozenset({"DRAIN"} if drained else ())
-    return node.NodeState("n", state, flags, reason, started)
+    return slurm_nodes.NodeState("n", state, flags, reason, started)
 
 
 def _result(check, ok, detail="bad"):
@@ -188,11 +191,11 @@ def _result(check, ok, detail="bad"):
     (_node("slonk: broken"), [_result("gpu", False)], None),
 ])
 def test_drain_and_resume_rules(current, results, expected):
-    assert node.decide(current, results, undrain=True) == expected
+    assert drains.decide(current, results, undrain=True) == expected
 
 
 def test_undrain_can_be_turned_off():
-    assert node.decide(_node("slonk:gpu: XID 79"), [_result("gpu", True)], undrain=False) is None
+    assert drains.decide(_node("slonk:gpu: XID 79"), [_result("gpu", True)], undrain=False) is None
 
 
 SETTINGS = RecycleSettings(idle_seconds=60, period_seconds=1, max_recycles=2, window_seconds=600,
@@ -250,7 +253,7 @@ def test_boot_failures_stand_until_the_pod_restarts(tmp_path):
     at_boot = [_result("gpu", False, "1 of 2 GPUs visible"), _result("scratch", True)]
     runner.save_boot_results(at_boot, saved)
     now = [_result("gpu", True, "2 GPUs healthy"), _result("dns", True)]
-    merged = command.with_boot_failures(now, runner.boot_results(saved))
+    merged = drains.with_boot_failures(now, runner.boot_results(saved))
     assert [(r.check, r.ok) for r in merged] == [("gpu", False), ("dns", True)]
 
 
@@ -287,6 +290,7 @@ def test_a_taint_that_failed_is_tried_again():
     ("slonk:prolog:10-x: exit 1", ("hook", "prolog:10-x")),
     ("slonk:quarantine: recycled 2 times", ("quarantine", "quarantine")),
     ("slonk:pod: stopping", ("pod", "pod")),
+    ("slonk:scale-down: pod leaving", ("scale-down", "scale-down")),  # never recycled
     ("maintenance", None),
     ("", None),
     ("slonk:", None),
@@ -307,9 +311,18 @@ def test_every_writer_is_read_back_as_its_kind():
         assert check not in reasons.RESERVED
     assert reasons.classify(reasons.hook("prolog", "10-x", "exit 1")).kind == reasons.HOOK
     assert reasons.classify(reasons.quarantine("recycled")).kind == reasons.QUARANTINE
+    assert reasons.classify(reasons.scale_down("pod leaving")).kind == reasons.SCALE_DOWN
     for word in reasons.RESERVED:
         with pytest.raises(ValueError):
             reasons.health(word, "x")
+
+
+def test_the_pods_stop_script_writes_reasons_pod_reason():
+    """rootfs' svscan/SIGTERM is shell: it spells the POD reason itself."""
+    script = ROOTFS / "usr/share/slonk/svscan/SIGTERM"
+    (reason,) = re.findall(r'reason="([^"]*)"', script.read_text())
+    assert reason.startswith(f"{reasons.PREFIX}{reasons.POD}: ")
+    assert reasons.classify(reason) == reasons.Cause(reasons.POD, reasons.POD)
 
 
 def test_a_reason_is_one_bounded_line():
@@ -344,10 +357,10 @@ def _record(name, state, reason=""):
 
 
 def test_a_node_with_no_record_is_a_slurm_error(monkeypatch):
-    monkeypatch.setattr(node, "scontrol", lambda *args: slurm_json.text(
+    monkeypatch.setattr(slurm_nodes, "scontrol", lambda *args: slurm_json.text(
         "scontrol-show-node-unknown-name.json"))  # fmt: skip
-    with pytest.raises(node.SlurmError, match="no record of the node could be read"):
-        node.apply("n", [_result("gpu", False)], undrain=True)
+    with pytest.raises(slurm_nodes.SlurmError, match="no record of the node could be read"):
+        drains.apply("n", [_result("gpu", False)], undrain=True)
 
 
 def test_output_that_cannot_be_read_drains_and_resumes_nothing(monkeypatch):
@@ -358,9 +371,9 @@ def test_output_that_cannot_be_read_drains_and_resumes_nothing(monkeypatch):
             updates.append(args)
         return '{"nodes": [{"name": "n", "state": ["IDLE", "DRAIN"]}]}'  # no reason
 
-    monkeypatch.setattr(node, "scontrol", scontrol)
-    with pytest.raises(node.SlurmError, match="`reason` is missing"):
-        node.apply("n", [_result("gpu", True)], undrain=True)
+    monkeypatch.setattr(slurm_nodes, "scontrol", scontrol)
+    with pytest.raises(slurm_nodes.SlurmError, match="`reason` is missing"):
+        drains.apply("n", [_result("gpu", True)], undrain=True)
     assert updates == []
 
 
@@ -374,9 +387,9 @@ def test_a_hostile_reason_on_another_node_leaves_this_one_alone(monkeypatch):
             updates.append(args)
         return slurm_json.text("scontrol-show-node.json")
 
-    monkeypatch.setattr(node, "scontrol", scontrol)
-    assert node.apply("n4", [_result("gpu", True)], undrain=True) == "left idle"
-    said = node.apply("n1", [_result("gpu", True)], undrain=True)
+    monkeypatch.setattr(slurm_nodes, "scontrol", scontrol)
+    assert drains.apply("n4", [_result("gpu", True)], undrain=True) == "left idle"
+    said = drains.apply("n1", [_result("gpu", True)], undrain=True)
     assert said.startswith("left mixed+drain (\"person's words NodeName=n4")
     assert said.isascii() and said.isprintable()  # one line of the log, escaped
     assert updates == []
@@ -401,7 +414,7 @@ class RecordingKubernetes:
 
 def _recycle_pass(monkeypatch, text, kube, history):
     """One pass at t=1000 over nodes seen idle since a second before (idleSeconds is 1)."""
-    monkeypatch.setattr(node, "scontrol", lambda *args: slurm_json.nodes(*text)
+    monkeypatch.setattr(slurm_nodes, "scontrol", lambda *args: slurm_json.nodes(*text)
                         if isinstance(text, list) else text)  # fmt: skip
     for record in text if isinstance(text, list) else []:
         history.idle_since.setdefault(record["name"], 999)
@@ -414,6 +427,7 @@ def test_the_recycler_goes_on_past_a_refused_node(monkeypatch, capsys):
         _record("slonk-cpu-1", "IDLE+DRAIN", "slonk:gpu: 1 of 2 GPUs visible"),
         _record("slonk-cpu-2", "IDLE+DRAIN", "slonk:hook:prolog:x?y: exit 1"),
         _record("slonk-cpu-3", "IDLE+DRAIN", "x\nslonk:gpu: forged"),  # a person's
+        _record("slonk-cpu-4", "IDLE+DRAIN", reasons.scale_down("pod leaving")),  # upgrade's
     ]
     kube, history = RecordingKubernetes(refuse=("slonk-cpu-0",)), recycle.History()
     _recycle_pass(monkeypatch, text, kube, history)
@@ -429,7 +443,8 @@ def test_a_record_the_recycler_cannot_read_fails_the_pass_and_recycles_nothing(m
     del broken["slurmd_start_time"]
     text = [_record("slonk-cpu-0", "IDLE+DRAIN", "slonk:gpu: XID 79"), broken]
     kube, history = RecordingKubernetes(), recycle.History()
-    with pytest.raises(node.SlurmError, match="'slonk-cpu-1': `slurmd_start_time` is missing"):
+    missing = "'slonk-cpu-1': `slurmd_start_time` is missing"
+    with pytest.raises(slurm_nodes.SlurmError, match=missing):
         _recycle_pass(monkeypatch, text, kube, history)
     assert kube.deleted == []
 

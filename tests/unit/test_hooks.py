@@ -11,9 +11,8 @@ import subprocess
 
 import pytest
 
-from slonk import cli
+from slonk import cli, slurm_nodes
 from slonk.config.spec import HookSettings
-from slonk.health import node
 from slonk.hooks import dispatch, revision
 from slonk.hooks.revision import (
     MAX_DEPTH,
@@ -459,7 +458,7 @@ def _run(tmp_path, monkeypatch, scripts, phase="prolog", job="42"):
     assert consider(tree, GOOD, SETTINGS, state)
     write_settings(SETTINGS, state)
     drained = []
-    monkeypatch.setattr(node, "drain", lambda name, reason: drained.append(reason))
+    monkeypatch.setattr(slurm_nodes, "drain", lambda name, reason: drained.append(reason))
     monkeypatch.setenv("SLURM_JOB_ID", job)
     return dispatch.run(phase, state, logs), drained
 
@@ -474,7 +473,7 @@ def test_dispatcher_runs_in_order_logs_and_fails_on_the_first_error(tmp_path, mo
     log = (tmp_path / "logs" / "42.log").read_text()
     assert "first 42" in log and "oops" in log and "never" not in log
     assert drained == ["slonk:hook:prolog:20-fails: exit 3"]  # a hook's drain, not health's
-    assert node.NodeState("n", "idle", frozenset({"DRAIN"}), drained[0]).cause.kind == "hook"
+    assert slurm_nodes.NodeState("n", "idle", frozenset({"DRAIN"}), drained[0]).cause.kind == "hook"
     assert dispatch.run("epilog", tmp_path / "state", tmp_path / "logs") == 0  # nothing to do
 
 

@@ -11,7 +11,7 @@ import pytest
 from slonk import watch
 from slonk.config.spec import SpecError
 from slonk.local import cluster as local
-from slonk.local import upgrade
+from slonk.local import release, upgrade
 from slonk.local.manifests import LocalModeError, Plan
 from slonk.local.upgrade import LogTail, verdict
 from slonk.slurm_state import parse_nodes
@@ -92,7 +92,7 @@ class FakeController:
     def __init__(self, monkeypatch, nodes: str, queue: str) -> None:
         self.nodes, self.queue, self.asked = nodes, queue, []
         monkeypatch.setattr(upgrade, "_slurm", self.slurm)
-        monkeypatch.setattr(local, "node_states",
+        monkeypatch.setattr(upgrade, "node_states",
                             lambda cluster: {n.name: n for n in parse_nodes(self.nodes)})
 
     def slurm(self, cluster, *command):
@@ -148,12 +148,12 @@ def test_a_cluster_yaml_the_pods_would_refuse_is_refused_before_anything_changes
     objects = Plan("default", configmaps={"slonk-cluster": {"cluster.yaml": document}})
     where = "ConfigMap slonk-cluster, cluster.yaml: "
     with pytest.raises(SpecError, match=f"^{re.escape(where)}.*{re.escape(error)}"):
-        local.cluster_spec(objects)
+        release.cluster_spec(objects)
 
 
 @pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="needs ssh-keygen")
 def test_a_value_only_slurm_can_refuse_renders(tmp_path):
-    objects, spec = local.render(
+    objects, spec = release.render(
         local.Cluster(tmp_path), {"slurm": {"slurmConf": {"SelectType": "select/bogus"}}}
     )
     assert spec.slurm_conf["SelectType"] == "select/bogus"  # Slurm's to refuse, not ours

@@ -11,9 +11,8 @@ import jinja2
 
 from slonk.config.spec import ClusterSpec, NodePool
 from slonk.files import write_atomically
-from slonk.paths import HOOK_BIN, STATE_SAVE
+from slonk.paths import CONFIG_FILES, HOOK_BIN, STATE_SAVE
 
-CONFIG_FILES = ("slurm.conf", "topology.conf", "gres.conf", "cgroup.conf")
 # Configless Slurm: slurmctld is the only reader of these files; every slurmd and client
 # fetches what slurmctld runs, so a file slurmctld refused never reaches a node.
 CONFIGLESS = "enable_configless"

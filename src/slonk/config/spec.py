@@ -41,6 +41,7 @@ from slonk.config.model import (
     default_of,
 )
 from slonk.config.patterns import matches
+from slonk.errors import SlonkError
 from slonk.health.catalogue import CHECK_OPTION_MAXIMUM, CHECK_OPTION_SHAPES, HEALTH_CHECKS
 
 # The model's names, for the modules that read a spec through this one.
@@ -103,7 +104,7 @@ SPEC_KEYS = frozenset(
 )
 
 
-class SpecError(ValueError):
+class SpecError(SlonkError, ValueError):
     """A cluster spec that must not be applied; the message starts with the key path."""
 
 
@@ -113,7 +114,7 @@ class _Reader:
     def __init__(self, data: Any, path: str, known: Collection[str]) -> None:
         if not isinstance(data, Mapping):
             raise SpecError(f"{path or '<root>'}: expected a mapping, got {_kind(data)}")
-        unknown = sorted(set(data) - known)
+        unknown = sorted(set(data) - set(known))
         if unknown:
             raise SpecError(f"{_join(path, unknown[0])}: unknown key")
         self.data, self.path = data, path
@@ -719,7 +720,8 @@ class _PlainLoader(yaml.SafeLoader):
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
-            mark = self.peek_event().start_mark
+            # types-PyYAML leaves peek_event unannotated; it returns the next Event.
+            mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
             raise yaml.YAMLError(f"line {mark.line + 1}: YAML aliases are not allowed here")
         return super().compose_node(parent, index)
 

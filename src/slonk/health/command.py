@@ -1,53 +1,16 @@
-"""`slonk health run`: by hand, as Slurm's HealthCheckProgram, and from the job hooks."""
+"""`slonk health run` by hand, and Slurm's HealthCheckProgram (`python -m`, see
+slonk.worker). What runs the checks and acts on them is slonk.health.drains'."""
 
 from __future__ import annotations
 
 import json
 import sys
-import time
 from dataclasses import asdict
-from pathlib import Path
 
-from slonk.health import node, runner
+from slonk.health.drains import check_node
 from slonk.paths import HEALTH_PLAN, HEALTH_STATE
 
-LOG = Path("/var/log/slonk/health.log")
-JOB_PHASES = ("prolog", "epilog")
 STARTED = HEALTH_STATE / "slurmd-started"
-
-
-def with_boot_failures(
-    results: list[runner.Result], boot: list[runner.Result]
-) -> list[runner.Result]:
-    """A check that failed at boot counts as failing, whatever it says now: what was wrong
-    when the node came up (a GPU missing) is not fixed without a new pod."""
-    failed = [r for r in boot if not r.ok]
-    failed_at_boot = {r.check for r in failed}
-    return [*failed, *(r for r in results if r.check not in failed_at_boot)]
-
-
-def check_node(
-    phase: str, drain: bool, rerun: bool = True
-) -> tuple[list[runner.Result], str | None]:
-    """Run the phase's checks; with `drain`, set the node's Slurm state from them. Around a
-    job the node is allocated, so there is nothing to resume: Slurm is asked only on failure,
-    not once per job."""
-    plan = runner.load_plan()
-    boot = runner.boot_results()
-    results = with_boot_failures(runner.run(plan, phase) if rerun else boot, boot)
-    if not drain or (phase in JOB_PHASES and all(r.ok for r in results)):
-        return results, None
-    try:
-        action = node.apply(plan.node.name, results, plan.undrain)
-    except node.SlurmError as err:
-        action = f"could not update the node: {err}"
-    failed = "; ".join(r.reason for r in results if not r.ok)
-    if failed or not action.startswith("left"):  # a healthy node left alone is no news
-        LOG.parent.mkdir(parents=True, exist_ok=True)
-        with LOG.open("a") as log:
-            stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
-            log.write(f"{stamp} {phase}: {failed or 'all passed'}; {action}\n")
-    return results, action
 
 
 def slurmd_program() -> int:

@@ -5,15 +5,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from slonk.errors import SlonkError
+
 QUARANTINE_KEY = "slonk.io/quarantine"
 QUARANTINE_REASON = "slonk.io/quarantine-reason"
 
 
-class KubeError(RuntimeError):
+class KubeError(SlonkError):
     pass
 
 
-class Cluster:
+class KubeApi:
+    """The Kubernetes API of the controller pod's namespace, as the recycler uses it."""
+
     def __init__(self, namespace: str) -> None:
         try:
             from kubernetes import client, config  # heavy: only the controller image has it

@@ -7,7 +7,8 @@ Every reason slonk writes starts `slonk:`; the word after it says who drained th
   slonk:hook:<phase>:<script>: <detail>   a job hook from git failed: the script is (HOOK)
   slonk:quarantine: <detail>              recycled too often; left for a person (QUARANTINE)
   slonk:pod: <detail>                     the pod is stopping (POD; set as DOWN, in rootfs'
-                                          svscan/SIGTERM, which is shell)
+                                          svscan/SIGTERM, which is shell: a test holds it)
+  slonk:scale-down: <detail>              local mode's upgrade removes the pod (SCALE_DOWN)
 
 Only HEALTH drains are the machine's: only they are lifted by a passing check or recycled.
 A reason that does not parse as one of these is treated as a person's, and left alone.
@@ -20,17 +21,18 @@ from dataclasses import dataclass
 
 PREFIX = "slonk:"
 HEALTH, HOOK, QUARANTINE, POD = "health", "hook", "quarantine", "pod"
+SCALE_DOWN = "scale-down"
 # Before hooks had their own word, a failed prolog drained as `slonk:prolog:<script>: ...`:
 # such drains may still stand after an upgrade, and are hooks' too.
 LEGACY_HOOK_WORDS = ("prolog", "epilog")
-RESERVED = (HOOK, QUARANTINE, POD, *LEGACY_HOOK_WORDS)  # never a health check's name
+RESERVED = (HOOK, QUARANTINE, POD, SCALE_DOWN, *LEGACY_HOOK_WORDS)  # never a health check's name
 MAX_LENGTH = 250  # keeps `scontrol show node` readable
 WORD = re.compile(r"[a-z][a-z0-9_-]*")
 
 
 @dataclass(frozen=True)
 class Cause:
-    kind: str  # HEALTH, HOOK, QUARANTINE or POD
+    kind: str  # HEALTH, HOOK, QUARANTINE, POD or SCALE_DOWN
     name: str  # the check for HEALTH, `<phase>:<script>` for HOOK, else the kind
 
 
@@ -59,6 +61,10 @@ def quarantine(detail: str) -> str:
     return _reason(QUARANTINE, detail)
 
 
+def scale_down(detail: str) -> str:
+    return _reason(SCALE_DOWN, detail)
+
+
 def classify(reason: str) -> Cause | None:
     """Who wrote a drain reason; None for one slonk did not write (a person's)."""
     if not reason.startswith(PREFIX):
@@ -69,7 +75,7 @@ def classify(reason: str) -> Cause | None:
     if word == HOOK or word in LEGACY_HOOK_WORDS:
         script = rest.split(": ", 1)[0]
         return Cause(HOOK, script if word == HOOK else f"{word}:{script}")
-    if word in (QUARANTINE, POD):
+    if word in (QUARANTINE, POD, SCALE_DOWN):
         return Cause(word, word)
     if not rest.startswith(" "):
         return None  # `slonk:gpu:x` is no check's reason: not ours

@@ -18,13 +18,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from slonk import paths
+from slonk import paths, slurm_nodes
 from slonk.config.spec import ClusterSpec, RecycleSettings, SpecError
 from slonk.files import write_atomically
-from slonk.health import node as slurm
 from slonk.health import reasons
 from slonk.health.kube import KubeError
 from slonk.services import idle
+from slonk.slurm_state import NodeState, SlurmError
 
 # On the controller's state volume, beside slurmctld's own state: a controller restart must
 # not forget how often a node was recycled.
@@ -73,8 +73,8 @@ class History:
 
 
 def due(
-    nodes: list[slurm.NodeState], history: History, settings: RecycleSettings, now: float
-) -> Iterator[tuple[str, slurm.NodeState, int]]:
+    nodes: list[NodeState], history: History, settings: RecycleSettings, now: float
+) -> Iterator[tuple[str, NodeState, int]]:
     """('recycle' | 'quarantine', node, recent recycles) for every node whose time has come."""
     for node in nodes:
         if history.restarting.get(node.name) == node.slurmd_started:
@@ -110,8 +110,10 @@ def taint(kube: Kubernetes, history: History) -> None:
 def pass_once(spec: ClusterSpec, kube: Kubernetes, history: History, now: float) -> None:
     """Recycle or quarantine every node due. A node Slurm or Kubernetes refuses is logged
     and tried again next pass: one node never keeps the others waiting."""
+    if spec.health is None or spec.health.recycle is None:
+        return  # recycling is off: nothing is due
     settings = spec.health.recycle
-    for action, node, recent in list(due(slurm.read_nodes(), history, settings, now)):
+    for action, node, recent in list(due(slurm_nodes.read_nodes(), history, settings, now)):
         try:
             if action == "recycle":
                 kube.delete_pod(node.name)
@@ -123,11 +125,11 @@ def pass_once(spec: ClusterSpec, kube: Kubernetes, history: History, now: float)
                 window = settings.window_seconds
                 reason = reasons.quarantine(
                     f"recycled {recent} times in {window} s; last {node.reason}")
-                slurm.drain(node.name, reason)
+                slurm_nodes.drain(node.name, reason)
                 log(f"quarantined {node.name}: {reason}")
                 if settings.taint_nodes:
                     history.untainted[node.name] = reason
-        except (slurm.SlurmError, KubeError) as err:
+        except (SlurmError, KubeError) as err:
             log(f"could not {action} {node.name}, trying again next pass: {err}")
             continue
         history.idle_since.pop(node.name, None)
@@ -151,7 +153,7 @@ def run_forever(load: Callable[[], ClusterSpec], connect: Callable[[str], Kubern
         try:
             kube = kube or connect(spec.namespace)
             pass_once(spec, kube, history, time.time())
-        except (slurm.SlurmError, KubeError) as err:
+        except (SlurmError, KubeError) as err:
             log(f"pass skipped: {err}")
         except Exception as err:  # whatever it was, a crash-loop would stop all recycling
             log(f"pass failed, trying again next period: {type(err).__name__}: {err}")

@@ -47,13 +47,15 @@ class Result:
 
 
 @dataclass(frozen=True)
-class Plan:
+class CheckPlan:
+    """One node's health checks: which run in which phase, with what options."""
+
     node: Node
     undrain: bool
     checks: Mapping[str, Mapping[str, Any]]  # name -> phases, timeoutSeconds, options
 
 
-def plan_for(spec: ClusterSpec, node_name: str) -> Plan | None:
+def plan_for(spec: ClusterSpec, node_name: str) -> CheckPlan | None:
     """This node's checks, or None when health checks are off or it is no worker."""
     pool = spec.pool_of(node_name)
     if spec.health is None or pool is None:
@@ -71,25 +73,25 @@ def plan_for(spec: ClusterSpec, node_name: str) -> Plan | None:
         }
         for name, c in spec.health_checks(pool).items()
     }
-    return Plan(node=node, undrain=spec.health.undrain, checks=checks)
+    return CheckPlan(node=node, undrain=spec.health.undrain, checks=checks)
 
 
-def write_plan(plan: Plan, path: Path = HEALTH_PLAN) -> None:
+def write_plan(plan: CheckPlan, path: Path = HEALTH_PLAN) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(path, json.dumps(asdict(plan), indent=1) + "\n")
 
 
-def load_plan(path: Path = HEALTH_PLAN) -> Plan:
+def load_plan(path: Path = HEALTH_PLAN) -> CheckPlan:
     data = json.loads(path.read_text())
     node = data["node"]
-    return Plan(
+    return CheckPlan(
         node=Node(**{**node, "peers": tuple(node["peers"])}),
         undrain=data["undrain"],
         checks=data["checks"],
     )
 
 
-def run(plan: Plan, phase: str) -> list[Result]:
+def run(plan: CheckPlan, phase: str) -> list[Result]:
     """Every check of `phase`, started together; results in the plan's order."""
     selected = {n: c for n, c in plan.checks.items() if phase in c["phases"]}
     results: dict[str, Result] = {}

@@ -40,12 +40,13 @@ def scripts(state: Path, phase: str) -> list[Path]:
 
 
 def drain(phase: str, script: str, detail: str) -> None:
-    from slonk.health import node, reasons  # only on failure: jobs that pass import no more
+    from slonk import slurm_nodes  # only on failure: jobs that pass import no more
+    from slonk.health import reasons
 
     name = os.environ.get("SLURMD_NODENAME", "")
     try:
-        node.drain(name, reasons.hook(phase, script, detail))
-    except node.SlurmError as err:
+        slurm_nodes.drain(name, reasons.hook(phase, script, detail))
+    except slurm_nodes.SlurmError as err:
         print(f"slonk hooks: could not drain {name}: {err}", file=sys.stderr)
 
 
@@ -54,9 +55,9 @@ def health_checks(phase: str) -> int:
     job goes elsewhere (slonk.health)."""
     if phase not in DRAINING_PHASES or not HEALTH_PLAN.exists():
         return 0
-    from slonk.health import command
+    from slonk.health.drains import check_node
 
-    results, _ = command.check_node(phase, drain=True)
+    results, _ = check_node(phase, drain=True)
     return 0 if all(r.ok for r in results) else 1
 
 

@@ -43,6 +43,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from slonk import paths
 from slonk.config.spec import ClusterSpec, HookSettings, SpecError
@@ -487,7 +488,7 @@ def activate(staged: Path, revision: str, state: Path) -> None:
             shutil.rmtree(old, ignore_errors=True)
 
 
-def read_status(state: Path = paths.HOOKS_STATE) -> dict:
+def read_status(state: Path = paths.HOOKS_STATE) -> dict[str, Any]:
     try:
         return json.loads((state / STATUS).read_text())
     except (OSError, ValueError):
@@ -512,7 +513,14 @@ def consider(tree: Path, revision: str, settings: HookSettings, state: Path) -> 
     else:
         staging, unchecked = None, []
         found = [f"{shown(revision)}: not a commit's worktree in git-sync's root"]
-    if found:
+    if staging is not None and not found:
+        activate(staging, revision, state)
+        status["active"] = {"revision": revision, "since": now, "unchecked": unchecked}
+        status["refused"] = None
+        log(f"activated revision {revision[:12]}")
+        if unchecked:
+            log(f"revision {revision[:12]}: {_summary(unchecked)}")
+    else:
         if staging:
             shutil.rmtree(staging, ignore_errors=True)
         status["refused"] = {"revision": shown(revision), "reason": _summary(found), "at": now}
@@ -520,18 +528,11 @@ def consider(tree: Path, revision: str, settings: HookSettings, state: Path) -> 
             f"refused revision {shown(revision)[:12]}, {_active(status)} stays active: "
             f"{status['refused']['reason']}"
         )
-    else:
-        activate(staging, revision, state)
-        status["active"] = {"revision": revision, "since": now, "unchecked": unchecked}
-        status["refused"] = None
-        log(f"activated revision {revision[:12]}")
-        if unchecked:
-            log(f"revision {revision[:12]}: {_summary(unchecked)}")
     write_atomically(state / STATUS, json.dumps(status, indent=1) + "\n")
     return not found
 
 
-def _active(status: dict) -> str:
+def _active(status: dict[str, Any]) -> str:
     return status["active"]["revision"][:12] if status.get("active") else "no revision"
 
 
@@ -564,10 +565,11 @@ def watch(
     spec = load()
     if spec.hooks is None:
         idle("hooks are not configured", log)
+    hooks = spec.hooks
     seen = None
-    log(f"watching {root / spec.hooks.link}")
+    log(f"watching {root / hooks.link}")
     while True:
-        found = published(root, spec.hooks.link)
+        found = published(root, hooks.link)
         if found and found[1] != seen and os.path.lexists(found[0]):
             # (A tree gone since the readlink was swapped away: the next look finds the new.)
             tree, revision = found
@@ -577,7 +579,8 @@ def watch(
                 log(f"keeping the last good settings: {err}")
             if spec.hooks is None:
                 idle("hooks were switched off; a restarted pod drops this service", log)
-            write_settings(spec.hooks, state)
-            consider(tree, revision, spec.hooks, state)
+            hooks = spec.hooks
+            write_settings(hooks, state)
+            consider(tree, revision, hooks, state)
             seen = revision
         time.sleep(interval)

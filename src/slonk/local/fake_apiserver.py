@@ -9,6 +9,7 @@ lacks a verb fails here as it would on Kubernetes:
   GET    /api/v1/nodes/<name>                  the node, with its recorded taints
   PATCH  /api/v1/nodes/<name>                  record labels, annotations and taints
 Nodes are kept in <state>/apiserver/nodes/<name>.json for tests and people to read.
+It restarts pods through slonk.local.kubelet; `slonk local up` starts it (`start`).
 """
 
 from __future__ import annotations
@@ -24,9 +25,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from slonk.local.kubelet import restart_pod
 from slonk.local.manifests import Plan
 from slonk.local.network import BRIDGE_ADDRESS, NETNS_DIR
 from slonk.local.projection import project
+from slonk.local.state import Cluster
 
 NODE = "local"
 PORT = 6443
@@ -90,20 +93,18 @@ class Handler(BaseHTTPRequestHandler):
         return self._nodes(match["name"], verb)
 
     def _pods(self, namespace: str, name: str, verb: str) -> None:
-        from slonk.local import cluster as local  # it starts this server: imported late
-
-        if name not in local.Cluster(self.server.state_dir).pod_names():
+        if name not in self.server.cluster.pod_names():
             return self._status(404, f'pods "{name}" not found')
         if verb == "delete":
             threading.Thread(
-                target=local.restart, args=(self.server.state_dir, name), daemon=True
+                target=restart_pod, args=(self.server.cluster, name), daemon=True
             ).start()
             self.log_message("restarting pod %s", name)
         self._reply(200, pod_object(namespace, name))
 
     def _nodes(self, name: str, verb: str) -> None:
-        path = self.server.state_dir / "apiserver" / "nodes" / f"{name}.json"
-        node = (
+        path = self.server.cluster.apiserver_dir / "nodes" / f"{name}.json"
+        node: dict[str, Any] = (
             json.loads(path.read_text())
             if path.exists()
             else {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}, "spec": {}}
@@ -127,22 +128,22 @@ class ApiServer(ThreadingHTTPServer):
 
     def __init__(
         self,
-        state_dir: Path,
+        cluster: Cluster,
         address: str,
         tokens: dict[str, str],
         rules: dict[str, dict[str, list[str]]],
     ) -> None:
         super().__init__((address, PORT), Handler)
-        self.state_dir, self.tokens, self.rules = state_dir, tokens, rules
+        self.cluster, self.tokens, self.rules = cluster, tokens, rules
 
 
-def start(state_dir: Path, switch_netns: str, objects: Plan, namespace: str) -> None:
+def start(cluster: Cluster, objects: Plan, namespace: str) -> None:
     """Serve on the bridge's address (in the switch's namespace), with a token for every
     ServiceAccount a pod mounts and the chart's RBAC rules; `down` stops it with the rest."""
     accounts = {p.service_account for p in objects.pods if p.service_account}
     if not accounts:
         return
-    folder = state_dir / "apiserver"
+    folder = cluster.apiserver_dir
     folder.mkdir(parents=True, exist_ok=True)
     cert, key = folder / "tls.crt", folder / "tls.key"
     if not cert.exists():
@@ -157,15 +158,15 @@ def start(state_dir: Path, switch_netns: str, objects: Plan, namespace: str) -> 
         token = secrets.token_urlsafe(32)
         tokens[token] = account
         project(
-            state_dir / "serviceaccounts" / account,
+            cluster.serviceaccount_dir(account),
             {"token": token.encode(), "ca.crt": cert.read_bytes(), "namespace": namespace.encode()},
         )
     config = {"tokens": tokens, "rules": objects.permissions()}
     (folder / "config.json").write_text(json.dumps(config, indent=1))
     with open(folder / "log", "ab") as log:
         subprocess.Popen(
-            ["nsenter", f"--net={NETNS_DIR / switch_netns}", "--", sys.executable,
-             "-m", "slonk.local.fake_apiserver", str(state_dir), BRIDGE_ADDRESS],
+            ["nsenter", f"--net={NETNS_DIR / cluster.network.switch}", "--", sys.executable,
+             "-m", "slonk.local.fake_apiserver", str(cluster.state_dir), BRIDGE_ADDRESS],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True,
         )  # fmt: skip
@@ -173,13 +174,12 @@ def start(state_dir: Path, switch_netns: str, objects: Plan, namespace: str) -> 
 
 def main() -> None:
     """<state dir> <address>: serve until killed (local mode's `down` does that)."""
-    state_dir, address = Path(sys.argv[1]), sys.argv[2]
-    config = json.loads((state_dir / "apiserver" / "config.json").read_text())
-    server = ApiServer(state_dir, address, config["tokens"], config["rules"])
+    cluster, address = Cluster(Path(sys.argv[1])), sys.argv[2]
+    folder = cluster.apiserver_dir
+    config = json.loads((folder / "config.json").read_text())
+    server = ApiServer(cluster, address, config["tokens"], config["rules"])
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(
-        state_dir / "apiserver" / "tls.crt", state_dir / "apiserver" / "tls.key"
-    )
+    context.load_cert_chain(folder / "tls.crt", folder / "tls.key")
     server.socket = context.wrap_socket(server.socket, server_side=True)
     print(f"fake API server on https://{address}:{PORT}", flush=True)
     server.serve_forever()

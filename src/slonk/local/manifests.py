@@ -5,16 +5,16 @@ from __future__ import annotations
 import base64
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from slonk.config import patterns
+from slonk.errors import SlonkError
 
 COMPONENT = "app.kubernetes.io/component"
 POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"
 
 
-class LocalModeError(RuntimeError):
+class LocalModeError(SlonkError):
     """The rendered chart asks for something local mode cannot provide."""
 
 
@@ -224,13 +224,3 @@ def hosts_file(plan: Plan, addresses: Mapping[str, str], cluster_domain: str) ->
     lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
     lines += [f"{addresses[pod]}\t{' '.join(dict.fromkeys(n))}" for pod, n in names.items()]
     return "\n".join(lines) + "\n"
-
-
-def state_path(root: Path, mount: Mount, pod: str) -> Path:
-    """Where a mount's source lives in the state directory."""
-    return {
-        "configmap": root / "configmaps" / mount.name,
-        "secret": root / "secrets" / mount.name,
-        "claim": root / "volumes" / mount.name,
-        "scratch": root / "pods" / pod / "scratch" / mount.name,
-    }[mount.kind]

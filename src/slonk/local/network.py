@@ -15,6 +15,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from slonk.errors import SlonkError
+
 NETNS_DIR = Path("/run/netns")
 SUBNET = "10.73.0"
 PREFIX_LEN = 24
@@ -28,7 +30,7 @@ def _ip(*args: str) -> None:
         raise NetworkError(f"ip {' '.join(args)}: {result.stderr.strip() or 'failed'}")
 
 
-class NetworkError(RuntimeError):
+class NetworkError(SlonkError):
     """An `ip` command failed; the message carries what it said."""
 
 

@@ -10,10 +10,14 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from slonk.errors import SlonkError
 from slonk.local.network import NETNS_DIR, netns_inode
 
+# The PATH a pod's processes and its sidecars start with, as a container runtime's default.
+POD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-class PodError(RuntimeError):
+
+class PodError(SlonkError):
     pass
 
 

@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 # mount(2) flags (linux/mount.h).
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
@@ -49,7 +50,7 @@ def bind(source: str, target: str, read_only: bool) -> None:
         mount("none", target, None, MS_REMOUNT | MS_BIND | MS_RDONLY)
 
 
-def make_root(spec: dict) -> str:
+def make_root(spec: dict[str, Any]) -> str:
     """The pod's root, mounted (in this mount namespace only) at spec's root.target, with
     what must come from the host's side: /proc of the pod's PID namespace, /sys, devices."""
     layer = spec["root"]
@@ -91,7 +92,7 @@ def detach_host() -> None:
     os.rmdir(OLD_ROOT)
 
 
-def add_volumes(spec: dict, sources: list[int]) -> None:
+def add_volumes(spec: dict[str, Any], sources: list[int]) -> None:
     """After the pivot, so that each target resolves inside the pod (/var/run is a link to
     /run in the image): the sources are held as descriptors opened before it, their mounts
     still attached at OLD_ROOT."""
@@ -101,7 +102,7 @@ def add_volumes(spec: dict, sources: list[int]) -> None:
         os.close(fd)
 
 
-def confined(command: list[str], spec: dict) -> list[str]:
+def confined(command: list[str], spec: dict[str, Any]) -> list[str]:
     """The command under the container's securityContext, as a runtime would start it: with
     `drop: [ALL]`, root keeps only the added capabilities (and so does everything it starts);
     without, the pod keeps all of root's. allowPrivilegeEscalation false sets no_new_privs."""

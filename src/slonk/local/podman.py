@@ -16,10 +16,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from slonk.errors import SlonkError
 from slonk.local.network import NETNS_DIR
 
 
-class PodmanError(RuntimeError):
+class PodmanError(SlonkError):
     pass
 
 

@@ -27,18 +27,23 @@ from pathlib import Path
 from typing import Any
 
 from slonk import chart
-from slonk.local import cluster as local
-from slonk.local.cluster import Cluster
+from slonk.health import reasons
+from slonk.local.cluster import require_root
+from slonk.local.kubelet import start_pod, stop_pods, write_hosts
 from slonk.local.manifests import LocalModeError, Plan, Pod, hosts_file
 from slonk.local.network import pod_addresses
+from slonk.local.nodes import node_states, wait_nodes_up
+from slonk.local.podspec import pod_spec
 from slonk.local.projection import DATA_LINK, project, read
+from slonk.local.release import SPEC_CONFIGMAP, known_hosts, project_secrets, render
+from slonk.local.state import Cluster, read_pod_spec, save_values, write_pod_spec, write_record
 from slonk.slurm_state import QUEUE, SlurmError, parse_jobs
 
 VERDICT_TIMEOUT_SECONDS = 60.0
 # After putting a change back: the watcher's word on that, if it has one (it has none when
 # it never took the change), so that the next upgrade does not read it as its own.
 ROLLBACK_VERDICT_SECONDS = 10.0
-LEAVING_REASON = "slonk:scale-down: pod leaving"
+LEAVING_REASON = reasons.scale_down("pod leaving")
 WATCH_PREFIX = "slonk watch-config: "
 # The watcher's own line: at the start of a log line (podman's k8s-file log puts a time, the
 # stream and a tag first), never in the middle of another daemon's message that may quote
@@ -149,7 +154,7 @@ def _hold_leaving(
     workers = [name for name in leaving if name in cluster.pod_names("worker")]
     if not workers:
         return
-    states = local.node_states(cluster)
+    states = node_states(cluster)
     if not states:
         raise LocalModeError(
             f"the controller does not answer: cannot tell whether {', '.join(workers)} run "
@@ -168,7 +173,7 @@ def _hold_leaving(
 
 def _resume(cluster: Cluster, node: str) -> None:
     """Lift the drain only while it is still ours: the very reason, not a person's since."""
-    state = local.node_states(cluster).get(node)
+    state = node_states(cluster).get(node)
     if state is not None and state.drained and state.reason == LEAVING_REASON:
         _slurm(cluster, "scontrol", "update", f"nodename={node}", "state=resume")
 
@@ -193,11 +198,11 @@ def _project_configmaps(
     """Project each ConfigMap that changed (kubelet's atomic swap); returns their names."""
     changed = set()
     for name, files in configmaps.items():
-        folder = local.configmap_dir(cluster, name)
+        folder = cluster.configmap_dir(name)
         before = _read_configmap(folder)
         if before == dict(files):
             continue
-        if name == local.SPEC_CONFIGMAP:
+        if name == SPEC_CONFIGMAP:
             rollback.callback(_put_back_spec, cluster, folder, before, progress)
         else:
             rollback.callback(_put_back, folder, before)
@@ -212,14 +217,14 @@ def _put_back_spec(
 ) -> None:
     tail = LogTail.at_end(_controller_log(cluster))
     _put_back(folder, files)
-    progress(f"  put back ConfigMap {local.SPEC_CONFIGMAP}")
+    progress(f"  put back ConfigMap {SPEC_CONFIGMAP}")
     found = wait_verdict(cluster, tail, ROLLBACK_VERDICT_SECONDS)
     if found:
         progress(f"  {cluster.pod_names('controller')[0]}: {found[1]}")
 
 
 def _controller_log(cluster: Cluster) -> Path:
-    return cluster.pod_dir(cluster.pod_names("controller")[0]) / "log"
+    return cluster.log_file(cluster.pod_names("controller")[0])
 
 
 def _await_controller(cluster: Cluster, tail: LogTail, progress: Callable[[str], None]) -> None:
@@ -244,10 +249,10 @@ def _update_hosts(
 ) -> None:
     """Every running pod that stays answers for the new pod set's names."""
     for name in names:
-        before = local.read_pod_spec(cluster, name)["files"]["/etc/hosts"]
+        before = read_pod_spec(cluster, name)["files"]["/etc/hosts"]
         if before != hosts and cluster.pid(name) is not None:
-            rollback.callback(local.write_hosts, cluster, name, before)
-            local.write_hosts(cluster, name, hosts)
+            rollback.callback(write_hosts, cluster, name, before)
+            write_hosts(cluster, name, hosts)
 
 
 def _check_pod_set(
@@ -270,12 +275,12 @@ def _check_pod_set(
 def upgrade(
     state_dir: Path, value_files: Sequence[Path] = (), progress: Callable[[str], None] = print
 ) -> None:
-    local.require_root()
+    require_root()
     cluster = Cluster(state_dir.resolve())
     with _exclusive(cluster):
         record = cluster.record()
         user = chart.user_values([cluster.values_file, *value_files])
-        objects, spec = local.render(cluster, user)
+        objects, spec = render(cluster, user)
         new_names = [p.name for p in objects.pods]
         joining = [p for p in objects.pods if p.name not in record["pods"]]
         leaving = [name for name in record["pods"] if name not in new_names]
@@ -288,18 +293,18 @@ def upgrade(
         # Every pod's new template, made before anything changes: one local mode cannot
         # run (a sidecar it has no stand-in for) fails here.
         runtime = record.get("runtime", "host")
-        templates = {p.name: local.pod_spec(cluster, p, hosts, runtime) for p in objects.pods}
+        templates = {p.name: pod_spec(cluster, p, hosts, runtime) for p in objects.pods}
         with contextlib.ExitStack() as rollback:
             _hold_leaving(cluster, leaving, rollback, progress)
             _make_room(cluster, record, joining, addresses, rollback)
             _update_hosts(cluster, staying, hosts, rollback)
             tail = LogTail.at_end(_controller_log(cluster))
-            if local.SPEC_CONFIGMAP in _project_configmaps(
+            if SPEC_CONFIGMAP in _project_configmaps(
                 cluster, objects.configmaps, rollback, progress
             ):
                 _await_controller(cluster, tail, progress)
             rollback.pop_all()  # the pods took it: from here on, the change stays
-        local.save_values(cluster, user)
+        save_values(cluster, user)
         _settle(cluster, objects, templates, joining, leaving, progress)
     progress("slonk local: upgraded")
 
@@ -315,10 +320,10 @@ def _make_room(
     them whatever happens next)."""
     if not joining:
         return
-    rollback.callback(local.write_record, cluster, dict(record))
+    rollback.callback(write_record, cluster, dict(record))
     pods = dict(record["pods"])
     pods.update({p.name: {"role": p.role, "address": addresses[p.name]} for p in joining})
-    local.write_record(cluster, {**record, "pods": pods})
+    write_record(cluster, {**record, "pods": pods})
     for pod in joining:
         rollback.callback(cluster.network.remove_pod, pod.name)
         cluster.network.add_pod(pod.name, addresses[pod.name])
@@ -335,21 +340,21 @@ def _settle(
     """After the controller took the new configuration: stop the leaving pods, give staying
     ones their new template (they take it when next started, as with OnDelete), start the
     joining ones and wait until their nodes are up."""
-    local.stop_pods(cluster, leaving, progress)
+    stop_pods(cluster, leaving, progress)
     for name in leaving:
         cluster.network.remove_pod(name)
         shutil.rmtree(cluster.pod_dir(name), ignore_errors=True)
     record = cluster.record()
     record["pods"] = {n: p for n, p in record["pods"].items() if n not in leaving}
-    local.write_record(cluster, record)
-    local.project_secrets(cluster, objects)
+    write_record(cluster, record)
+    project_secrets(cluster, objects)
     addresses = {name: pod["address"] for name, pod in record["pods"].items()}
-    local.known_hosts(cluster, objects, addresses)
+    known_hosts(cluster, objects, addresses)
     joined = {p.name for p in joining}
     for name, template in templates.items():
         if name not in joined:
-            local.write_pod_spec(cluster, name, template)
+            write_pod_spec(cluster, name, template)
     for pod in joining:
-        local.start_pod(cluster, pod, templates[pod.name], progress)
+        start_pod(cluster, pod, templates[pod.name], progress)
     if joining:
-        local.wait_nodes_up(cluster, progress=progress, pods=[p.name for p in joining])
+        wait_nodes_up(cluster, progress=progress, pods=[p.name for p in joining])

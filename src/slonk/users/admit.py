@@ -382,7 +382,9 @@ def _claims(
     DN), or the one entry claiming exactly its (name, id) while its DN is gone: a move.
     A personal group's hold moves to no directory group."""
     by_id = {hold.id: name for name, hold in holds.items()}
-    first, later, refused = [], [], []
+    first: list[tuple[Any, str]] = []
+    later: list[tuple[Any, str]] = []
+    refused: list[tuple[str, str, str]] = []
     movers: dict[str, list[tuple[Any, str]]] = {}
     for item in items:
         account, dn = item

@@ -16,13 +16,14 @@ import ldap3
 from ldap3.core.exceptions import LDAPException
 
 from slonk.config.spec import LdapSettings
+from slonk.errors import SlonkError
 
 PAGE_SIZE = 500
 
 Entry = dict[str, list[str]]
 
 
-class DirectoryError(RuntimeError):
+class DirectoryError(SlonkError):
     """The directory could not be read; nothing was changed."""
 
 

@@ -18,16 +18,18 @@ from pathlib import Path
 
 from slonk.config import accounts
 from slonk.config.spec import ClusterSpec, LdapSettings, SpecError
+from slonk.errors import SlonkError
 from slonk.files import write_atomically
 from slonk.services import idle
 from slonk.users import snapshot
-from slonk.users.admit import Owners, Result, admit
+from slonk.users.admit import Owners, admit
+from slonk.users.admit import Result as Result  # re-exported: what sync() returns
 from slonk.users.directory import Directory, DirectoryError, read_directory
 from slonk.users.files import capture_base, write_accounts, write_authorized_keys
 from slonk.users.homes import make_homes, secure_root
 
 
-class SyncRefused(RuntimeError):
+class SyncRefused(SlonkError):
     """The sync would be unsafe; the files stay as they were."""
 
 

@@ -1,0 +1,85 @@
+"""Turn check results into Slurm node state: drain with slonk's reason, resume what slonk
+drained once the same check passes, and never touch a drain a person made. `check_node` runs
+a phase's checks and does that: for `slonk health run`, Slurm's HealthCheckProgram and the
+job hooks' dispatcher alike."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from slonk import slurm_nodes
+from slonk.health import reasons, runner
+from slonk.health.runner import Result
+from slonk.slurm_state import NodeState, SlurmError
+
+LOG = Path("/var/log/slonk/health.log")
+JOB_PHASES = ("prolog", "epilog")
+
+
+def decide(node: NodeState, results: Sequence[Result], undrain: bool) -> tuple[str, str] | None:
+    """('drain', reason), ('resume', old reason) or None. A drain slonk made for one check is
+    replaced only once that check passes; hooks' and quarantine drains are not health's to
+    lift or replace, and a person's drain is theirs."""
+    failed = [r for r in results if not r.ok]
+    passed = {r.check for r in results if r.ok}
+    cause = node.cause
+    if node.drained and (cause is None or cause.kind != reasons.HEALTH):
+        return None
+    if failed:
+        if cause is None or cause.name in passed:
+            return ("drain", failed[0].reason)
+        return None
+    if undrain and cause is not None and cause.name in passed:
+        return ("resume", node.reason)
+    return None
+
+
+def apply(name: str, results: Sequence[Result], undrain: bool) -> str:
+    """Act on the node in Slurm; returns what was done, for the log."""
+    found = [n for n in slurm_nodes.read_nodes(name) if n.name == name]
+    if len(found) != 1:
+        raise SlurmError(f"scontrol show node {name}: no record of the node could be read")
+    (node,) = found
+    action = decide(node, results, undrain)
+    if action is None:
+        return f"left {node.label}" + (
+            f" ({node.reason!a}, set by {node.reason_by!a})" if node.reason else ""
+        )
+    verb, reason = action
+    if verb == "drain":
+        slurm_nodes.drain(name, reason)
+        return f"drained: {reason}"
+    slurm_nodes.resume(name)
+    return f"resumed (was: {reason})"
+
+
+def with_boot_failures(results: list[Result], boot: list[Result]) -> list[Result]:
+    """A check that failed at boot counts as failing, whatever it says now: what was wrong
+    when the node came up (a GPU missing) is not fixed without a new pod."""
+    failed = [r for r in boot if not r.ok]
+    failed_at_boot = {r.check for r in failed}
+    return [*failed, *(r for r in results if r.check not in failed_at_boot)]
+
+
+def check_node(phase: str, drain: bool, rerun: bool = True) -> tuple[list[Result], str | None]:
+    """Run the phase's checks; with `drain`, set the node's Slurm state from them. Around a
+    job the node is allocated, so there is nothing to resume: Slurm is asked only on failure,
+    not once per job."""
+    plan = runner.load_plan()
+    boot = runner.boot_results()
+    results = with_boot_failures(runner.run(plan, phase) if rerun else boot, boot)
+    if not drain or (phase in JOB_PHASES and all(r.ok for r in results)):
+        return results, None
+    try:
+        action = apply(plan.node.name, results, plan.undrain)
+    except SlurmError as err:
+        action = f"could not update the node: {err}"
+    failed = "; ".join(r.reason for r in results if not r.ok)
+    if failed or not action.startswith("left"):  # a healthy node left alone is no news
+        LOG.parent.mkdir(parents=True, exist_ok=True)
+        with LOG.open("a") as log:
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+            log.write(f"{stamp} {phase}: {failed or 'all passed'}; {action}\n")
+    return results, action

@@ -1,0 +1,94 @@
+"""What kubelet does for one local pod: start it from its template with fresh writable layers
+and its sidecars, stop it (SIGTERM, SIGKILL after the grace), restart it, rewrite its hosts."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from slonk.local import pod as pods
+from slonk.local import podman
+from slonk.local.manifests import LocalModeError, Pod
+from slonk.local.network import processes_in
+from slonk.local.sidecars import start_sidecars
+from slonk.local.state import Cluster, read_pod_spec, write_pod_spec
+
+STOP_GRACE_SECONDS = 15.0
+
+
+def _launch(cluster: Cluster, name: str, spec: dict[str, Any]) -> int:
+    """Start a pod with fresh writable layers, as a new container would have."""
+    pod_dir = cluster.pod_dir(name)
+    shutil.rmtree(pod_dir / "layers", ignore_errors=True)
+    shutil.rmtree(pod_dir / "scratch", ignore_errors=True)
+    for key in ("upper", "work", "target"):
+        Path(spec["root"][key]).mkdir(parents=True)
+    for volume in spec["binds"]:
+        Path(volume["source"]).mkdir(parents=True, exist_ok=True)
+    netns = cluster.network.pod_netns(name)
+    write_pod_spec(cluster, name, spec)
+    cluster.mark_container_start(name)
+    if cluster.record().get("runtime") == "podman":
+        pid = podman.start(pod_dir, netns, spec)
+    else:
+        pid = pods.start(pod_dir, netns)
+    (pod_dir / "pid").write_text(f"{pid}\n")
+    start_sidecars(cluster, name, spec["sidecars"])
+    return pid
+
+
+def start_pod(
+    cluster: Cluster, pod: Pod, spec: dict[str, Any], progress: Callable[[str], None]
+) -> None:
+    cluster.pod_dir(pod.name).mkdir(parents=True, exist_ok=True)
+    _launch(cluster, pod.name, spec)
+    progress(f"  started {pod.name} ({pod.role}) at {cluster.address(pod.name)}")
+
+
+def kill_all(netns: str) -> None:
+    for pid in processes_in(netns):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def stop_pods(
+    cluster: Cluster, names: Sequence[str], progress: Callable[[str], None] = lambda _: None
+) -> None:
+    """Stop these pods together, as kubelet would (SIGTERM, SIGKILL after the grace), then
+    whatever else runs in their network namespaces (sidecars, an ssh session)."""
+
+    def stop(name: str) -> None:
+        pid = cluster.pid(name)
+        if pid is not None:
+            pods.stop(pid, STOP_GRACE_SECONDS)
+            progress(f"  stopped {name}")
+        kill_all(cluster.network.pod_netns(name))
+
+    with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:
+        list(pool.map(stop, names))
+
+
+def restart_pod(cluster: Cluster, name: str, stop_only: bool = False) -> None:
+    """Stop a pod and start it again from its template, as its StatefulSet would."""
+    stop_pods(cluster, [name])
+    if not stop_only:
+        _launch(cluster, name, read_pod_spec(cluster, name))
+
+
+def write_hosts(cluster: Cluster, name: str, hosts: str) -> None:
+    """Replace a running pod's /etc/hosts (on its own /etc layer) with one rename, as cluster
+    DNS starts answering for a new Service: a reader sees the old file or the new one."""
+    script = "cat > /etc/.hosts.slonk && mv -f /etc/.hosts.slonk /etc/hosts"
+    result = subprocess.run(
+        cluster.enter(name, ["/bin/sh", "-c", script]),
+        input=hosts, capture_output=True, text=True, check=False, cwd="/",
+    )  # fmt: skip
+    if result.returncode:
+        raise LocalModeError(f"pod {name}: cannot update /etc/hosts: {result.stderr.strip()}")

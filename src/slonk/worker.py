@@ -1,0 +1,42 @@
+"""What a worker keeps in step with cluster.yaml for slurmd: the programs slurm.conf names
+(Prolog, Epilog, HealthCheckProgram) and the node's health plan. `slonk init` writes them at
+start, `slonk watch-config` again on every change."""
+
+from __future__ import annotations
+
+import sys
+
+from slonk import paths
+from slonk.config.spec import ClusterSpec
+from slonk.health import runner
+from slonk.hooks import revision
+
+
+def install_job_programs(spec: ClusterSpec) -> str:
+    """The programs slurm.conf names (Prolog, Epilog, HealthCheckProgram): this interpreter
+    running the dispatcher or the health checks. slurmd gives them no PATH of their own."""
+    paths.HOOK_BIN.mkdir(parents=True, exist_ok=True)
+    programs = {phase: f"-m slonk.hooks.dispatch {phase}" for phase in spec.job_phases}
+    if spec.health:
+        programs["health"] = "-m slonk.health.command"
+    for name, arguments in programs.items():
+        wrapper = paths.HOOK_BIN / name
+        wrapper.write_text(
+            f'#!/bin/sh\nexport PATH="${{PATH:-{paths.DEFAULT_PATH}}}"\n'
+            f"exec {sys.executable} {arguments}\n"
+        )
+        wrapper.chmod(0o755)
+    if spec.hooks:
+        revision.write_settings(spec.hooks)
+    return ", ".join(programs)
+
+
+def update_node_programs(spec: ClusterSpec, name: str) -> str:
+    """After a change of cluster.yaml: node `name`'s health plan and job programs follow it."""
+    install_job_programs(spec)
+    plan = runner.plan_for(spec, name)
+    if plan:
+        runner.write_plan(plan)
+    else:
+        paths.HEALTH_PLAN.unlink(missing_ok=True)
+    return "updated the health plan and job programs"
