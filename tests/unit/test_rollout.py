@@ -19,9 +19,9 @@ import yaml
 
 from slonk import paths, rollout
 from slonk.config.render import render
-from slonk.config.spec import parse_spec
+from slonk.config.spec import parse_spec, read_spec
 from slonk.slurmctld import Refused, _what_it_said, needs_restart
-from slonk.watch import Controller, Follower, NotApplied, NotNow
+from slonk.watch import Controller, Follower, NotApplied, NotNow, fingerprint, started_on
 
 VERSION = "slurm-wlm 24.11.5"
 FATAL = "fatal: Can't find plugin for select/bogus"
@@ -355,3 +355,21 @@ def test_run_scripts_use_slonks_paths():
     assert f"-f {paths.SLURMCTLD_CONF_DIR / 'slurm.conf'}\n" in slurmctld
     assert f" {paths.SLURMCTLD_LOG.parent}\n" in (services / "slurmctld/log/run").read_text()
     assert '--conf-server "$SLURM_CONF_SERVER"' in (services / "slurmd/run").read_text()
+
+
+def test_a_change_between_init_and_the_watchs_start_is_applied(tmp_path, demo_spec):
+    """`slonk init` records the content it read; a ConfigMap change that lands before
+    config-watch starts (a `helm upgrade` while the pod boots) is still a change to it."""
+    spec_file, record = tmp_path / "cluster.yaml", tmp_path / "started-on"
+    spec_file.write_text(yaml.safe_dump(demo_spec))
+    _, read = read_spec(spec_file)
+    record.write_text(read)
+    assert started_on(spec_file, record) == fingerprint(spec_file)  # nothing came between
+    demo_spec["partitions"]["gpu"]["maxTime"] = 60
+    spec_file.write_text(yaml.safe_dump(demo_spec))
+    follower = Follower(lambda spec: "rewrote slurm.conf", spec_file, 1.0,
+                        handled=started_on(spec_file, record))
+    assert follower.poll(0.0) == "applied cluster.yaml change: rewrote slurm.conf"
+    assert follower.poll(1.0) is None
+    # A pod whose init recorded nothing takes what is there as what it runs.
+    assert started_on(spec_file, tmp_path / "none") == fingerprint(spec_file)

@@ -7,6 +7,7 @@ dataclasses and refuses anything inconsistent with an error naming the offending
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import re
 from collections.abc import Callable, Collection, Mapping
@@ -738,19 +739,33 @@ class _PlainLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def load_spec(path: Path) -> ClusterSpec:
-    """Read and validate a `cluster.yaml` file; errors name the file and the key."""
+def fingerprint(content: bytes) -> str:
+    """What tells one content of cluster.yaml from another."""
+    return hashlib.sha256(content).hexdigest()
+
+
+def read_spec(path: Path) -> tuple[ClusterSpec, str]:
+    """Read and validate a `cluster.yaml` file, and the fingerprint of the very bytes read
+    (the file may change a moment later); errors name the file and the key."""
     try:
-        data = yaml.load(Path(path).read_text(), Loader=_PlainLoader)  # a SafeLoader
+        content = Path(path).read_bytes()
+        data = yaml.load(content.decode(), Loader=_PlainLoader)  # a SafeLoader
     except OSError as err:
         raise SpecError(f"{path}: cannot read: {err.strerror}") from err
+    except UnicodeDecodeError as err:
+        raise SpecError(f"{path}: not UTF-8: {err}") from err
     except yaml.YAMLError as err:
         raise SpecError(f"{path}: not valid YAML: {err}") from err
     except RecursionError:
         raise SpecError(f"{path}: nested too deeply to be a cluster spec") from None
     try:
-        return parse_spec(data)
+        return parse_spec(data), fingerprint(content)
     except SpecError as err:
         raise SpecError(f"{path}: {err}") from err
     except RecursionError:
         raise SpecError(f"{path}: nested too deeply to be a cluster spec") from None
+
+
+def load_spec(path: Path) -> ClusterSpec:
+    """Read and validate a `cluster.yaml` file; errors name the file and the key."""
+    return read_spec(path)[0]
