@@ -60,7 +60,7 @@ def workload(argv: list[str]) -> dict:
 
 
 ONE_NODE = """\
-nodepools: [{name: cpu, replicas: 1, cpus: 8, memoryMiB: 1024}]
+nodepools: {cpu: {replicas: 1, cpus: 8, memoryMiB: 1024}}
 """
 
 

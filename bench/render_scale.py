@@ -21,9 +21,8 @@ POOLS, NODES = 20, 15_000
 
 def values() -> dict:
     per_pool = NODES // POOLS
-    pools = [
-        {
-            "name": f"gpu{i:02d}",
+    pools = {
+        f"gpu{i:02d}": {
             "replicas": per_pool,
             "cpus": 96,
             "memoryMiB": 1_048_576,
@@ -32,9 +31,9 @@ def values() -> dict:
             "topology": {"switch": f"leaf{i // 2}", "block": f"block{i // 4}"},
         }
         for i in range(POOLS)
-    ]
-    partitions = [{"name": "all", "pools": [p["name"] for p in pools], "default": True}]
-    return {"nodepools": pools, "partitions": partitions}
+    }
+    partitions = {"main": None, "all": {"pools": sorted(pools), "default": True}}
+    return {"nodepools": {"cpu": None, **pools}, "partitions": partitions}
 
 
 def best_of(runs: int, command: list[str]) -> tuple[float, bytes]:

@@ -193,7 +193,7 @@ def _add_users(users: argparse.ArgumentParser) -> None:
 
 
 def _add_hooks(hooks: argparse.ArgumentParser) -> None:
-    from slonk.config.spec import HOOK_PHASES
+    from slonk.config.model import HOOK_PHASES
 
     hooks_sub = hooks.add_subparsers(dest="hooks_command", required=True)
     hooks_run = hooks_sub.add_parser("run", help="run the active revision's scripts for a phase")
@@ -205,7 +205,7 @@ def _add_hooks(hooks: argparse.ArgumentParser) -> None:
 
 
 def _add_health(health: argparse.ArgumentParser) -> None:
-    from slonk.config.spec import HEALTH_PHASES
+    from slonk.config.model import HEALTH_PHASES
 
     health_sub = health.add_subparsers(dest="health_command", required=True)
     health_run = health_sub.add_parser("run", help="run a phase's checks on this node")

@@ -16,9 +16,9 @@ from typing import TypeVar
 
 from slonk import paths, rollout, secrets, services, statesave
 from slonk.config.render import conf_server, render
-from slonk.config.spec import ClusterSpec, load_spec
+from slonk.config.spec import ClusterSpec, read_spec
 from slonk.errors import SlonkError
-from slonk.files import make_dir
+from slonk.files import make_dir, write_atomically
 from slonk.health import runner as health
 from slonk.identity import pod_name
 from slonk.ldapdev import DevDirectory, seed_ldif
@@ -170,7 +170,9 @@ def run(role: str) -> None:
         return result
 
     name = pod_name()
-    spec = step(f"read {paths.CLUSTER_SPEC}", lambda: load_spec(paths.CLUSTER_SPEC))
+    spec, started_on = step(f"read {paths.CLUSTER_SPEC}", lambda: read_spec(paths.CLUSTER_SPEC))
+    paths.SPEC_STARTED_ON.parent.mkdir(parents=True, exist_ok=True)
+    write_atomically(paths.SPEC_STARTED_ON, started_on)
     check_identity(spec, role, name)
     if role == "ldap":
         step("prepared the development directory", lambda: prepare_directory(spec))

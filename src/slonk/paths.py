@@ -43,6 +43,9 @@ SLURMCTLD_LOG = Path("/run/slonk/log/slurmctld/current")
 # Written by `slonk init` inside the pod.
 MUNGE_KEY = Path("/etc/munge/munge.key")
 SCAN_DIR = Path("/run/slonk/service")
+# The fingerprint of the cluster.yaml `slonk init` started on: config-watch applies any other,
+# even one that came between init and its own start.
+SPEC_STARTED_ON = Path("/run/slonk/cluster.yaml.sha256")
 
 # Shipped in every image from rootfs/.
 SHARE = Path("/usr/share/slonk")

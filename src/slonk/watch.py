@@ -15,7 +15,6 @@ A worker follows cluster.yaml for its own health plan and job programs.
 from __future__ import annotations
 
 import functools
-import hashlib
 import sys
 import time
 from collections.abc import Callable
@@ -24,6 +23,7 @@ from pathlib import Path
 
 from slonk import paths, rollout
 from slonk.config.spec import ClusterSpec, SpecError, load_spec
+from slonk.config.spec import fingerprint as spec_fingerprint
 from slonk.identity import pod_name
 from slonk.slurmctld import Refused, Slurmctld, needs_restart
 
@@ -44,9 +44,19 @@ def log(message: str) -> None:
 
 def fingerprint(path: Path) -> str | None:
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
+        return spec_fingerprint(path.read_bytes())
     except OSError:
         return None
+
+
+def started_on(spec_path: Path, record: Path = paths.SPEC_STARTED_ON) -> str | None:
+    """The content of cluster.yaml this pod runs: what `slonk init` read, as it recorded it
+    (a change between init and this watch's start is still a change), or what is there now
+    for a pod whose init recorded nothing."""
+    try:
+        return record.read_text().strip()
+    except OSError:
+        return fingerprint(spec_path)
 
 
 @dataclass
@@ -175,7 +185,7 @@ def watch(role: str, spec_path: Path = paths.CLUSTER_SPEC, interval: float = 1.0
         if settled:
             log(settled)
         apply = controller.apply
-    follower = Follower(apply, spec_path, interval, handled=fingerprint(spec_path))
+    follower = Follower(apply, spec_path, interval, handled=started_on(spec_path))
     log(f"watching {spec_path} every {interval:g} s")
     while True:
         time.sleep(interval)

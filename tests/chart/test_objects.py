@@ -141,8 +141,9 @@ def test_configmap_spec_renders_slurm_config(gpu_manifest):
     assert ("PartitionName=gpu Nodes=h100,a100 Default=NO MaxTime=7-00:00:00 PriorityTier=10 "
             "State=UP") in slurm
     assert conf["gres.conf"].splitlines()[1:] == [
-        "NodeName=slonk-h100-[0-3] Name=gpu Type=h100 File=/dev/nvidia[0-7]",
+        # in pool name order, as Helm ranges over the nodepools map
         "NodeName=slonk-a100-[0-2] Name=gpu Type=a100 File=/dev/nvidia[0-3]",
+        "NodeName=slonk-h100-[0-3] Name=gpu Type=h100 File=/dev/nvidia[0-7]",
     ]
     assert conf["topology.conf"].splitlines()[1:] == [
         "SwitchName=leaf-a Nodes=slonk-cpu-[0-1]",

@@ -5,6 +5,7 @@ so they must render exactly as the previous release rendered them."""
 from __future__ import annotations
 
 import io
+import json
 import subprocess
 import tarfile
 from pathlib import Path
@@ -35,20 +36,24 @@ def _version(text: str | None) -> str | None:
 
 
 def previous_release() -> str | None:
-    """The commit users upgrade from: the last one before this chart version was set (the
-    previous release); while no release came before, where this branch left main. None
-    without git history."""
+    """The commit users upgrade from. On a branch that changes the chart version: where it
+    left main (its own commits before the bump are no release). Otherwise the main line's
+    (first-parent) commit before this chart version was set; a merge that sets it counts as
+    the main line's. None without git history."""
     current = _version((REPO / CHART / "Chart.yaml").read_text())
+    fork = (_git("merge-base", "HEAD", "main") or "").strip()
+    if fork and _version(_git("show", f"{fork}:{CHART}/Chart.yaml")) not in (None, current):
+        return fork
     if _version(_git("show", f"HEAD:{CHART}/Chart.yaml")) not in (None, current):
         return "HEAD"  # the version bump is not committed yet
-    for commit in (_git("log", "--format=%H", "HEAD", "--", f"{CHART}/Chart.yaml") or "").split():
+    log = _git("log", "--first-parent", "--format=%H", "HEAD", "--", f"{CHART}/Chart.yaml")
+    for commit in (log or "").split():
         before = _version(_git("show", f"{commit}^:{CHART}/Chart.yaml"))
         if before is None:
             break
         if before != current:
             return f"{commit}^"
-    fork = _git("merge-base", "HEAD", "main")
-    return fork.strip() if fork else None
+    return fork or None
 
 
 @pytest.fixture(scope="module")
@@ -71,11 +76,32 @@ def _statefulsets(chart_dir: Path, values: dict[str, Any]) -> dict[str, dict[str
     return {d["metadata"]["name"]: d["spec"] for d in docs if d and d["kind"] == "StatefulSet"}
 
 
+NAMED = ("nodepools", "partitions")
+
+
+def _takes_lists(chart_dir: Path) -> bool:
+    """Charts before 0.4.0 take node pools and partitions as lists of named items."""
+    defaults = yaml.safe_load((chart_dir / "values.yaml").read_text())
+    return isinstance(defaults["nodepools"], list)
+
+
+def _list_form(values: dict[str, Any]) -> dict[str, Any]:
+    """The same pools and partitions as chart 0.3.0's values spell them: the maps merged
+    over this chart's defaults (null removes an entry), each a list of named items."""
+    defaults = yaml.safe_load((chart.default_chart() / "values.yaml").read_text())
+    old = dict(values)
+    for key in NAMED:
+        merged = chart.deep_merge(defaults[key], values.get(key) or {})
+        old[key] = [{"name": name, **item} for name, item in merged.items() if item is not None]
+    return old
+
+
 @pytest.mark.parametrize("files", VALUE_SETS, ids=lambda f: "+".join(f) or "defaults")
 def test_statefulsets_keep_their_immutable_fields(previous_chart, files):
     values = chart.user_values([VALUES / f for f in files])
     try:
-        before = _statefulsets(previous_chart, values)
+        old = _list_form(values) if _takes_lists(previous_chart) else values
+        before = _statefulsets(previous_chart, old)
     except chart.ChartError as err:
         pytest.skip(f"the previous release refuses these values: {err}")
     after = _statefulsets(chart.default_chart(), values)
@@ -83,3 +109,18 @@ def test_statefulsets_keep_their_immutable_fields(previous_chart, files):
     for name, spec in before.items():
         for key in IMMUTABLE:
             assert after[name].get(key) == spec.get(key), f"StatefulSet {name}: spec.{key}"
+
+
+@pytest.mark.parametrize("files", VALUE_SETS, ids=lambda f: "+".join(f) or "defaults")
+def test_values_of_the_list_form_are_refused_with_the_maps_to_write(previous_chart, files):
+    """An upgrade from 0.3.0 with its values unchanged fails before anything is applied, and
+    the error shows the map each list becomes: written out, the upgrade renders as above."""
+    if not _takes_lists(previous_chart):
+        pytest.skip("the previous release takes maps already")
+    old = _list_form(chart.user_values([VALUES / f for f in files]))
+    with pytest.raises(chart.ChartError) as caught:
+        chart.render(chart.default_chart(), old, namespace="hpc")
+    message = str(caught.value)
+    assert "nodepools: a list, the form before chart 0.4.0; write a map keyed by name " in message
+    shown = json.loads(message.split("instead: nodepools: ", 1)[1].splitlines()[0])
+    assert shown == {item.pop("name"): item for item in old["nodepools"]}

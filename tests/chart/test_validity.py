@@ -58,21 +58,19 @@ def _template_error(*args: str) -> str:
         (["--set", "nodepool.replicas=2"], "at '': additional properties 'nodepool' not allowed"),
         (["--set", "login.replica=2"], "at '/login': additional properties 'replica' not allowed"),
         (["--set", "login.replicas=-1"], "at '/login/replicas': minimum: got -1, want 0"),
-        (["--set", "nodepools[0].name=cpu,nodepools[0].replicas=-2,nodepools[0].cpus=1,"
-                   "nodepools[0].memoryMiB=1"],
-         "at '/nodepools/0/replicas': minimum: got -2, want 0"),
-        (["--set", "nodepools[0].name=gpu,nodepools[0].replicas=1,nodepools[0].cpus=1,"
-                   "nodepools[0].memoryMiB=1,nodepools[0].gpus.type=h100"],
-         "at '/nodepools/0/gpus': missing property 'count'"),
-        (["--set", "nodepools[0].name=Bad_Name,nodepools[0].replicas=1,nodepools[0].cpus=1,"
-                   "nodepools[0].memoryMiB=1"],
-         "at '/nodepools/0/name'"),
+        (["--set", "nodepools.cpu.replicas=-2"],
+         "at '/nodepools/cpu/replicas': minimum: got -2, want 0"),
+        (["--set", "nodepools.gpu.replicas=1,nodepools.gpu.cpus=1,"
+                   "nodepools.gpu.memoryMiB=1,nodepools.gpu.gpus.type=h100"],
+         "at '/nodepools/gpu/gpus': missing property 'count'"),
+        (["--set", "nodepools.Bad_Name.replicas=1,nodepools.Bad_Name.cpus=1,"
+                   "nodepools.Bad_Name.memoryMiB=1"],
+         "invalid propertyName 'Bad_Name'"),
         (["--set", "slurm.confinement=docker"], "at '/slurm/confinement'"),
-        (["--set", "partitions[0].name=main,partitions[0].pools={tpu}"],
-         "partitions[0].pools[0]: unknown nodepool \"tpu\""),
-        (["--set", "partitions[1].name=b,partitions[1].pools={cpu},partitions[1].default=true,"
-                   "partitions[0].name=a,partitions[0].pools={cpu},partitions[0].default=true"],
-         "partitions[1].default: only one partition can be the default"),
+        (["--set", "partitions.main.pools={tpu}"],
+         "partitions.main.pools[0]: unknown nodepool \"tpu\""),
+        (["--set", "partitions.b.pools={cpu},partitions.b.default=true"],
+         "partitions.main.default: only one partition can be the default (b is)"),
         (["--name", "Slonk"], "release name \"Slonk\": must be a DNS-1123 label"),
         (["--set", "ldap.enabled=true"], "ldap.uris: required when ldap.enabled is true"),
         (["--set", "hooks.enabled=true"], "hooks.git.repo: required when hooks.enabled is true"),
@@ -91,18 +89,42 @@ def test_bad_values_fail_with_the_key_path(args, message):
     assert message in _template_error(*args)
 
 
-def test_duplicate_pools_fail(tmp_path):
+def test_pools_and_partitions_as_lists_fail_showing_the_maps(tmp_path):
+    """The form before chart 0.4.0: the error shows the map to write instead."""
     values = tmp_path / "values.yaml"
-    pool = {"name": "cpu", "replicas": 1, "cpus": 1, "memoryMiB": 100}
-    values.write_text(yaml.safe_dump({"nodepools": [pool, pool]}))
-    assert 'nodepools[1].name: duplicate nodepool "cpu"' in _template_error("-f", str(values))
+    values.write_text(yaml.safe_dump({
+        "nodepools": [{"name": "cpu", "replicas": 1, "cpus": 1, "memoryMiB": 100}],
+        "partitions": [{"name": "main", "pools": ["cpu"], "default": True}]}))
+    assert ('nodepools: a list, the form before chart 0.4.0; write a map keyed by name instead: '
+            'nodepools: {"cpu":{"cpus":1,"memoryMiB":100,"replicas":1}}'
+            in _template_error("-f", str(values)))
+    values.write_text(yaml.safe_dump({"partitions": [{"name": "main", "pools": ["cpu"]}]}))
+    assert ('partitions: a list, the form before chart 0.4.0; write a map keyed by name '
+            'instead: partitions: {"main":{"pools":["cpu"]}}' in _template_error("-f", str(values)))
+
+
+def test_pools_and_partitions_merge_across_values_files(tmp_path):
+    """Maps merge key by key: an overlay changes one pool, adds one, or removes one."""
+    base, overlay = tmp_path / "base.yaml", tmp_path / "overlay.yaml"
+    base.write_text(yaml.safe_dump({"nodepools": {"big": {"replicas": 1, "cpus": 8,
+                                                          "memoryMiB": 100}}}))
+    # (ghost: a null for a pool no file sets, which Helm keeps as a null: nothing.)
+    overlay.write_text(yaml.safe_dump({"nodepools": {"cpu": {"replicas": 5}, "big": None,
+                                                     "ghost": None}}))
+    result = subprocess.run(
+        [sys.executable, "-m", "slonk.cli", "chart", "template", "-f", str(base), "-f",
+         str(overlay)], capture_output=True, text=True, check=True)
+    sets = [d for d in yaml.safe_load_all(result.stdout) if d and d["kind"] == "StatefulSet"]
+    assert {d["metadata"]["name"]: d["spec"]["replicas"] for d in sets} == {
+        "slonk-controller": 1, "slonk-login": 1, "slonk-cpu": 5}
 
 
 def test_long_node_names_fail(tmp_path):
     values = tmp_path / "values.yaml"
-    pool = {"name": "p" * 57, "replicas": 10, "cpus": 1, "memoryMiB": 100}
-    values.write_text(yaml.safe_dump({"nodepools": [pool], "partitions": []}))
-    assert "is longer than 63 characters" in _template_error("-f", str(values))
+    values.write_text(yaml.safe_dump({"nodepools": {"cpu": None, "p" * 57: {
+        "replicas": 10, "cpus": 1, "memoryMiB": 100}}, "partitions": {"main": None}}))
+    assert (f'nodepools.{"p" * 57}: node name "slonk-{"p" * 57}-9" is longer than 63 characters'
+            in _template_error("-f", str(values)))
 
 
 def test_unreadable_values_file():

@@ -98,7 +98,7 @@ def test_the_entrypoint_names_a_missing_mount(role: str, tmp_path: Path):
     spec = tmp_path / "cluster.yaml"
     spec.write_text(yaml.safe_dump({
         "clusterName": "c", "release": "slonk",
-        "nodepools": [{"name": "cpu", "replicas": 1, "cpus": 1, "memoryMiB": 512}]}))
+        "nodepools": {"cpu": {"replicas": 1, "cpus": 1, "memoryMiB": 512}}}))
     name = {"controller": "slonk-controller-0", "worker": "slonk-cpu-0", "login": "slonk-login-0"}
     no_key = podman("run", "--rm", "--hostname", name[role], "--network", "none",
                     "--volume", f"{tmp_path}:/etc/slonk:ro", image(role))

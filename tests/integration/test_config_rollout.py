@@ -20,9 +20,8 @@ WORKERS = ("slonk-cpu-0", "slonk-cpu-1")
 CACHE = "/run/slurm/conf/slurm.conf"  # what slurmd runs: slurmctld sent it
 REFUSED = "refused cluster.yaml change, every node keeps the running configuration"
 APPLIED = "applied cluster.yaml change"
-POOL = {"name": "cpu", "cpus": 4, "memoryMiB": 1024}  # slonk local's pool (local/values.yaml)
-WITH_SHORT = {"partitions": [{"name": "main", "pools": ["cpu"], "default": True},
-                             {"name": "short", "pools": ["cpu"], "maxTime": 10}]}
+POOL = {"cpus": 4, "memoryMiB": 1024}  # slonk local's pool cpu (local/values.yaml)
+WITH_SHORT = {"partitions": {"short": {"pools": ["cpu"], "maxTime": 10}}}
 
 
 def _upgrade(cluster: LocalCluster, path: Path, values: dict, check: bool = True) -> str:
@@ -43,10 +42,9 @@ def _pids(cluster: LocalCluster, service: str, pods: tuple[str, ...]) -> dict[st
 
 def _back_to_ups_values(cluster: LocalCluster, tmp_path: Path) -> None:
     """Upgrades compose (like --reuse-values): the tests' changes are undone by naming up's
-    pool and partition again."""
+    pool again and removing the partition they add."""
     _upgrade(cluster, tmp_path / "back.yaml", {
-        "nodepools": [{**POOL, "replicas": 2}],
-        "partitions": [{"name": "main", "pools": ["cpu"], "default": True}]})
+        "nodepools": {"cpu": {**POOL, "replicas": 2}}, "partitions": {"short": None}})
     spec = parse_spec(yaml.safe_load(read(cluster.state_dir / "configmaps" / "slonk-cluster")[
         "cluster.yaml"]))
     live = cluster.pod(CONTROLLER).file("/etc/slurm/slurmctld/slurm.conf")
@@ -127,7 +125,7 @@ def test_a_new_node_changes_only_what_it_should(
     slurmctld = _pids(healthy, "slurmctld", (CONTROLLER,))
     offset = healthy.log_offset(CONTROLLER)
     try:
-        _upgrade(healthy, tmp_path / "three.yaml", {"nodepools": [{**POOL, "replicas": 3}]})
+        _upgrade(healthy, tmp_path / "three.yaml", {"nodepools": {"cpu": {"replicas": 3}}})
         (line,) = wait_for("the change", lambda: _said(healthy, offset, APPLIED))
         assert "rewrote slurm.conf, topology.conf; slurmctld runs it" in line
         for pod in WORKERS:

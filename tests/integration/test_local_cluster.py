@@ -151,11 +151,11 @@ def test_a_stopping_worker_gets_no_new_jobs(healthy: LocalCluster):
 
 
 def _pools(spec: dict) -> None:
-    spec["partitions"][0]["pools"] = ["gpu"]
+    spec["partitions"]["main"]["pools"] = ["gpu"]
 
 
 def _max_time(spec: dict) -> None:
-    spec["partitions"][0]["maxTime"] = "INFINITE\nNodeName=evil CPUs=1"
+    spec["partitions"]["main"]["maxTime"] = "INFINITE\nNodeName=evil CPUs=1"
 
 
 def _alias(spec: dict) -> None:
@@ -171,8 +171,8 @@ def _option(spec: dict) -> None:
 @pytest.mark.parametrize(
     ("change", "reason"),
     [
-        (_pools, "partitions[0].pools[0]: unknown nodepool 'gpu'"),
-        (_max_time, "partitions[0].maxTime: 'INFINITE\\nNodeName=evil CPUs=1' holds a control"),
+        (_pools, "partitions.main.pools[0]: unknown nodepool 'gpu'"),
+        (_max_time, "partitions.main.maxTime: 'INFINITE\\nNodeName=evil CPUs=1' holds a control"),
         (_alias, "slurmConf.controlmachine: set by slonk from the spec"),
         (_option, "extraLines[0]: 'MaxJobCount=5 NodeName=evil' is not one 'Key=Value'"),
     ],
@@ -207,10 +207,7 @@ def test_a_broken_configmap_is_refused_and_jobs_keep_running(
 
 def test_a_valid_change_is_applied_everywhere(healthy: LocalCluster, tmp_path: Path):
     values = tmp_path / "values.yaml"
-    values.write_text(yaml.safe_dump({"partitions": [
-        {"name": "main", "pools": ["cpu"], "default": True},
-        {"name": "short", "pools": ["cpu"], "maxTime": 10},
-    ]}))
+    values.write_text(yaml.safe_dump({"partitions": {"short": {"pools": ["cpu"], "maxTime": 10}}}))
     def partitions() -> list[str]:
         return healthy.user().check_output("sinfo --noheader --format=%P").split()
 
@@ -224,9 +221,8 @@ def test_a_valid_change_is_applied_everywhere(healthy: LocalCluster, tmp_path: P
         worker_conf = worker.content_string
         assert "Prolog=/run/slonk/bin/prolog" in worker_conf  # up's values are kept
     finally:
-        # Upgrades compose (--reuse-values): going back is an upgrade with the old list.
-        values.write_text(yaml.safe_dump({"partitions": [
-            {"name": "main", "pools": ["cpu"], "default": True}]}))
+        # Upgrades compose (--reuse-values): going back is an upgrade removing it.
+        values.write_text(yaml.safe_dump({"partitions": {"short": None}}))
         healthy.slonk("upgrade", "-f", str(values))
     wait_for("partition short gone", lambda: "short" not in partitions())
 
@@ -254,7 +250,7 @@ def test_a_second_cluster_runs_beside_and_leaves_nothing(cluster: LocalCluster, 
     state_dir = tmp_path / "second"
     values = tmp_path / "values.yaml"
     values.write_text(yaml.safe_dump({
-        "nodepools": [{"name": "cpu", "replicas": 1, "cpus": 2, "memoryMiB": 512}],
+        "nodepools": {"cpu": {"replicas": 1, "cpus": 2, "memoryMiB": 512}},
         "login": {"replicas": 0},
     }))
     second = LocalCluster(state_dir)
@@ -279,8 +275,8 @@ def test_down_after_a_partial_up(tmp_path: Path):
 
     state_dir = tmp_path / "broken"
     values = tmp_path / "values.yaml"
-    values.write_text(yaml.safe_dump({"nodepools": [
-        {"name": "cpu", "replicas": 1, "cpus": 1, "memoryMiB": 256}], "login": {"replicas": 0},
+    values.write_text(yaml.safe_dump({"nodepools": {
+        "cpu": {"replicas": 1, "cpus": 1, "memoryMiB": 256}}, "login": {"replicas": 0},
         "munge": {"existingSecret": "not-there"}}))
     try:
         result = slonk("local", "up", "-f", str(values), "--state-dir", str(state_dir), check=False)
@@ -297,13 +293,13 @@ def test_up_refuses_hostile_values_before_making_anything(tmp_path: Path):
 
     state_dir = tmp_path / "hostile"
     values = tmp_path / "values.yaml"
-    values.write_text(yaml.safe_dump({"partitions": [
-        {"name": "main", "pools": ["cpu"], "maxTime": "INFINITE\nNodeName=evil CPUs=1"}]}))
+    values.write_text(yaml.safe_dump({"partitions": {
+        "main": {"pools": ["cpu"], "maxTime": "INFINITE\nNodeName=evil CPUs=1"}}}))
     try:
         result = slonk("local", "up", "-f", str(values), "--state-dir", str(state_dir),
                        check=False)
         assert result.returncode == 1
-        assert "at '/partitions/0/maxTime'" in result.stderr
+        assert "at '/partitions/main/maxTime'" in result.stderr
         assert "Traceback" not in result.stderr
         assert _leftovers(state_dir, Network.for_state_dir(state_dir).prefix) == []
         assert not (state_dir / "cluster.json").exists()

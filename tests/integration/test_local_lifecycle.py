@@ -25,10 +25,9 @@ from slonk.local.projection import read
 from ..support.cluster import LocalCluster, running, wait_for
 
 CONTROLLER = "slonk-controller-0"
-POOL = {"name": "cpu", "cpus": 2, "memoryMiB": 512}
-PARTITIONS = [{"name": "main", "pools": ["cpu"], "default": True}]
+POOL = {"cpus": 2, "memoryMiB": 512}
 VALUES = {
-    "nodepools": [{**POOL, "replicas": 2}],
+    "nodepools": {"cpu": {**POOL, "replicas": 2}},
     "login": {"replicas": 0},
     "ldap": {"dev": {"enabled": False}},
 }
@@ -113,7 +112,7 @@ def lifecycle(small: Lifecycle) -> Iterator[Lifecycle]:
 
 
 def test_upgrades_compose_like_reuse_values(lifecycle: Lifecycle):
-    added = {"partitions": [*PARTITIONS, {"name": "extra", "pools": ["cpu"]}]}
+    added = {"partitions": {"extra": {"pools": ["cpu"]}}}
     out = lifecycle.upgrade("first", added).stdout
     assert "slonk watch-config: applied cluster.yaml change" in out
     assert "extra" in lifecycle.partitions()  # the upgrade returned once the controller had it
@@ -127,8 +126,8 @@ def test_upgrades_compose_like_reuse_values(lifecycle: Lifecycle):
     lifecycle.finish(job)
     assert "extra" in lifecycle.partitions()
 
-    # And back: lists replace, null drops a setting, as with Helm.
-    lifecycle.upgrade("back", {"partitions": PARTITIONS,
+    # And back: null drops a partition and a setting, as with Helm.
+    lifecycle.upgrade("back", {"partitions": {"extra": None},
                                "slurm": {"slurmConf": {"MessageTimeout": None}}})
     assert lifecycle.partitions() == ["main"]
     assert not re.search(r"MessageTimeout\s*= 20 sec", lifecycle.run("scontrol show config"))
@@ -140,7 +139,7 @@ def test_scale_up_starts_a_pod_and_keeps_jobs(lifecycle: Lifecycle):
     job = lifecycle.hold("--nodelist=slonk-cpu-0")
     lifecycle.wait_running(job)
 
-    lifecycle.upgrade("three", {"nodepools": [{**POOL, "replicas": 3}]})
+    lifecycle.upgrade("three", {"nodepools": {"cpu": {"replicas": 3}}})
     pods = lifecycle.record()["pods"]
     assert {n: p for n, p in pods.items() if n in before} == before  # no pod moved
     new = pods["slonk-cpu-2"]["address"]
@@ -158,14 +157,14 @@ def test_scale_up_starts_a_pod_and_keeps_jobs(lifecycle: Lifecycle):
 
 
 def test_scale_down_refuses_a_busy_node_and_changes_nothing(lifecycle: Lifecycle):
-    lifecycle.upgrade("three", {"nodepools": [{**POOL, "replicas": 3}]})
+    lifecycle.upgrade("three", {"nodepools": {"cpu": {"replicas": 3}}})
     lifecycle.wait_idle(("slonk-cpu-0", "slonk-cpu-1", "slonk-cpu-2"))
     job = lifecycle.hold("--nodelist=slonk-cpu-2")
     lifecycle.wait_running(job)
     configmap, record = lifecycle.spec_configmap(), lifecycle.record()
     values = (lifecycle.state_dir / "values.yaml").read_text()
 
-    refused = lifecycle.upgrade("two", {"nodepools": [{**POOL, "replicas": 2}]}, check=False)
+    refused = lifecycle.upgrade("two", {"nodepools": {"cpu": {"replicas": 2}}}, check=False)
     assert refused.returncode == 1
     assert f"cannot remove slonk-cpu-2: slonk-cpu-2 runs job {job}" in refused.stderr
     assert lifecycle.spec_configmap() == configmap
@@ -175,7 +174,7 @@ def test_scale_down_refuses_a_busy_node_and_changes_nothing(lifecycle: Lifecycle
     assert lifecycle.job(job)["JobState"] == "RUNNING"
 
     lifecycle.finish(job)
-    lifecycle.upgrade("two", {"nodepools": [{**POOL, "replicas": 2}]})
+    lifecycle.upgrade("two", {"nodepools": {"cpu": {"replicas": 2}}})
     assert set(lifecycle.nodes()) == {"slonk-cpu-0", "slonk-cpu-1"}
     assert "slonk-cpu-2" not in lifecycle.record()["pods"]
     netns = Network.for_state_dir(lifecycle.state_dir).pod_netns("slonk-cpu-2")

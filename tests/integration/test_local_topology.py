@@ -15,9 +15,9 @@ BLOCKS = {"b1": ["slonk-a-0", "slonk-a-1"], "b2": ["slonk-b-0", "slonk-b-1"]}
 POOL = {"replicas": 2, "cpus": 2, "memoryMiB": 512}
 VALUES = {
     "slurm": {"topology": "block"},
-    "nodepools": [{**POOL, "name": "a", "topology": {"block": "b1"}},
-                  {**POOL, "name": "b", "topology": {"block": "b2"}}],
-    "partitions": [{"name": "main", "pools": ["a", "b"], "default": True}],
+    "nodepools": {"cpu": None, "a": {**POOL, "topology": {"block": "b1"}},
+                  "b": {**POOL, "topology": {"block": "b2"}}},
+    "partitions": {"main": {"pools": ["a", "b"]}},
 }
 NODES = tuple(node for nodes in BLOCKS.values() for node in nodes)
 

@@ -28,7 +28,7 @@ GPU_OPTIONS = {
 BASE = {
     "clusterName": "c",
     "release": "slonk",
-    "nodepools": [{"name": "cpu", "replicas": 2, "cpus": 4, "memoryMiB": 1024}],
+    "nodepools": {"cpu": {"replicas": 2, "cpus": 4, "memoryMiB": 1024}},
 }
 
 

@@ -74,7 +74,7 @@ def test_pods_keep_their_addresses_when_the_pod_set_changes():
 
 
 def test_hosts_file_answers_for_every_pod_of_a_scaled_pool():
-    objects = _plan({"nodepools": [{"name": "cpu", "replicas": 3, "cpus": 1, "memoryMiB": 256}]})
+    objects = _plan({"nodepools": {"cpu": {"replicas": 3, "cpus": 1, "memoryMiB": 256}}})
     addresses = {p.name: f"10.0.0.{i}" for i, p in enumerate(objects.pods)}
     hosts = hosts_file(objects, addresses, "cluster.local")
     assert "10.0.0.4\tslonk-cpu-2 slonk-cpu-2.slonk-pods.default.svc.cluster.local " \

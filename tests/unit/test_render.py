@@ -69,7 +69,7 @@ def test_no_confinement_uses_plugins_that_need_no_cgroups(demo_spec):
 
 
 def test_empty_pool_is_left_out(demo_spec):
-    demo_spec["nodepools"][1]["replicas"] = 0
+    demo_spec["nodepools"]["gpu"]["replicas"] = 0
     lines = _conf(demo_spec)
     assert not any("slonk-gpu" in line for line in lines)
     assert "PartitionName=gpu Default=NO" in " ".join(lines)
@@ -86,7 +86,7 @@ def test_block_topology(demo_spec):
 
 
 def test_unplaced_pools_get_a_leaf_each_under_one_spine(demo_spec):
-    for pool in demo_spec["nodepools"]:
+    for pool in demo_spec["nodepools"].values():
         pool.pop("topology")
     assert _conf(demo_spec, "topology.conf")[1:] == [
         "SwitchName=cpu Nodes=slonk-cpu-[0-1]",
@@ -96,7 +96,7 @@ def test_unplaced_pools_get_a_leaf_each_under_one_spine(demo_spec):
 
 
 def test_pools_sharing_a_switch_share_a_leaf(demo_spec):
-    demo_spec["nodepools"][1]["topology"]["switch"] = "leaf1"
+    demo_spec["nodepools"]["gpu"]["topology"]["switch"] = "leaf1"
     assert _conf(demo_spec, "topology.conf")[1:] == [
         "SwitchName=leaf1 Nodes=slonk-cpu-[0-1],slonk-gpu-[0-3]",
     ]
@@ -108,7 +108,7 @@ def test_no_topology(demo_spec):
 
 
 def test_untyped_gpus(demo_spec):
-    demo_spec["nodepools"][1]["gpus"] = {"count": 2}
+    demo_spec["nodepools"]["gpu"]["gpus"] = {"count": 2}
     assert "Gres=gpu:2" in " ".join(_conf(demo_spec))
     gres = "NodeName=slonk-gpu-[0-3] Name=gpu File=/dev/nvidia[0-1]"
     assert _conf(demo_spec, "gres.conf")[1] == gres
@@ -121,10 +121,10 @@ def test_render_config_command(tmp_path, demo_spec, capsys):
     cluster.write_text(yaml.safe_dump(demo_spec))
     assert main(["render-config", "--cluster", str(cluster), "--out", str(tmp_path / "etc")]) == 0
     assert sorted(p.name for p in (tmp_path / "etc").iterdir()) == sorted(CONFIG_FILES)
-    demo_spec["partitions"][0]["pools"] = ["tpu"]
+    demo_spec["partitions"]["main"]["pools"] = ["tpu"]
     cluster.write_text(yaml.safe_dump(demo_spec))
     assert main(["render-config", "--cluster", str(cluster), "--out", str(tmp_path / "x")]) == 1
-    assert "partitions[0].pools[0]: unknown nodepool 'tpu'" in capsys.readouterr().err
+    assert "partitions.main.pools[0]: unknown nodepool 'tpu'" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
 
 

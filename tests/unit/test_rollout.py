@@ -19,9 +19,9 @@ import yaml
 
 from slonk import paths, rollout
 from slonk.config.render import render
-from slonk.config.spec import parse_spec
+from slonk.config.spec import parse_spec, read_spec
 from slonk.slurmctld import Refused, _what_it_said, needs_restart
-from slonk.watch import Controller, Follower, NotApplied, NotNow
+from slonk.watch import Controller, Follower, NotApplied, NotNow, fingerprint, started_on
 
 VERSION = "slurm-wlm 24.11.5"
 FATAL = "fatal: Can't find plugin for select/bogus"
@@ -96,10 +96,10 @@ def _spec(demo_spec, **slurm_conf):
 def test_a_change_is_applied_by_a_reconfigure_which_reaches_the_slurmds(controller, demo_spec):
     assert controller.apply(_spec(demo_spec)).startswith("rewrote cgroup.conf, gres.conf, ")
     assert controller.apply(_spec(demo_spec)) == "no change to the Slurm configuration"
-    demo_spec["partitions"][1]["maxTime"] = 60
+    demo_spec["partitions"]["gpu"]["maxTime"] = 60
     assert controller.apply(_spec(demo_spec)) == (
         "rewrote slurm.conf; slurmctld runs it; sent it to the slurmds")
-    demo_spec["nodepools"][0]["replicas"] = 3
+    demo_spec["nodepools"]["cpu"]["replicas"] = 3
     assert controller.apply(_spec(demo_spec)) == (
         "rewrote slurm.conf, topology.conf; slurmctld runs it; sent it to the slurmds")
     # Nothing to reconfigure at first: a start, then a push. A reconfigure sends the files
@@ -131,7 +131,7 @@ def test_what_needs_a_restart():
 def test_a_refused_configuration_is_taken_back_and_never_tried_again(controller, demo_spec):
     controller.apply(_spec(demo_spec))
     good = rollout.read_files(controller.conf_dir)
-    demo_spec["nodepools"][0]["replicas"] = 3
+    demo_spec["nodepools"]["cpu"]["replicas"] = 3
     bad = _spec(demo_spec, SelectType="select/bogus")
     with pytest.raises(NotApplied, match=f"^{FATAL}$"):
         controller.apply(bad)
@@ -145,7 +145,7 @@ def test_a_refused_configuration_is_taken_back_and_never_tried_again(controller,
     assert len(controller.daemon.calls) == tries
     assert "push" not in controller.daemon.calls[2:]  # nothing went to the slurmds
     # What runs is still what was accepted: going back to it is no change at all.
-    demo_spec["nodepools"][0]["replicas"] = 2
+    demo_spec["nodepools"]["cpu"]["replicas"] = 2
     assert controller.apply(_spec(demo_spec)) == "no change to the Slurm configuration"
 
 
@@ -174,7 +174,7 @@ def test_an_unanswering_slurmctld_changes_nothing(controller, demo_spec):
     controller.apply(_spec(demo_spec))
     before = rollout.read_files(controller.conf_dir)
     controller.daemon.answering, calls = False, len(controller.daemon.calls)
-    demo_spec["partitions"][1]["maxTime"] = 60
+    demo_spec["partitions"]["gpu"]["maxTime"] = 60
     with pytest.raises(NotNow, match="slurmctld is not answering"):
         controller.apply(_spec(demo_spec))
     assert rollout.read_files(controller.conf_dir) == before
@@ -248,7 +248,7 @@ def test_only_a_record_root_wrote_counts(tmp_path, demo_spec):
 
 def test_at_start_files_slurmctld_runs_become_accepted(controller, demo_spec):
     controller.apply(_spec(demo_spec))
-    demo_spec["partitions"][1]["maxTime"] = 60
+    demo_spec["partitions"]["gpu"]["maxTime"] = 60
     new = render(_spec(demo_spec))
     rollout.write_files(controller.conf_dir, new)  # what `slonk init` wrote
     assert controller.settle() == "slurmctld runs cluster.yaml's configuration; " \
@@ -304,7 +304,7 @@ def test_a_change_waiting_for_slurmctld_is_said_once_and_retried_with_backoff(
                     "applied cluster.yaml change: rewrote slurm.conf"]
     assert [b - a for a, b in itertools.pairwise(tries)] == [2, 4, 8, 16, 32]
     # A new content is tried at once, and said again.
-    demo_spec["partitions"][1]["maxTime"] = 60
+    demo_spec["partitions"]["gpu"]["maxTime"] = 60
     spec_file.write_text(yaml.safe_dump(demo_spec))
     assert follower.poll(clock.now) == "applied cluster.yaml change: rewrote slurm.conf"
 
@@ -355,3 +355,21 @@ def test_run_scripts_use_slonks_paths():
     assert f"-f {paths.SLURMCTLD_CONF_DIR / 'slurm.conf'}\n" in slurmctld
     assert f" {paths.SLURMCTLD_LOG.parent}\n" in (services / "slurmctld/log/run").read_text()
     assert '--conf-server "$SLURM_CONF_SERVER"' in (services / "slurmd/run").read_text()
+
+
+def test_a_change_between_init_and_the_watchs_start_is_applied(tmp_path, demo_spec):
+    """`slonk init` records the content it read; a ConfigMap change that lands before
+    config-watch starts (a `helm upgrade` while the pod boots) is still a change to it."""
+    spec_file, record = tmp_path / "cluster.yaml", tmp_path / "started-on"
+    spec_file.write_text(yaml.safe_dump(demo_spec))
+    _, read = read_spec(spec_file)
+    record.write_text(read)
+    assert started_on(spec_file, record) == fingerprint(spec_file)  # nothing came between
+    demo_spec["partitions"]["gpu"]["maxTime"] = 60
+    spec_file.write_text(yaml.safe_dump(demo_spec))
+    follower = Follower(lambda spec: "rewrote slurm.conf", spec_file, 1.0,
+                        handled=started_on(spec_file, record))
+    assert follower.poll(0.0) == "applied cluster.yaml change: rewrote slurm.conf"
+    assert follower.poll(1.0) is None
+    # A pod whose init recorded nothing takes what is there as what it runs.
+    assert started_on(spec_file, tmp_path / "none") == fingerprint(spec_file)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from slonk.config import render
 from slonk.config.spec import SpecError, load_spec, parse_spec
 
 
@@ -33,34 +34,41 @@ def _error(data) -> str:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        (lambda s: s["nodepools"].append(dict(s["nodepools"][0])),
-         "nodepools[2].name: duplicate nodepool 'cpu'"),
-        (lambda s: s["partitions"][1]["pools"].append("tpu"),
-         "partitions[1].pools[1]: unknown nodepool 'tpu'"),
-        (lambda s: s["nodepools"][0].update(name="CPU_pool"),
-         "nodepools[0].name: 'CPU_pool' is not a DNS-1123 label"),
-        (lambda s: s["nodepools"][0].update(name="x" * 60),
-         "nodepools[0].name: node name 'slonk-xxx"),
-        (lambda s: s["nodepools"][1].update(gpus={"type": "h100"}),
-         "nodepools[1].gpus.count: GPUs declared without a count"),
-        (lambda s: s["nodepools"][1].update(gpus={"count": 0}),
-         "nodepools[1].gpus.count: must be >= 1, got 0"),
-        (lambda s: s["nodepools"][0].update(replicas=-1),
-         "nodepools[0].replicas: must be >= 0, got -1"),
-        (lambda s: s["nodepools"][0].update(replicas="2"),
-         "nodepools[0].replicas: expected an integer, got str"),
-        (lambda s: s["nodepools"][0].update(replicas=True),
-         "nodepools[0].replicas: expected an integer, got a boolean"),
-        (lambda s: s["nodepools"][0].update(replica=2),
-         "nodepools[0].replica: unknown key"),
-        (lambda s: s["nodepools"][0].pop("cpus"),
-         "nodepools[0].cpus: required"),
-        (lambda s: s["nodepools"][0].update(name="login"),
-         "nodepools[0].name: 'login' is reserved"),
-        (lambda s: s["partitions"].append({"name": "main", "pools": []}),
-         "partitions[2].name: duplicate partition 'main'"),
-        (lambda s: s["partitions"][1].update(default=True),
-         "partitions[1].default: only one partition can be the default"),
+        (lambda s: s["partitions"]["gpu"]["pools"].append("tpu"),
+         "partitions.gpu.pools[1]: unknown nodepool 'tpu'"),
+        (lambda s: s["nodepools"].update(CPU_pool=s["nodepools"].pop("cpu")),
+         "nodepools.CPU_pool: 'CPU_pool' is not a DNS-1123 label"),
+        (lambda s: s["nodepools"].update({"x" * 60: s["nodepools"].pop("cpu")}),
+         f"nodepools.{'x' * 60}: node name 'slonk-xxx"),
+        (lambda s: s["nodepools"]["gpu"].update(gpus={"type": "h100"}),
+         "nodepools.gpu.gpus.count: GPUs declared without a count"),
+        (lambda s: s["nodepools"]["gpu"].update(gpus={"count": 0}),
+         "nodepools.gpu.gpus.count: must be >= 1, got 0"),
+        (lambda s: s["nodepools"]["cpu"].update(replicas=-1),
+         "nodepools.cpu.replicas: must be >= 0, got -1"),
+        (lambda s: s["nodepools"]["cpu"].update(replicas="2"),
+         "nodepools.cpu.replicas: expected an integer, got str"),
+        (lambda s: s["nodepools"]["cpu"].update(replicas=True),
+         "nodepools.cpu.replicas: expected an integer, got a boolean"),
+        (lambda s: s["nodepools"]["cpu"].update(replica=2),
+         "nodepools.cpu.replica: unknown key"),
+        (lambda s: s["nodepools"]["cpu"].update(name="cpu"),
+         "nodepools.cpu.name: unknown key"),
+        (lambda s: s["nodepools"]["cpu"].pop("cpus"),
+         "nodepools.cpu.cpus: required"),
+        (lambda s: s["nodepools"].update(login=s["nodepools"].pop("cpu")),
+         "nodepools.login: 'login' is reserved"),
+        (lambda s: s["nodepools"].update(cpu=None),
+         "nodepools.cpu: expected a mapping, got null"),
+        (lambda s: s["partitions"]["main"].update(default=True)
+         or s["partitions"]["gpu"].update(default=True),
+         "partitions.main.default: only one partition can be the default (gpu is)"),
+        (lambda s: s.update(nodepools=[{"name": "cpu", "replicas": 2}]),
+         'nodepools: a list, the form before chart 0.4.0; write a map keyed by name instead: '
+         'nodepools: {"cpu":{"replicas":2}}'),
+        (lambda s: s.update(partitions=[{"name": "main", "pools": ["cpu"]}]),
+         'partitions: a list, the form before chart 0.4.0; write a map keyed by name instead: '
+         'partitions: {"main":{"pools":["cpu"]}}'),
         (lambda s: s.update(extraLines=["SchedulerType sched/backfill"]),
          "extraLines[0]: 'SchedulerType sched/backfill' is not one 'Key=Value' slurm.conf"),
         (lambda s: s.update(extraLines=["nodename=extra"]),
@@ -107,9 +115,9 @@ def test_not_a_mapping():
 
 def test_load_spec_names_the_file(tmp_path, demo_spec):
     path = tmp_path / "cluster.yaml"
-    demo_spec["nodepools"][0]["replicas"] = -3
+    demo_spec["nodepools"]["cpu"]["replicas"] = -3
     path.write_text(yaml.safe_dump(demo_spec))
-    with pytest.raises(SpecError, match=r"cluster.yaml: nodepools\[0\].replicas: must be >= 0"):
+    with pytest.raises(SpecError, match=r"cluster.yaml: nodepools.cpu.replicas: must be >= 0"):
         load_spec(path)
     path.write_text("nodepools: [unclosed")
     with pytest.raises(SpecError, match=r"cluster\.yaml: not valid YAML"):
@@ -134,16 +142,16 @@ def test_extra_lines_keep_comments_and_settings(demo_spec):
          "extraLines[1]: PROLOG is set by extraLines[0] already"),
         ({"slurmConf": {"SlurmctldAddr": "evil.example.org"}},
          "slurmConf.SlurmctldAddr: set by slonk"),
-        ({"partitions": [{"name": "Default", "pools": ["cpu"]}]},
-         "partitions[0].name: 'Default' is Slurm's keyword"),
-        ({"partitions": [{"name": "p", "pools": ["cpu"], "options": {"priority": 9}}]},
-         "partitions[0].options.priority: set by slonk"),
-        ({"partitions": [{"name": "p", "pools": ["cpu"], "priorityTier": 70000}]},
-         "partitions[0].priorityTier: must be <= 65535"),
-        ({"nodepools": [{"name": "cpu", "replicas": 1, "cpus": 70000, "memoryMiB": 1}]},
-         "nodepools[0].cpus: must be <= 65535"),
-        ({"nodepools": [{"name": "cpu", "replicas": 1, "cpus": 10**20, "memoryMiB": 1}]},
-         "nodepools[0].cpus: 100000000000000000000 is beyond 2147483647"),
+        ({"partitions": {"Default": {"pools": ["cpu"]}}},
+         "partitions.Default: 'Default' is Slurm's keyword"),
+        ({"partitions": {"p": {"pools": ["cpu"], "options": {"priority": 9}}}},
+         "partitions.p.options.priority: set by slonk"),
+        ({"partitions": {"p": {"pools": ["cpu"], "priorityTier": 70000}}},
+         "partitions.p.priorityTier: must be <= 65535"),
+        ({"nodepools": {"cpu": {"replicas": 1, "cpus": 70000, "memoryMiB": 1}}},
+         "nodepools.cpu.cpus: must be <= 65535"),
+        ({"nodepools": {"cpu": {"replicas": 1, "cpus": 10**20, "memoryMiB": 1}}},
+         "nodepools.cpu.cpus: 100000000000000000000 is beyond 2147483647"),
         ({"health": {"enabled": True, "intervalSeconds": float("inf")}},
          "health.intervalSeconds: inf is beyond 2147483647"),
     ],
@@ -178,39 +186,33 @@ def test_a_control_character_in_a_key_is_refused(demo_spec):
 def _block_spec(demo_spec, *pools):
     """Block topology over pools given as (replicas, block or None)."""
     demo_spec["topology"] = "block"
-    demo_spec["nodepools"] = [
-        {"name": f"p{i}", "replicas": replicas, "cpus": 1, "memoryMiB": 100,
-         **({"topology": {"block": block}} if block else {})}
-        for i, (replicas, block) in enumerate(pools)]
-    demo_spec["partitions"] = [{"name": "main", "pools": ["p0"], "default": True}]
+    demo_spec["nodepools"] = {
+        f"p{i}": {"replicas": replicas, "cpus": 1, "memoryMiB": 100,
+                  **({"topology": {"block": block}} if block else {})}
+        for i, (replicas, block) in enumerate(pools)}
+    demo_spec["partitions"] = {"main": {"pools": ["p0"], "default": True}}
     return demo_spec
 
 
-@pytest.mark.parametrize("pools", [
-    [(2, "b1"), (2, "b2")],
-    [(2, "b1"), (4, "b2"), (3, "b3")],  # larger blocks are fine (measured on 24.11)
-    [(1, "b1"), (1, "b1"), (2, "b2")],  # pools sharing a block add up
-    [(2, "b1"), (1, "b2"), (1, "b2")],
-    [(2, "b1"), (0, "b2"), (2, None)],  # a pool without nodes is in no block
-    [(3, "b1")],
+@pytest.mark.parametrize(("pools", "blocks"), [
+    ([(2, "b1"), (2, "b2")], ["b1 Nodes=slonk-p0-[0-1]", "b2 Nodes=slonk-p1-[0-1]"]),
+    ([(4, "b1"), (2, "b2"), (3, "b3")], ["b2 Nodes=slonk-p1-[0-1]", "b3 Nodes=slonk-p2-[0-2]",
+                                         "b1 Nodes=slonk-p0-[0-3]"]),
+    # pools sharing a block add up; a pool without a block is a block of its own
+    ([(1, "b1"), (1, "b1"), (1, None)], ["p2 Nodes=slonk-p2-0",
+                                         "b1 Nodes=slonk-p[0-1]-0"]),
+    ([(2, "b1"), (0, "b2"), (2, None)], ["b1 Nodes=slonk-p0-[0-1]", "p2 Nodes=slonk-p2-[0-1]"]),
 ])
-def test_blocks_at_least_as_large_as_the_first_are_accepted(demo_spec, pools):
-    parse_spec(_block_spec(demo_spec, *pools))
+def test_blocks_are_written_smallest_first(demo_spec, pools, blocks):
+    """slurmctld takes the first block's node count as the base block size and refuses to
+    start on a smaller block after it (Slurm's topology/block block_record.c, measured on
+    24.11): smallest first (then by name), any block sizes are valid, in any pool order."""
+    lines = render.topology_lines(parse_spec(_block_spec(demo_spec, *pools)))
+    assert lines == [f"BlockName={block}" for block in blocks]
 
 
-@pytest.mark.parametrize(("pools", "message"), [
-    ([(4, "b1"), (2, "b2")], "nodepools[1].replicas: block 'b2' has 2 node(s), fewer than "
-     "the first block 'b1' (4): Slurm takes the first block's size as the base block size"),
-    ([(2, "b1"), (1, None)], "nodepools[1].replicas: block 'p1' has 1 node(s), fewer than "
-     "the first block 'b1' (2)"),  # an unplaced pool is a block of its own
-])
-def test_a_block_smaller_than_the_first_is_refused(demo_spec, pools, message):
-    with pytest.raises(SpecError) as caught:
-        parse_spec(_block_spec(demo_spec, *pools))
-    assert str(caught.value).startswith(message)
-
-
-def test_block_sizes_matter_only_under_block_topology(demo_spec):
-    spec = _block_spec(demo_spec, (4, "b1"), (2, "b2"))
-    spec["topology"] = "tree"
-    parse_spec(spec)
+def test_a_key_given_twice_is_refused(tmp_path):
+    path = tmp_path / "cluster.yaml"
+    path.write_text("clusterName: a\nrelease: r\nnodepools:\n  cpu: {}\n  cpu: {}\n")
+    with pytest.raises(SpecError, match="line 5: key 'cpu' given twice"):
+        load_spec(path)

@@ -140,72 +140,58 @@ affinity: {{- toYaml . | nindent 2 }}
 {{- end }}
 
 {{/*
-topology: block. slurmctld takes the first block's node count as the base block size and will
-not start with a smaller block (as slonk.config.spec._check_blocks, same message). A pool
-without a block is a block of its own, named after it; pools without nodes are in none.
+A list where a map keyed by name is wanted (nodepools and partitions before chart 0.4.0) fails
+showing the map to write: the same text as slonk.config.spec._old_list_form. Call with
+(dict "key" "nodepools" "value" $list).
 */}}
-{{- define "slonk.validateBlocks" -}}
-{{- $sizes := dict -}}
-{{- $order := list -}}
-{{- $firstPool := dict -}}
-{{- range $i, $pool := . -}}
-{{- if gt (int $pool.replicas) 0 -}}
-{{- $name := $pool.name -}}
-{{- with $pool.topology }}{{ with .block }}{{ $name = . }}{{ end }}{{ end -}}
-{{- if not (hasKey $sizes $name) -}}
-{{- $order = append $order $name -}}
-{{- $_ := set $firstPool $name $i -}}
-{{- $_ := set $sizes $name 0 -}}
-{{- end -}}
-{{- $_ := set $sizes $name (add (index $sizes $name) (int $pool.replicas)) -}}
+{{- define "slonk.refuseList" -}}
+{{- if kindIs "slice" .value -}}
+{{- $converted := dict -}}
+{{- range $i, $item := .value -}}
+{{- if kindIs "map" $item -}}
+{{- $_ := set $converted (toString (get $item "name" | default (printf "<name of item %d>" $i))) (omit $item "name") -}}
 {{- end -}}
 {{- end -}}
-{{- if $order -}}
-{{- $first := first $order -}}
-{{- $base := index $sizes $first | int -}}
-{{- range $name := rest $order -}}
-{{- $size := index $sizes $name | int -}}
-{{- if lt $size $base -}}
-{{- fail (printf "nodepools[%d].replicas: block '%s' has %d node(s), fewer than the first block '%s' (%d): Slurm takes the first block's size as the base block size and refuses a smaller block; give every block at least %d nodes, or list the pools of the smallest block first" (index $firstPool $name | int) $name $size $first $base $base) -}}
+{{- fail (printf "%s: a list, the form before chart 0.4.0; write a map keyed by name instead: %s: %s" .key .key (toJson $converted)) -}}
 {{- end -}}
-{{- end -}}
-{{- end -}}
-{{- end -}}
+{{- end }}
 
 {{/*
 Checks the schema cannot express. Each failure names the values key, as the schema does.
 */}}
 {{- define "slonk.validate" -}}
+{{- include "slonk.refuseList" (dict "key" "nodepools" "value" .Values.nodepools) -}}
+{{- include "slonk.refuseList" (dict "key" "partitions" "value" .Values.partitions) -}}
 {{- $pools := dict -}}
-{{- range $i, $pool := .Values.nodepools -}}
-{{- if hasKey $pools $pool.name -}}
-{{- fail (printf "nodepools[%d].name: duplicate nodepool %q" $i $pool.name) -}}
+{{- $reserved := include "slonk.reservedPoolNames" . | splitList " " -}}
+{{- range $name, $pool := .Values.nodepools -}}
+{{- with $pool -}}
+{{- if has $name $reserved -}}
+{{- fail (printf "nodepools.%s: %q is reserved for slonk's own pods" $name $name) -}}
 {{- end -}}
-{{- $_ := set $pools $pool.name true -}}
-{{- $node := printf "%s-%s-%d" $.Release.Name $pool.name (max 0 (sub (int $pool.replicas) 1) | int) -}}
+{{- $_ := set $pools $name true -}}
+{{- $node := printf "%s-%s-%d" $.Release.Name $name (max 0 (sub (int .replicas) 1) | int) -}}
 {{- if gt (len $node) 63 -}}
-{{- fail (printf "nodepools[%d].name: node name %q is longer than 63 characters" $i $node) -}}
+{{- fail (printf "nodepools.%s: node name %q is longer than 63 characters" $name $node) -}}
 {{- end -}}
 {{- end -}}
-{{- if eq .Values.slurm.topology "block" -}}
-{{- include "slonk.validateBlocks" .Values.nodepools -}}
 {{- end -}}
-{{- $partitions := dict -}}
-{{- $defaults := 0 -}}
-{{- range $i, $part := .Values.partitions -}}
-{{- if hasKey $partitions $part.name -}}
-{{- fail (printf "partitions[%d].name: duplicate partition %q" $i $part.name) -}}
+{{- $default := "" -}}
+{{- range $name, $part := .Values.partitions -}}
+{{- with $part -}}
+{{- if eq (lower $name) "default" -}}
+{{- fail (printf "partitions.%s: %q is Slurm's keyword for the defaults of the partitions after it, not a partition" $name $name) -}}
 {{- end -}}
-{{- $_ := set $partitions $part.name true -}}
-{{- range $j, $pool := $part.pools -}}
+{{- range $j, $pool := .pools -}}
 {{- if not (hasKey $pools $pool) -}}
-{{- fail (printf "partitions[%d].pools[%d]: unknown nodepool %q" $i $j $pool) -}}
+{{- fail (printf "partitions.%s.pools[%d]: unknown nodepool %q" $name $j $pool) -}}
 {{- end -}}
 {{- end -}}
-{{- if $part.default -}}
-{{- $defaults = add1 $defaults -}}
-{{- if gt $defaults 1 -}}
-{{- fail (printf "partitions[%d].default: only one partition can be the default" $i) -}}
+{{- if .default -}}
+{{- if $default -}}
+{{- fail (printf "partitions.%s.default: only one partition can be the default (%s is)" $name $default) -}}
+{{- end -}}
+{{- $default = $name -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
@@ -228,8 +214,10 @@ Checks the schema cannot express. Each failure names the values key, as the sche
 {{- range $file := list "slurmConf" "cgroupConf" -}}
 {{- include "slonk.refuseSlurmKeys" (dict "path" (printf "slurm.%s" $file) "settings" (index $.Values.slurm $file) "reserved" $managed) -}}
 {{- end -}}
-{{- range $i, $part := .Values.partitions -}}
-{{- include "slonk.refuseSlurmKeys" (dict "path" (printf "partitions[%d].options" $i) "settings" $part.options "reserved" (include "slonk.partitionKeys" . | splitList " ")) -}}
+{{- range $name, $part := .Values.partitions -}}
+{{- with $part -}}
+{{- include "slonk.refuseSlurmKeys" (dict "path" (printf "partitions.%s.options" $name) "settings" .options "reserved" (include "slonk.partitionKeys" . | splitList " ")) -}}
+{{- end -}}
 {{- end -}}
 {{- $set := dict -}}
 {{- range $key, $_ := .Values.slurm.slurmConf -}}
@@ -260,6 +248,12 @@ keys in any case). The same list as MANAGED_KEYS in src/slonk/config/spec.py (a 
 them equal). */}}
 {{- define "slonk.managedSlurmKeys" -}}
 clustername slurmctldhost controlmachine controladdr backupcontroller backupaddr slurmctldaddr slurmctldport slurmdport nodename nodeset partitionname frontendname downnodes include slurmctldlogfile slurmdlogfile
+{{- end }}
+
+{{- /* Pool names whose StatefulSet or node names would be another component's, and Slurm's
+keyword for defaults: RESERVED_POOL_NAMES in spec.py. */}}
+{{- define "slonk.reservedPoolNames" -}}
+controller login ldap default
 {{- end }}
 
 {{- /* What slonk writes on a partition's line: PARTITION_KEYS in spec.py. */}}
@@ -312,14 +306,20 @@ resources, placement) are checked by the API server and are left to it. */}}
 
 {{/* The normalized cluster spec (cluster.yaml): what every pod's `slonk init` reads. */}}
 {{- define "slonk.clusterSpec" -}}
-{{- $pools := list -}}
-{{- range .Values.nodepools -}}
-{{- $pool := dict "name" .name "replicas" (int .replicas) "cpus" (int .cpus) "memoryMiB" (int .memoryMiB) -}}
+{{- $pools := dict -}}
+{{- range $name, $values := .Values.nodepools -}}
+{{- with $values -}}
+{{- $pool := dict "replicas" (int .replicas) "cpus" (int .cpus) "memoryMiB" (int .memoryMiB) -}}
 {{- with .gpus }}{{ $_ := set $pool "gpus" (dict "count" (int .count) "type" (.type | default "")) }}{{ end -}}
 {{- with .features }}{{ $_ := set $pool "features" . }}{{ end -}}
 {{- if kindIs "float64" .weight }}{{ $_ := set $pool "weight" (int .weight) }}{{ end -}}
 {{- with .topology }}{{ $_ := set $pool "topology" . }}{{ end -}}
-{{- $pools = append $pools $pool -}}
+{{- $_ := set $pools $name $pool -}}
+{{- end -}}
+{{- end -}}
+{{- $partitions := dict -}}
+{{- range $name, $partition := .Values.partitions -}}
+{{- with $partition }}{{ $_ := set $partitions $name . }}{{ end -}}
 {{- end -}}
 {{- $slurm := .Values.slurm -}}
 {{- $spec := dict
@@ -336,7 +336,7 @@ resources, placement) are checked by the API server and are left to it. */}}
   "cgroupConf" $slurm.cgroupConf
   "extraLines" $slurm.extraLines
   "nodepools" $pools
-  "partitions" .Values.partitions
+  "partitions" $partitions
   "users" .Values.users
   "groups" .Values.groups
   "accounts" .Values.accounts
@@ -347,7 +347,7 @@ resources, placement) are checked by the API server and are left to it. */}}
 {{- $suffix := $ldap.dev.suffix -}}
 {{- $dev := $ldap.dev.enabled -}}
 {{- $settings := dict
-  "uris" ($ldap.uris | default (list (printf "ldap://%s-ldap" .Release.Name)))
+  "uris" ($ldap.uris | default (ternary (list (printf "ldap://%s-ldap" .Release.Name)) list $dev))
   "userBase" ($ldap.userBase | default (ternary (printf "ou=people,%s" $suffix) "" $dev))
   "groupBase" ($ldap.groupBase | default (ternary (printf "ou=groups,%s" $suffix) "" $dev))
   "userFilter" $ldap.userFilter

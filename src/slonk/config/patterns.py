@@ -29,6 +29,9 @@ DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DNS_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 CLUSTER_NAME = r"^[a-z0-9_]{1,40}$"
 
+# An LDAP search filter: one parenthesized filter (RFC 4515), as users sync passes it on.
+LDAP_FILTER = r"^\(.*\)$"
+
 # Partition settings slonk writes itself (MaxTime=, PreemptMode=, ...).
 SLURM_TIME = r"^(INFINITE|UNLIMITED|[0-9]+(:[0-9]{1,2}){0,2}|[0-9]+-[0-9]{1,2}(:[0-9]{1,2}){0,2})$"
 PREEMPT_MODE = r"^(OFF|CANCEL|GANG|REQUEUE|SUSPEND|WITHIN)(,(GANG|WITHIN))*$"

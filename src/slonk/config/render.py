@@ -166,25 +166,26 @@ def _partition_line(spec: ClusterSpec, partition: Any) -> str:
 def _groups(spec: ClusterSpec, attribute: str) -> dict[str, list[str]]:
     """Node names by switch or block (ClusterSpec.placement_groups)."""
     return {
-        name: [node for _, pool in pools for node in pool.node_names(spec.release)]
+        name: [node for pool in pools for node in pool.node_names(spec.release)]
         for name, pools in spec.placement_groups(attribute).items()
     }
 
 
 def topology_lines(spec: ClusterSpec) -> list[str]:
     if spec.topology == "tree":
-        leaves = _groups(spec, "switch")
+        leaves = dict(sorted(_groups(spec, "switch").items()))
         lines = [f"SwitchName={name} Nodes={_ranged(nodes)}" for name, nodes in leaves.items()]
         if len(leaves) > 1:
             # Slurm needs one root above the leaves to place jobs across them.
             lines.append(f"SwitchName={spec.release}-spine Switches={','.join(leaves)}")
         return lines
     if spec.topology == "block":
-        # The first block sets the base block size (the largest --segment); spec checks
-        # every later one is at least as large. No BlockSizes: the default aggregates
-        # consecutive blocks in powers of two, in pool order.
-        blocks = _groups(spec, "block")
-        return [f"BlockName={name} Nodes={_ranged(nodes)}" for name, nodes in blocks.items()]
+        # slurmctld takes the first block's node count as the base block size (the largest
+        # --segment) and refuses to start on a later, smaller block (block_record.c): the
+        # smallest block comes first, so every block size is valid. No BlockSizes: the
+        # default aggregates consecutive blocks in powers of two, in this order.
+        blocks = sorted(_groups(spec, "block").items(), key=lambda b: (len(b[1]), b[0]))
+        return [f"BlockName={name} Nodes={_ranged(nodes)}" for name, nodes in blocks]
     return []
 
 

@@ -6,9 +6,11 @@ dataclasses and refuses anything inconsistent with an error naming the offending
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
 import re
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +18,57 @@ import yaml
 
 from slonk.config import accounts, patterns
 from slonk.config.accounts import AccountError, AccountRules
+from slonk.config.model import (
+    CONFINEMENTS,
+    HEALTH_PHASES,
+    HOOK_PHASES,
+    LDAP_ATTRIBUTES,
+    LDAP_TLS,
+    PARTITION_STATES,
+    TOPOLOGY_PLUGINS,
+    CheckSettings,
+    ClusterSpec,
+    Gpus,
+    Group,
+    HealthSettings,
+    HookSettings,
+    LdapServer,
+    LdapSettings,
+    NodePool,
+    Partition,
+    Placement,
+    RecycleSettings,
+    User,
+    default_of,
+)
 from slonk.config.patterns import matches
 from slonk.errors import SlonkError
+from slonk.health.catalogue import CHECK_OPTION_MAXIMUM, CHECK_OPTION_SHAPES, HEALTH_CHECKS
+
+# The model's names, for the modules that read a spec through this one.
+__all__ = [
+    "HEALTH_CHECKS",
+    "HEALTH_PHASES",
+    "HOOK_PHASES",
+    "LDAP_ATTRIBUTES",
+    "LDAP_SUFFIX_PATTERN",
+    "CheckSettings",
+    "ClusterSpec",
+    "Gpus",
+    "Group",
+    "HealthSettings",
+    "HookSettings",
+    "LdapServer",
+    "LdapSettings",
+    "NodePool",
+    "Partition",
+    "Placement",
+    "RecycleSettings",
+    "SpecError",
+    "User",
+    "load_spec",
+    "parse_spec",
+]
 
 SPEC_VERSION = 1
 
@@ -36,7 +87,6 @@ PARTITION_KEYS = frozenset(
     "PartitionName Nodes Default MaxTime DefaultTime PriorityTier Priority PreemptMode "
     "State".split()
 )
-PARTITION_STATES = ("UP", "DOWN", "DRAIN", "INACTIVE")
 # Pool names whose StatefulSet or node names would be another component's, and Slurm's
 # keyword for the defaults of the lines after it.
 RESERVED_POOL_NAMES = ("controller", "login", "ldap", "default")
@@ -53,277 +103,10 @@ SPEC_KEYS = frozenset(
     "hooks "
     "health".split()
 )
-CONFINEMENTS = ("cgroup", "none")
-TOPOLOGY_PLUGINS = ("tree", "block", "none")
 
 
 class SpecError(SlonkError, ValueError):
     """A cluster spec that must not be applied; the message starts with the key path."""
-
-
-@dataclass(frozen=True)
-class Gpus:
-    count: int
-    type: str | None = None
-
-
-@dataclass(frozen=True)
-class Placement:
-    """Where a pool's nodes sit in the network: a leaf switch (tree) and a block."""
-
-    switch: str | None = None
-    block: str | None = None
-
-
-@dataclass(frozen=True)
-class NodePool:
-    name: str
-    replicas: int
-    cpus: int
-    memory_mib: int
-    gpus: Gpus | None = None
-    features: tuple[str, ...] = ()
-    weight: int | None = None
-    placement: Placement = Placement()
-
-    def node_names(self, release: str) -> list[str]:
-        return [f"{release}-{self.name}-{i}" for i in range(self.replicas)]
-
-
-@dataclass(frozen=True)
-class Partition:
-    name: str
-    pools: tuple[str, ...]
-    default: bool = False
-    max_time: str = "INFINITE"
-    default_time: str | None = None
-    priority_tier: int | None = None
-    preempt_mode: str | None = None
-    state: str = "UP"
-    options: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Group:
-    name: str
-    gid: int
-
-
-@dataclass(frozen=True)
-class User:
-    name: str
-    uid: int
-    gid: int
-    groups: tuple[str, ...] = ()
-    ssh_keys: tuple[str, ...] = ()
-    shell: str = accounts.DEFAULT_SHELL
-    home: str = ""
-
-    @property
-    def home_dir(self) -> str:
-        return self.home or f"{accounts.HOME}/{self.name}"
-
-
-# RFC 2307 attribute names, overridable per directory.
-LDAP_ATTRIBUTES = {
-    "uid": "uid",
-    "uidNumber": "uidNumber",
-    "gidNumber": "gidNumber",
-    "homeDirectory": "homeDirectory",
-    "loginShell": "loginShell",
-    "sshPublicKey": "sshPublicKey",
-    "groupName": "cn",
-    "groupMember": "memberUid",
-}
-LDAP_TLS = ("none", "ldaps", "starttls")
-
-
-@dataclass(frozen=True)
-class LdapSettings:
-    uris: tuple[str, ...]
-    user_base: str
-    group_base: str
-    user_filter: str = "(objectClass=posixAccount)"
-    group_filter: str = "(objectClass=posixGroup)"
-    attributes: Mapping[str, str] = field(default_factory=lambda: dict(LDAP_ATTRIBUTES))
-    bind_dn: str | None = None
-    bind_password_file: str | None = None
-    tls: str = "none"
-    ca_file: str | None = None
-    timeout_seconds: float = 5.0
-    sync_interval_seconds: int = 60
-    max_removal_percent: int = 10
-
-
-HOOK_PHASES = ("prolog", "epilog", "task-prolog", "task-epilog")
-
-
-@dataclass(frozen=True)
-class HookSettings:
-    """Job hooks from git: where git-sync publishes, and which repo directory each phase runs."""
-
-    link: str = "hooks"
-    phases: Mapping[str, str] = field(default_factory=dict)  # phase -> directory in the repo
-    timeout_seconds: int = 30
-    max_file_bytes: int = 1024 * 1024
-
-
-HEALTH_PHASES = ("boot", "prolog", "epilog", "interval")
-# XIDs that mean the GPU or its memory needs attention (NVIDIA's XID catalogue): a node
-# showing one is drained. Application faults (13, 31, 43, 45) are left to the job.
-CRITICAL_XIDS = (48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 140)
-
-
-@dataclass(frozen=True)
-class CheckSettings:
-    """One health check: when it runs, how long it may take, and its own options."""
-
-    phases: tuple[str, ...]
-    timeout_seconds: float
-    options: Mapping[str, Any] = field(default_factory=dict)
-
-
-# Every check slonk has, with its defaults; `health.checks.<name>` overrides them. A check
-# that needs the controller or its peers runs only once the node is up (not at boot).
-HEALTH_CHECKS: Mapping[str, CheckSettings] = {
-    "gpu": CheckSettings(
-        ("boot", "prolog", "epilog", "interval"),
-        15,
-        {
-            "nvidiaSmi": "nvidia-smi",
-            "dmesg": "dmesg --kernel",
-            "xids": list(CRITICAL_XIDS),
-            "maxUsedMemoryMiB": 1024,
-            # GPUs every node must show; 0: the pool's GRES count (no GPUs: check skipped).
-            "expectedCount": 0,
-        },
-    ),
-    "interfaces": CheckSettings(("boot", "interval"), 5, {"names": ["eth0"], "rdmaDevices": []}),
-    "controller": CheckSettings(("interval",), 5),
-    "dns": CheckSettings(("interval",), 5),
-    "storage": CheckSettings(("boot", "prolog", "interval"), 10, {"paths": ["/home"]}),
-    "scratch": CheckSettings(
-        ("boot", "prolog", "interval"), 5, {"path": "/tmp", "minFreePercent": 5}
-    ),
-    "munge": CheckSettings(("interval",), 10),
-}
-
-
-# The shape of each string option (or of each item of a list option): checks hand them to
-# programs they run as root.
-CHECK_OPTION_SHAPES: Mapping[str, tuple[str, str]] = {
-    "nvidiaSmi": (patterns.COMMAND_LINE, "a program and its options"),
-    "dmesg": (patterns.COMMAND_LINE, "a program and its options"),
-    "names": (patterns.INTERFACE, "a network interface name"),
-    "rdmaDevices": (patterns.RDMA_DEVICE, "an RDMA device name"),
-    "paths": (patterns.ABSOLUTE_PATH, "an absolute path"),
-    "path": (patterns.ABSOLUTE_PATH, "an absolute path"),
-}
-
-
-@dataclass(frozen=True)
-class RecycleSettings:
-    """Restart the pods of nodes slonk drained, once idle; quarantine repeat offenders."""
-
-    idle_seconds: int
-    period_seconds: int
-    max_recycles: int
-    window_seconds: int
-    taint_nodes: bool
-
-
-@dataclass(frozen=True)
-class HealthSettings:
-    checks: Mapping[str, CheckSettings]  # the enabled ones
-    interval_seconds: int
-    undrain: bool
-    recycle: RecycleSettings | None
-
-
-@dataclass(frozen=True)
-class LdapServer:
-    """The development directory's contents (its own pod; see slonk.ldapdev)."""
-
-    suffix: str
-    users: tuple[User, ...] = ()
-    groups: tuple[Group, ...] = ()
-
-
-@dataclass(frozen=True)
-class ClusterSpec:
-    cluster_name: str
-    release: str
-    namespace: str
-    cluster_domain: str
-    slurmctld_port: int
-    slurmd_port: int
-    nodepools: tuple[NodePool, ...]
-    partitions: tuple[Partition, ...]
-    confinement: str = "cgroup"
-    topology: str = "tree"
-    slurm_conf: Mapping[str, Any] = field(default_factory=dict)
-    cgroup_conf: Mapping[str, Any] = field(default_factory=dict)
-    extra_lines: tuple[str, ...] = ()
-    users: tuple[User, ...] = ()
-    groups: tuple[Group, ...] = ()
-    accounts: AccountRules = field(default_factory=AccountRules)
-    ldap: LdapSettings | None = None
-    ldap_server: LdapServer | None = None
-    hooks: HookSettings | None = None
-    health: HealthSettings | None = None
-
-    @property
-    def controller_name(self) -> str:
-        return f"{self.release}-controller-0"
-
-    @property
-    def controller_address(self) -> str:
-        """The controller's Service, fully qualified: reachable from any namespace."""
-        return f"{self.release}-controller.{self.namespace}.svc.{self.cluster_domain}"
-
-    @property
-    def job_phases(self) -> tuple[str, ...]:
-        """The Prolog/Epilog (and task) programs Slurm runs: for hooks from git, and for
-        health checks around jobs."""
-        phases = set(self.hooks.phases) if self.hooks else set()
-        for pool in self.nodepools:
-            phases |= {p for c in self.health_checks(pool).values() for p in c.phases}
-        return tuple(p for p in HOOK_PHASES if p in phases)
-
-    def placement_groups(self, attribute: str) -> dict[str, list[tuple[int, NodePool]]]:
-        """Pools with nodes, by their `switch` or `block` in the order they first appear,
-        with their index; an unplaced pool forms its own group, named after it."""
-        groups: dict[str, list[tuple[int, NodePool]]] = {}
-        for i, pool in enumerate(self.nodepools):
-            if pool.replicas:
-                key = getattr(pool.placement, attribute) or pool.name
-                groups.setdefault(key, []).append((i, pool))
-        return groups
-
-    def health_checks(self, pool: NodePool) -> dict[str, CheckSettings]:
-        """The checks a pool's nodes run: the GPU check only where there are GPUs to count."""
-        if self.health is None:
-            return {}
-        return {
-            name: check
-            for name, check in self.health.checks.items()
-            if name != "gpu" or check.options["expectedCount"] or pool.gpus
-        }
-
-    def pool(self, name: str) -> NodePool:
-        return next(p for p in self.nodepools if p.name == name)
-
-    def node_names(self) -> list[str]:
-        return [n for p in self.nodepools for n in p.node_names(self.release)]
-
-    def pool_of(self, node_name: str) -> NodePool | None:
-        """The pool a node (pod) name belongs to, or None."""
-        for pool in self.nodepools:
-            prefix = f"{self.release}-{pool.name}-"
-            index = node_name.removeprefix(prefix)
-            if index != node_name and index.isdigit() and int(index) < pool.replicas:
-                return pool
-        return None
 
 
 class _Reader:
@@ -480,19 +263,17 @@ def _gpus(data: Any, path: str) -> Gpus | None:
     return Gpus(count=count, type=r.text("type", patterns.SLURM_NAME, "a valid GRES type"))
 
 
-def _pool(data: Any, path: str, release: str) -> NodePool:
-    r = _Reader(
-        data,
-        path,
-        {"name", "replicas", "cpus", "memoryMiB", "gpus", "features", "weight", "topology"},
-    )
-    name = _dns_label(r.require("name", str), r.at("name"))
+def _pool(name: str, data: Any, path: str, release: str) -> NodePool:
+    _dns_label(name, path)
     if name in RESERVED_POOL_NAMES:
-        raise SpecError(f"{r.at('name')}: {name!r} is reserved for slonk's own pods")
+        raise SpecError(f"{path}: {name!r} is reserved for slonk's own pods")
+    r = _Reader(
+        data, path, {"replicas", "cpus", "memoryMiB", "gpus", "features", "weight", "topology"}
+    )
     replicas = r.count("replicas", maximum=MAX_REPLICAS)
     longest = f"{release}-{name}-{max(replicas - 1, 0)}"
     if len(longest) > DNS_LABEL_MAX:
-        raise SpecError(f"{r.at('name')}: node name {longest!r} is longer than 63 characters")
+        raise SpecError(f"{path}: node name {longest!r} is longer than 63 characters")
     features = r.strings("features")
     for i, feature in enumerate(features):
         if not matches(patterns.SLURM_NAME, feature):
@@ -505,7 +286,7 @@ def _pool(data: Any, path: str, release: str) -> NodePool:
         memory_mib=r.count("memoryMiB", minimum=1),
         gpus=_gpus(r.data.get("gpus"), r.at("gpus")),
         features=features,
-        weight=r.get("weight", int),
+        weight=None if r.get("weight", int) is None else r.count("weight"),
         placement=Placement(
             switch=placement.text("switch", patterns.SLURM_NAME, "a valid switch name"),
             block=placement.text("block", patterns.SLURM_NAME, "a valid block name"),
@@ -513,12 +294,18 @@ def _pool(data: Any, path: str, release: str) -> NodePool:
     )
 
 
-def _partition(data: Any, path: str, pools: set[str]) -> Partition:
+def _partition(name: str, data: Any, path: str, pools: set[str]) -> Partition:
+    if not matches(patterns.SLURM_NAME, name):
+        raise SpecError(f"{path}: {name!r} is not a valid Slurm partition name")
+    if matches(patterns.SLURM_DEFAULT, name):
+        raise SpecError(
+            f"{path}: {name!r} is Slurm's keyword for the defaults of the partitions after it, "
+            "not a partition"
+        )
     r = _Reader(
         data,
         path,
         {
-            "name",
             "pools",
             "default",
             "maxTime",
@@ -529,26 +316,21 @@ def _partition(data: Any, path: str, pools: set[str]) -> Partition:
             "options",
         },
     )
-    r.require("name", str)
-    name = r.text("name", patterns.SLURM_NAME, "a valid Slurm partition name")
-    if matches(patterns.SLURM_DEFAULT, str(name)):
-        raise SpecError(
-            f"{r.at('name')}: {name!r} is Slurm's keyword for the defaults of the partitions "
-            "after it, not a partition"
-        )
     members = r.strings("pools")
     for i, pool in enumerate(members):
         if pool not in pools:
             raise SpecError(f"{r.at('pools')}[{i}]: unknown nodepool {pool!r}")
     time_format = "a Slurm time (minutes, [days-]hours:minutes:seconds or INFINITE)"
-    state = r.get("state", str, "UP")
+    state = r.get("state", str, default_of(Partition, "state"))
     if state not in PARTITION_STATES:
         raise SpecError(f"{r.at('state')}: must be one of {', '.join(PARTITION_STATES)}")
     return Partition(
-        name=str(name),
+        name=name,
         pools=members,
-        default=r.get("default", bool, False),
-        max_time=str(r.text("maxTime", patterns.SLURM_TIME, time_format, "INFINITE")),
+        default=r.get("default", bool, default_of(Partition, "default")),
+        max_time=str(
+            r.text("maxTime", patterns.SLURM_TIME, time_format, default_of(Partition, "max_time"))
+        ),
         default_time=r.text("defaultTime", patterns.SLURM_TIME, time_format),
         priority_tier=r.get("priorityTier", int) and r.count("priorityTier", maximum=MAX_UINT16),
         preempt_mode=r.text("preemptMode", patterns.PREEMPT_MODE, "a Slurm PreemptMode"),
@@ -571,7 +353,10 @@ def _account_rules(data: Any, path: str) -> AccountRules:
     max_id = r.count("maxId", default=accounts.MAX_ID, minimum=min_id)
     if max_id > accounts.ID_CEILING:
         raise SpecError(f"{r.at('maxId')}: must be <= {accounts.ID_CEILING}, got {max_id}")
-    roots = r.strings("homeRoots") or accounts.HOME_ROOTS
+    roots = r.strings("homeRoots") if r.get("homeRoots", list) is not None else None
+    if roots == ():
+        raise SpecError(f"{r.at('homeRoots')}: at least one directory")
+    roots = roots or accounts.HOME_ROOTS
     for i, root in enumerate(roots):
         _checked(r, f"homeRoots[{i}]", lambda v: accounts.check_path(v, "home root"), root)
     return AccountRules(min_id=min_id, max_id=max_id, home_roots=tuple(roots))
@@ -624,33 +409,56 @@ def _ldap(data: Any, path: str) -> LdapSettings | None:
     for i, uri in enumerate(uris):
         if not uri.startswith(("ldap://", "ldaps://")):
             raise SpecError(f"{r.at('uris')}[{i}]: {uri!r} is not an ldap:// or ldaps:// URI")
+        port = _ldap_port(uri)
+        if not 1 <= port <= MAX_PORT:
+            raise SpecError(f"{r.at('uris')}[{i}]: {uri!r}: port {port} is not a TCP port")
+    for key in ("userBase", "groupBase"):
+        if not r.require(key, str):
+            raise SpecError(f"{r.at(key)}: required")
     attributes = dict(LDAP_ATTRIBUTES)
     overrides = _Reader(r.get("attributes", dict, {}), r.at("attributes"), set(LDAP_ATTRIBUTES))
     attributes.update({k: overrides.get(k, str) for k in overrides.data})
-    tls = r.get("tls", str, "none")
+    tls = r.get("tls", str, default_of(LdapSettings, "tls"))
     if tls not in LDAP_TLS:
         raise SpecError(f"{r.at('tls')}: must be one of {', '.join(LDAP_TLS)}")
-    percent = r.count("maxRemovalPercent", default=10)
+    percent = r.count("maxRemovalPercent", default=default_of(LdapSettings, "max_removal_percent"))
     if percent > 100:
         raise SpecError(f"{r.at('maxRemovalPercent')}: must be <= 100, got {percent}")
-    timeout = r.get("timeoutSeconds", (int, float), 5)
+    timeout = r.get("timeoutSeconds", (int, float), default_of(LdapSettings, "timeout_seconds"))
     if timeout <= 0:
         raise SpecError(f"{r.at('timeoutSeconds')}: must be > 0")
     return LdapSettings(
         uris=uris,
         user_base=r.require("userBase", str),
         group_base=r.require("groupBase", str),
-        user_filter=r.get("userFilter", str, "(objectClass=posixAccount)"),
-        group_filter=r.get("groupFilter", str, "(objectClass=posixGroup)"),
+        user_filter=_filter(r, "userFilter", default_of(LdapSettings, "user_filter")),
+        group_filter=_filter(r, "groupFilter", default_of(LdapSettings, "group_filter")),
         attributes=attributes,
         bind_dn=r.get("bindDN", str) or None,
         bind_password_file=r.get("bindPasswordFile", str) or None,
         tls=tls,
         ca_file=r.get("caFile", str) or None,
         timeout_seconds=float(timeout),
-        sync_interval_seconds=r.count("syncIntervalSeconds", default=60, minimum=1),
+        sync_interval_seconds=r.count(
+            "syncIntervalSeconds", default=default_of(LdapSettings, "sync_interval_seconds"),
+            minimum=1,
+        ),
         max_removal_percent=percent,
     )
+
+
+def _filter(r: _Reader, key: str, default: str) -> str:
+    value = r.get(key, str, default)
+    if not matches(patterns.LDAP_FILTER, value):
+        raise SpecError(f"{r.at(key)}: {value!r} is not an LDAP filter in parentheses")
+    return str(value)
+
+
+def _ldap_port(uri: str) -> int:
+    """A URI's TCP port, as the chart's NetworkPolicies read it (slonk.ldapPorts)."""
+    host_port = re.sub(r"^ldaps?://([^/?]*).*$", r"\1", uri, flags=re.DOTALL)
+    given = re.search(r":([0-9]+)$", host_port)
+    return int(given.group(1)) if given else 636 if uri.startswith("ldaps://") else 389
 
 
 def _accounts(r: _Reader, rules: AccountRules) -> tuple[list[User], list[Group]]:
@@ -708,14 +516,18 @@ def _hooks(data: Any, path: str) -> HookSettings | None:
             if directory.startswith("/") or ".." in directory.split("/"):
                 raise SpecError(f"{r.at(key)}: {directory!r} must be a path inside the repository")
             phases[phase] = directory.strip("/")
-    link = r.get("link", str, "hooks")
+    link = r.get("link", str, default_of(HookSettings, "link"))
     if "/" in link or not link:
         raise SpecError(f"{r.at('link')}: {link!r} must be a plain name")
     return HookSettings(
         link=link,
         phases=phases,
-        timeout_seconds=r.count("timeoutSeconds", default=30, minimum=1),
-        max_file_bytes=r.count("maxFileBytes", default=1024 * 1024, minimum=1),
+        timeout_seconds=r.count(
+            "timeoutSeconds", default=default_of(HookSettings, "timeout_seconds"), minimum=1
+        ),
+        max_file_bytes=r.count(
+            "maxFileBytes", default=default_of(HookSettings, "max_file_bytes"), minimum=1
+        ),
     )
 
 
@@ -743,7 +555,7 @@ def _check(name: str, data: Any, path: str) -> CheckSettings | None:
                 _check_option_shape(key, item, f"{r.at(key)}[{i}]")
             options[key] = items
         elif isinstance(value, int):
-            options[key] = r.count(key, default=value)
+            options[key] = r.count(key, default=value, maximum=CHECK_OPTION_MAXIMUM.get(key))
         else:
             options[key] = r.get(key, type(value), value)
             _check_option_shape(key, options[key], r.at(key))
@@ -767,6 +579,7 @@ def _health(data: Any, path: str) -> HealthSettings | None:
         if (settings := _check(name, checks_reader.data.get(name), checks_reader.at(name)))
     }
     recycle = None
+    recycled = functools.partial(default_of, RecycleSettings)
     keys = {"enabled", "idleSeconds", "periodSeconds", "maxRecycles", "windowSeconds", "taintNodes"}
     rr = _Reader(r.get("recycle", dict, {}), r.at("recycle"), keys)
     if rr.get("enabled", bool, True):
@@ -774,16 +587,22 @@ def _health(data: Any, path: str) -> HealthSettings | None:
             # At least 1: Slurm gives slurmd's start time in whole seconds, and the loop
             # knows a recycled node's new slurmd by it. Idle a second or more, a drained
             # node's slurmd and the one that replaces it never start in the same second.
-            idle_seconds=rr.count("idleSeconds", default=300, minimum=1),
-            period_seconds=rr.count("periodSeconds", default=30, minimum=1),
-            max_recycles=rr.count("maxRecycles", default=3, minimum=1),
-            window_seconds=rr.count("windowSeconds", default=3600, minimum=1),
-            taint_nodes=rr.get("taintNodes", bool, True),
+            idle_seconds=rr.count("idleSeconds", default=recycled("idle_seconds"), minimum=1),
+            period_seconds=rr.count(
+                "periodSeconds", default=recycled("period_seconds"), minimum=1
+            ),
+            max_recycles=rr.count("maxRecycles", default=recycled("max_recycles"), minimum=1),
+            window_seconds=rr.count(
+                "windowSeconds", default=recycled("window_seconds"), minimum=1
+            ),
+            taint_nodes=rr.get("taintNodes", bool, recycled("taint_nodes")),
         )
     return HealthSettings(
         checks=checks,
-        interval_seconds=r.count("intervalSeconds", default=300, minimum=1),
-        undrain=r.get("undrain", bool, True),
+        interval_seconds=r.count(
+            "intervalSeconds", default=default_of(HealthSettings, "interval_seconds"), minimum=1
+        ),
+        undrain=r.get("undrain", bool, default_of(HealthSettings, "undrain")),
         recycle=recycle,
     )
 
@@ -796,24 +615,31 @@ def _unique(values: list[Any], path: str, what: str, key: str = "name") -> None:
         seen.add(value)
 
 
-def _check_blocks(spec: ClusterSpec) -> None:
-    """slurmctld (24.11, measured) takes the first block's node count as the base block size
-    and will not start with a block of fewer nodes ("Block configuration (b2) children count
-    lower than bblock_node_cnt")."""
-    blocks = list(spec.placement_groups("block").items())
-    if not blocks:
-        return
-    first, first_pools = blocks[0]
-    base = sum(pool.replicas for _, pool in first_pools)
-    for name, pools in blocks[1:]:
-        size = sum(pool.replicas for _, pool in pools)
-        if size < base:
-            raise SpecError(
-                f"nodepools[{pools[0][0]}].replicas: block {name!r} has {size} node(s), fewer "
-                f"than the first block {first!r} ({base}): Slurm takes the first block's size "
-                "as the base block size and refuses a smaller block; give every block at "
-                f"least {base} nodes, or list the pools of the smallest block first"
-            )
+def _old_list_form(key: str, items: list[Any]) -> str:
+    """The error for a list of named items (chart 0.3 and before), showing the map it
+    becomes: the same text as the chart's `slonk.refuseLists`."""
+    converted = {}
+    for i, item in enumerate(items):
+        if isinstance(item, Mapping):
+            rest = {k: v for k, v in item.items() if k != "name"}
+            converted[str(item.get("name", f"<name of item {i}>"))] = rest
+    example = json.dumps(converted, sort_keys=True, separators=(",", ":"))
+    return (
+        f"{key}: a list, the form before chart 0.4.0; write a map keyed by name "
+        f"instead: {key}: {example}"
+    )
+
+
+def _named(r: _Reader, key: str) -> list[tuple[str, Any]]:
+    """A map of named items (node pools, partitions), in name order, as Helm ranges over it."""
+    value = r.data.get(key)
+    if isinstance(value, list):
+        raise SpecError(_old_list_form(key, value))
+    items = r.get(key, dict, {})
+    for name in items:
+        if not isinstance(name, str):
+            raise SpecError(f"{r.at(str(name))}: expected a name, got {_kind(name)}")
+    return sorted(items.items())
 
 
 def parse_spec(data: Any) -> ClusterSpec:
@@ -831,38 +657,45 @@ def parse_spec(data: Any) -> ClusterSpec:
             "(Slurm lowercases it; at most 40 characters)"
         )
     release = _dns_label(r.require("release", str), "release")
-    pools = [
-        _pool(p, f"nodepools[{i}]", release) for i, p in enumerate(r.get("nodepools", list, []))
-    ]
-    _unique([p.name for p in pools], "nodepools", "nodepool")
+    pools = [_pool(name, p, f"nodepools.{name}", release) for name, p in _named(r, "nodepools")]
     pool_names = {p.name for p in pools}
     partitions = [
-        _partition(p, f"partitions[{i}]", pool_names)
-        for i, p in enumerate(r.get("partitions", list, []))
+        _partition(name, p, f"partitions.{name}", pool_names)
+        for name, p in _named(r, "partitions")
     ]
-    _unique([p.name for p in partitions], "partitions", "partition")
-    defaults = [i for i, p in enumerate(partitions) if p.default]
+    defaults = [p.name for p in partitions if p.default]
     if len(defaults) > 1:
-        raise SpecError(f"partitions[{defaults[1]}].default: only one partition can be the default")
+        raise SpecError(
+            f"partitions.{defaults[1]}.default: only one partition can be the default "
+            f"({defaults[0]} is)"
+        )
     rules = _account_rules(r.data.get("accounts"), "accounts")
     users, groups = _accounts(r, rules)
-    confinement = r.get("confinement", str, "cgroup")
+    spec_default = functools.partial(default_of, ClusterSpec)
+    confinement = r.get("confinement", str, spec_default("confinement"))
     if confinement not in CONFINEMENTS:
         raise SpecError(f"confinement: must be one of {', '.join(CONFINEMENTS)}")
-    topology = r.get("topology", str, "tree")
+    topology = r.get("topology", str, spec_default("topology"))
     if topology not in TOPOLOGY_PLUGINS:
         raise SpecError(f"topology: must be one of {', '.join(TOPOLOGY_PLUGINS)}")
     slurm_conf = _conf_map(r, "slurmConf")
     extra_lines = _extra_lines(r, slurm_conf)
-    spec = ClusterSpec(
+    return ClusterSpec(
         cluster_name=cluster_name,
         release=release,
-        namespace=_dns_label(r.get("namespace", str, "default"), "namespace"),
+        namespace=_dns_label(r.get("namespace", str, spec_default("namespace")), "namespace"),
         cluster_domain=str(
-            r.text("clusterDomain", patterns.DNS_NAME, "a DNS domain", default="cluster.local")
+            r.text(
+                "clusterDomain", patterns.DNS_NAME, "a DNS domain",
+                default=spec_default("cluster_domain"),
+            )
         ),
-        slurmctld_port=r.count("slurmctldPort", default=6817, minimum=1, maximum=MAX_PORT),
-        slurmd_port=r.count("slurmdPort", default=6818, minimum=1, maximum=MAX_PORT),
+        slurmctld_port=r.count(
+            "slurmctldPort", default=spec_default("slurmctld_port"), minimum=1, maximum=MAX_PORT
+        ),
+        slurmd_port=r.count(
+            "slurmdPort", default=spec_default("slurmd_port"), minimum=1, maximum=MAX_PORT
+        ),
         nodepools=tuple(pools),
         partitions=tuple(partitions),
         confinement=confinement,
@@ -878,9 +711,6 @@ def parse_spec(data: Any) -> ClusterSpec:
         hooks=_hooks(r.data.get("hooks"), "hooks"),
         health=_health(r.data.get("health"), "health"),
     )
-    if topology == "block":
-        _check_blocks(spec)
-    return spec
 
 
 class _PlainLoader(yaml.SafeLoader):
@@ -896,20 +726,46 @@ class _PlainLoader(yaml.SafeLoader):
             raise yaml.YAMLError(f"line {mark.line + 1}: YAML aliases are not allowed here")
         return super().compose_node(parent, index)
 
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        """A key given twice is refused: YAML's last-one-wins would silently drop a node
+        pool or partition that a hand-edited ConfigMap names twice."""
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, str | int) and key in seen:
+                mark = key_node.start_mark
+                raise yaml.YAMLError(f"line {mark.line + 1}: key {key!r} given twice")
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
-def load_spec(path: Path) -> ClusterSpec:
-    """Read and validate a `cluster.yaml` file; errors name the file and the key."""
+
+def fingerprint(content: bytes) -> str:
+    """What tells one content of cluster.yaml from another."""
+    return hashlib.sha256(content).hexdigest()
+
+
+def read_spec(path: Path) -> tuple[ClusterSpec, str]:
+    """Read and validate a `cluster.yaml` file, and the fingerprint of the very bytes read
+    (the file may change a moment later); errors name the file and the key."""
     try:
-        data = yaml.load(Path(path).read_text(), Loader=_PlainLoader)  # a SafeLoader
+        content = Path(path).read_bytes()
+        data = yaml.load(content.decode(), Loader=_PlainLoader)  # a SafeLoader
     except OSError as err:
         raise SpecError(f"{path}: cannot read: {err.strerror}") from err
+    except UnicodeDecodeError as err:
+        raise SpecError(f"{path}: not UTF-8: {err}") from err
     except yaml.YAMLError as err:
         raise SpecError(f"{path}: not valid YAML: {err}") from err
     except RecursionError:
         raise SpecError(f"{path}: nested too deeply to be a cluster spec") from None
     try:
-        return parse_spec(data)
+        return parse_spec(data), fingerprint(content)
     except SpecError as err:
         raise SpecError(f"{path}: {err}") from err
     except RecursionError:
         raise SpecError(f"{path}: nested too deeply to be a cluster spec") from None
+
+
+def load_spec(path: Path) -> ClusterSpec:
+    """Read and validate a `cluster.yaml` file; errors name the file and the key."""
+    return read_spec(path)[0]

@@ -1,0 +1,251 @@
+"""The cluster spec's model: what `cluster.yaml` holds, as frozen dataclasses.
+
+Each field's default is the one default of its key: `slonk.config.spec` reads a missing key
+as the field's default (`default_of`), and a chart test holds values.yaml's defaults equal to
+these. Every pod imports this module: it stays light (no YAML, no parser).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any
+
+from slonk.config import accounts
+from slonk.config.accounts import AccountRules
+
+CONFINEMENTS = ("cgroup", "none")
+TOPOLOGY_PLUGINS = ("tree", "block", "none")
+PARTITION_STATES = ("UP", "DOWN", "DRAIN", "INACTIVE")
+LDAP_TLS = ("none", "ldaps", "starttls")
+HOOK_PHASES = ("prolog", "epilog", "task-prolog", "task-epilog")
+HEALTH_PHASES = ("boot", "prolog", "epilog", "interval")
+# RFC 2307 attribute names, overridable per directory.
+LDAP_ATTRIBUTES = {
+    "uid": "uid",
+    "uidNumber": "uidNumber",
+    "gidNumber": "gidNumber",
+    "homeDirectory": "homeDirectory",
+    "loginShell": "loginShell",
+    "sshPublicKey": "sshPublicKey",
+    "groupName": "cn",
+    "groupMember": "memberUid",
+}
+
+
+def default_of(cls: type, name: str) -> Any:
+    """The default of a model field: the parser's default for its key."""
+    for f in fields(cls):
+        if f.name == name:
+            if f.default is not MISSING:
+                return f.default
+            if f.default_factory is not MISSING:
+                return f.default_factory()
+            raise LookupError(f"{cls.__name__}.{name} has no default")
+    raise LookupError(f"{cls.__name__} has no field {name}")
+
+
+@dataclass(frozen=True)
+class Gpus:
+    count: int
+    type: str | None = None
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a pool's nodes sit in the network: a leaf switch (tree) and a block."""
+
+    switch: str | None = None
+    block: str | None = None
+
+
+@dataclass(frozen=True)
+class NodePool:
+    name: str
+    replicas: int
+    cpus: int
+    memory_mib: int
+    gpus: Gpus | None = None
+    features: tuple[str, ...] = ()
+    weight: int | None = None
+    placement: Placement = Placement()
+
+    def node_names(self, release: str) -> list[str]:
+        return [f"{release}-{self.name}-{i}" for i in range(self.replicas)]
+
+
+@dataclass(frozen=True)
+class Partition:
+    name: str
+    pools: tuple[str, ...]
+    default: bool = False
+    max_time: str = "INFINITE"
+    default_time: str | None = None
+    priority_tier: int | None = None
+    preempt_mode: str | None = None
+    state: str = "UP"
+    options: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Group:
+    name: str
+    gid: int
+
+
+@dataclass(frozen=True)
+class User:
+    name: str
+    uid: int
+    gid: int
+    groups: tuple[str, ...] = ()
+    ssh_keys: tuple[str, ...] = ()
+    shell: str = accounts.DEFAULT_SHELL
+    home: str = ""
+
+    @property
+    def home_dir(self) -> str:
+        return self.home or f"{accounts.HOME}/{self.name}"
+
+
+@dataclass(frozen=True)
+class LdapSettings:
+    uris: tuple[str, ...]
+    user_base: str
+    group_base: str
+    user_filter: str = "(objectClass=posixAccount)"
+    group_filter: str = "(objectClass=posixGroup)"
+    attributes: Mapping[str, str] = field(default_factory=lambda: dict(LDAP_ATTRIBUTES))
+    bind_dn: str | None = None
+    bind_password_file: str | None = None
+    tls: str = "none"
+    ca_file: str | None = None
+    timeout_seconds: float = 5.0
+    sync_interval_seconds: int = 60
+    max_removal_percent: int = 10
+
+
+@dataclass(frozen=True)
+class HookSettings:
+    """Job hooks from git: where git-sync publishes, and which repo directory each phase runs."""
+
+    link: str = "hooks"
+    phases: Mapping[str, str] = field(default_factory=dict)  # phase -> directory in the repo
+    timeout_seconds: int = 30
+    max_file_bytes: int = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class CheckSettings:
+    """One health check: when it runs, how long it may take, and its own options. The
+    checks and their defaults: slonk.health.catalogue."""
+
+    phases: tuple[str, ...]
+    timeout_seconds: float
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RecycleSettings:
+    """Restart the pods of nodes slonk drained, once idle; quarantine repeat offenders."""
+
+    idle_seconds: int = 300
+    period_seconds: int = 30
+    max_recycles: int = 3
+    window_seconds: int = 3600
+    taint_nodes: bool = True
+
+
+@dataclass(frozen=True)
+class HealthSettings:
+    checks: Mapping[str, CheckSettings]  # the enabled ones
+    interval_seconds: int = 300
+    undrain: bool = True
+    recycle: RecycleSettings | None = RecycleSettings()
+
+
+@dataclass(frozen=True)
+class LdapServer:
+    """The development directory's contents (its own pod; see slonk.ldapdev)."""
+
+    suffix: str
+    users: tuple[User, ...] = ()
+    groups: tuple[Group, ...] = ()
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    cluster_name: str
+    release: str
+    namespace: str = "default"
+    cluster_domain: str = "cluster.local"
+    slurmctld_port: int = 6817
+    slurmd_port: int = 6818
+    # In name order (as Helm ranges over the values' maps).
+    nodepools: tuple[NodePool, ...] = ()
+    partitions: tuple[Partition, ...] = ()
+    confinement: str = "cgroup"
+    topology: str = "tree"
+    slurm_conf: Mapping[str, Any] = field(default_factory=dict)
+    cgroup_conf: Mapping[str, Any] = field(default_factory=dict)
+    extra_lines: tuple[str, ...] = ()
+    users: tuple[User, ...] = ()
+    groups: tuple[Group, ...] = ()
+    accounts: AccountRules = field(default_factory=AccountRules)
+    ldap: LdapSettings | None = None
+    ldap_server: LdapServer | None = None
+    hooks: HookSettings | None = None
+    health: HealthSettings | None = None
+
+    @property
+    def controller_name(self) -> str:
+        return f"{self.release}-controller-0"
+
+    @property
+    def controller_address(self) -> str:
+        """The controller's Service, fully qualified: reachable from any namespace."""
+        return f"{self.release}-controller.{self.namespace}.svc.{self.cluster_domain}"
+
+    @property
+    def job_phases(self) -> tuple[str, ...]:
+        """The Prolog/Epilog (and task) programs Slurm runs: for hooks from git, and for
+        health checks around jobs."""
+        phases = set(self.hooks.phases) if self.hooks else set()
+        for pool in self.nodepools:
+            phases |= {p for c in self.health_checks(pool).values() for p in c.phases}
+        return tuple(p for p in HOOK_PHASES if p in phases)
+
+    def placement_groups(self, attribute: str) -> dict[str, list[NodePool]]:
+        """Pools with nodes, by their `switch` or `block` in the order they first appear;
+        an unplaced pool forms its own group, named after it."""
+        groups: dict[str, list[NodePool]] = {}
+        for pool in self.nodepools:
+            if pool.replicas:
+                key = getattr(pool.placement, attribute) or pool.name
+                groups.setdefault(key, []).append(pool)
+        return groups
+
+    def health_checks(self, pool: NodePool) -> dict[str, CheckSettings]:
+        """The checks a pool's nodes run: the GPU check only where there are GPUs to count."""
+        if self.health is None:
+            return {}
+        return {
+            name: check
+            for name, check in self.health.checks.items()
+            if name != "gpu" or check.options["expectedCount"] or pool.gpus
+        }
+
+    def pool(self, name: str) -> NodePool:
+        return next(p for p in self.nodepools if p.name == name)
+
+    def node_names(self) -> list[str]:
+        return [n for p in self.nodepools for n in p.node_names(self.release)]
+
+    def pool_of(self, node_name: str) -> NodePool | None:
+        """The pool a node (pod) name belongs to, or None."""
+        for pool in self.nodepools:
+            prefix = f"{self.release}-{pool.name}-"
+            index = node_name.removeprefix(prefix)
+            if index != node_name and index.isdigit() and int(index) < pool.replicas:
+                return pool
+        return None

@@ -1,0 +1,52 @@
+"""Every health check slonk has, with its defaults: data the cluster spec reads
+(`health.checks.<name>` overrides them) and the checks run. No imports beyond the model:
+every pod loads it with its spec."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from slonk.config import patterns
+from slonk.config.model import CheckSettings
+
+# XIDs that mean the GPU or its memory needs attention (NVIDIA's XID catalogue): a node
+# showing one is drained. Application faults (13, 31, 43, 45) are left to the job.
+CRITICAL_XIDS = (48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 140)
+
+# A check that needs the controller or its peers runs only once the node is up (not at boot).
+HEALTH_CHECKS: Mapping[str, CheckSettings] = {
+    "gpu": CheckSettings(
+        ("boot", "prolog", "epilog", "interval"),
+        15,
+        {
+            "nvidiaSmi": "nvidia-smi",
+            "dmesg": "dmesg --kernel",
+            "xids": list(CRITICAL_XIDS),
+            "maxUsedMemoryMiB": 1024,
+            # GPUs every node must show; 0: the pool's GRES count (no GPUs: check skipped).
+            "expectedCount": 0,
+        },
+    ),
+    "interfaces": CheckSettings(("boot", "interval"), 5, {"names": ["eth0"], "rdmaDevices": []}),
+    "controller": CheckSettings(("interval",), 5),
+    "dns": CheckSettings(("interval",), 5),
+    "storage": CheckSettings(("boot", "prolog", "interval"), 10, {"paths": ["/home"]}),
+    "scratch": CheckSettings(
+        ("boot", "prolog", "interval"), 5, {"path": "/tmp", "minFreePercent": 5}
+    ),
+    "munge": CheckSettings(("interval",), 10),
+}
+
+# The shape of each string option (or of each item of a list option): checks hand them to
+# programs they run as root.
+CHECK_OPTION_SHAPES: Mapping[str, tuple[str, str]] = {
+    "nvidiaSmi": (patterns.COMMAND_LINE, "a program and its options"),
+    "dmesg": (patterns.COMMAND_LINE, "a program and its options"),
+    "names": (patterns.INTERFACE, "a network interface name"),
+    "rdmaDevices": (patterns.RDMA_DEVICE, "an RDMA device name"),
+    "paths": (patterns.ABSOLUTE_PATH, "an absolute path"),
+    "path": (patterns.ABSOLUTE_PATH, "an absolute path"),
+}
+
+# Integer options with an upper bound (a percentage); every integer option is >= 0.
+CHECK_OPTION_MAXIMUM: Mapping[str, int] = {"minFreePercent": 100}
