@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ..integration.conftest import ROLES, VERSION, LocalCluster, image, running, slonk, wait_for
+from ..support.cluster import ROLES, VERSION, LocalCluster, image, running, slonk, wait_for
 
 PODMAN = Path(__file__).with_name("podman-sandboxed")
 def podman(*args: str) -> subprocess.CompletedProcess[str]:

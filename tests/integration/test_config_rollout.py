@@ -13,7 +13,7 @@ from slonk.config.render import render
 from slonk.config.spec import parse_spec
 from slonk.local.projection import project, read
 
-from .conftest import LocalCluster, service_pid, wait_for
+from ..support.cluster import LocalCluster, service_pid, wait_for
 
 CONTROLLER = "slonk-controller-0"
 WORKERS = ("slonk-cpu-0", "slonk-cpu-1")
@@ -31,8 +31,8 @@ def _upgrade(cluster: LocalCluster, path: Path, values: dict, check: bool = True
 
 
 def _said(cluster: LocalCluster, offset: int, text: str) -> list[str]:
-    """The controller's log lines since `offset` that contain `text`."""
-    return [line for line in cluster.log(CONTROLLER)[offset:].splitlines() if text in line]
+    """The controller's log lines past byte offset `offset` that contain `text`."""
+    return [line for line in cluster.log(CONTROLLER, offset).splitlines() if text in line]
 
 
 def _pids(cluster: LocalCluster, service: str, pods: tuple[str, ...]) -> dict[str, str]:
@@ -86,7 +86,7 @@ def test_a_setting_slurm_refuses_reaches_no_node(
 ):
     user, worker = healthy.user(), healthy.pod(WORKERS[0])
     slurmds = _pids(healthy, "slurmd", WORKERS)
-    offset = len(healthy.log(CONTROLLER))
+    offset = healthy.log_offset(CONTROLLER)
     try:
         said = _upgrade(healthy, tmp_path / "refused.yaml", {"slurm": {"slurmConf": setting}},
                         check=False)
@@ -123,7 +123,7 @@ def test_a_new_node_changes_only_what_it_should(
     so slurmctld leaves it out.)"""
     daemons = {**_pids(healthy, "slurmd", WORKERS), **_pids(healthy, "sshd", ("slonk-login-0",))}
     slurmctld = _pids(healthy, "slurmctld", (CONTROLLER,))
-    offset = len(healthy.log(CONTROLLER))
+    offset = healthy.log_offset(CONTROLLER)
     try:
         _upgrade(healthy, tmp_path / "three.yaml", {"nodepools": {"cpu": {"replicas": 3}}})
         (line,) = wait_for("the change", lambda: _said(healthy, offset, APPLIED))
@@ -154,7 +154,7 @@ def test_a_controller_restarted_on_a_refused_configuration_runs_the_accepted_one
     spec = yaml.safe_load(read(configmap)["cluster.yaml"])
     spec["slurmConf"]["SelectType"] = "select/nonesuch"
     healthy.slonk("stop", CONTROLLER)
-    offset = len(healthy.log(CONTROLLER))
+    offset = healthy.log_offset(CONTROLLER)
     try:
         # What a `helm upgrade` does while the controller pod is away: the ConfigMap changes.
         project(configmap, {"cluster.yaml": yaml.safe_dump(spec).encode()})
@@ -164,7 +164,7 @@ def test_a_controller_restarted_on_a_refused_configuration_runs_the_accepted_one
         assert "slurmctld refused cluster.yaml's configuration " \
             "(fatal: Can't find plugin for select/nonesuch)" in line
         assert _partitions(healthy, user) == ["main*"]
-        offset = len(healthy.log(CONTROLLER))
+        offset = healthy.log_offset(CONTROLLER)
         healthy.slonk("restart", CONTROLLER)
         (line,) = wait_for("the controller to start on the accepted files", lambda: _said(
             healthy, offset, "starting on the last configuration it accepted"))

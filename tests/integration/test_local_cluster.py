@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from slonk import paths
 from slonk.local.projection import project, read
 
-from .conftest import LocalCluster, service_pid, slonk, wait_for
+from ..support.cluster import LocalCluster, service_pid, slonk, wait_for
 
 WORKERS = {"slonk-cpu-0", "slonk-cpu-1"}
 # The pods with a config-watch: the login pod has nothing of its own to follow (configless).
@@ -72,19 +73,36 @@ def test_root_and_passwords_cannot_log_in(healthy: LocalCluster):
     assert healthy.user("root").run("true").rc != 0
 
 
-def _last_job_saved(controller) -> bool:
-    """slurmctld writes its job state a second or so after a job ends. Killed before that, it
-    comes back believing the job still runs, and holds its CPUs for minutes (Slurm's own
-    behaviour after a crash, which this test is not about)."""
-    saved, now = controller.check_output(
-        "stat -c %Y /var/spool/slurmctld/job_state 2>/dev/null || echo 0; date +%s").split()
+JOB_STATE = paths.STATE_SAVE / "job_state"
+
+
+def _wait_jobs_saved(cluster: LocalCluster) -> None:
+    """slurmctld saves its job state a few seconds after a change (its save thread waits up
+    to 5 s between saves). Killed before that, it comes back believing an ended job still
+    runs, and holds its CPUs for minutes (Slurm's own behaviour after a crash, which this
+    test is not about). Waits for a save after the newest job's end: one stamped a later
+    second than that end (Slurm gives ends in whole seconds, and a file's time never runs
+    ahead), else the one a held job, submitted and cancelled here, makes slurmctld write."""
+    controller = cluster.pod("slonk-controller-0")
+
+    def saved() -> tuple[str, int]:
+        """(which save: inode and time, its whole second); ("", 0) before the first."""
+        out = controller.run(f"stat -c '%i %y|%Y' {JOB_STATE}")
+        if out.rc != 0:
+            return "", 0
+        save, second = out.stdout.strip().split("|")
+        return save, int(second)
+
     jobs = json.loads(controller.check_output("scontrol show job --json"))["jobs"]
     newest = max((job["end_time"]["number"] for job in jobs), default=0)
-    return int(saved) > newest or int(now) - newest >= STATE_SAVE_SECONDS
-
-
-# Past this, slurmctld has saved every job that ended before (it saves within about 1 s).
-STATE_SAVE_SECONDS = 5
+    save, second = saved()
+    if second > newest:
+        return
+    # Saved in the second the newest job ended, perhaps before it: any save from now on
+    # holds every end, and a job's coming and going makes one.
+    prompt = cluster.submit("--hold", "--output=/dev/null", "--wrap", "true")
+    controller.check_output(f"scancel {prompt}")
+    wait_for("slurmctld to save its job state", lambda: saved()[0] not in ("", save))
 
 
 @pytest.mark.parametrize(
@@ -94,7 +112,7 @@ STATE_SAVE_SECONDS = 5
 def test_s6_restarts_a_killed_daemon(healthy: LocalCluster, pod: str, daemon: str):
     host = healthy.pod(pod)
     if daemon == "slurmctld":
-        wait_for("slurmctld to save the last job's end", lambda: _last_job_saved(host))
+        _wait_jobs_saved(healthy)
     before = service_pid(host, daemon)
     host.check_output(f"kill -9 {before}")
     wait_for(f"{daemon} back in {pod}", lambda: service_pid(host, daemon) not in (0, before))
@@ -171,14 +189,14 @@ def test_a_broken_configmap_is_refused_and_jobs_keep_running(
     wait_for(f"job {job} running", lambda: healthy.jobs().get(job) == "RUNNING")
     spec = yaml.safe_load(good["cluster.yaml"])
     change(spec)
-    offsets = {pod: len(healthy.log(pod)) for pod in PODS}
+    offsets = {pod: healthy.log_offset(pod) for pod in PODS}
     try:
         project(configmap, {"cluster.yaml": yaml.safe_dump(spec).encode()})
         message = "refused cluster.yaml change, running configuration kept: " \
                   f"/etc/slonk/cluster.yaml: {reason}"
         for pod in PODS:
             wait_for(f"{pod} to refuse the change",
-                     lambda p=pod: message in healthy.log(p)[offsets[p]:])
+                     lambda p=pod: message in healthy.log(p, offsets[p]))
         assert controller.file("/etc/slurm/slurmctld/slurm.conf").content_string == conf_before
         assert "evil" not in conf_before
         assert healthy.jobs() == {job: "RUNNING"}
@@ -277,9 +295,13 @@ def test_up_refuses_hostile_values_before_making_anything(tmp_path: Path):
     values = tmp_path / "values.yaml"
     values.write_text(yaml.safe_dump({"partitions": {
         "main": {"pools": ["cpu"], "maxTime": "INFINITE\nNodeName=evil CPUs=1"}}}))
-    result = slonk("local", "up", "-f", str(values), "--state-dir", str(state_dir), check=False)
-    assert result.returncode == 1
-    assert "at '/partitions/main/maxTime'" in result.stderr
-    assert "Traceback" not in result.stderr
-    assert _leftovers(state_dir, Network.for_state_dir(state_dir).prefix) == []
-    assert not (state_dir / "cluster.json").exists()
+    try:
+        result = slonk("local", "up", "-f", str(values), "--state-dir", str(state_dir),
+                       check=False)
+        assert result.returncode == 1
+        assert "at '/partitions/main/maxTime'" in result.stderr
+        assert "Traceback" not in result.stderr
+        assert _leftovers(state_dir, Network.for_state_dir(state_dir).prefix) == []
+        assert not (state_dir / "cluster.json").exists()
+    finally:  # an `up` that went through must not outlive the test
+        slonk("local", "down", "--purge", "--state-dir", str(state_dir), check=False)

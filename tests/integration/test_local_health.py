@@ -5,18 +5,20 @@ check and recycle; a node failing its boot checks is recycled, then quarantined.
 from __future__ import annotations
 
 import json
-import time
+import shlex
 from collections.abc import Iterator
 
 import pytest
 
+from slonk.health.drains import LOG as HEALTH_LOG
+from slonk.health.recycle import HISTORY
 from slonk.local.cluster import Cluster
 
-from .conftest import HEALTH_INTERVAL, SCRATCH, LocalCluster, wait_for
+from ..support.cluster import SCRATCH, LocalCluster, wait_for
 
 BAD, GOOD = "slonk-cpu-1", "slonk-cpu-0"
-# One interval, plus slurmd's jitter and the check's own time.
-DRAIN_WITHIN = HEALTH_INTERVAL + 5
+CONTROLLER = "slonk-controller-0"
+ECC = "slonk:gpu: GPU 1 (00000000:2A:00.0): 2 uncorrectable ECC errors"
 
 
 class Faults:
@@ -38,10 +40,12 @@ class Faults:
         self.inject(pod, f"mount -t tmpfs -o size=4m scratch {SCRATCH} && "
                          f"fallocate -l 4m {SCRATCH}/fill", f"umount {SCRATCH}")
 
-    def gpu(self, scenario: str, pod: str = BAD) -> None:
-        # The fake nvidia-smi's state lives in the shared /home: it outlives pod restarts.
-        self.inject(pod, f"mkdir -p /home/.fake-gpu && echo {scenario} > /home/.fake-gpu/{pod}",
-                    f"rm -f /home/.fake-gpu/{pod}")
+    def gpu(self, scenario: str, pod: str = BAD, via: str | None = None) -> None:
+        """The fake nvidia-smi's state lives in the shared /home: it outlives pod restarts,
+        and is written from `via` (default: `pod`) while `pod` is stopped."""
+        state = f"/home/.fake-gpu/{pod}"
+        self.inject(via or pod, f"mkdir -p /home/.fake-gpu && echo {scenario} > {state}",
+                    f"rm -f {state}")
 
     def heal(self) -> None:
         while self.undo:
@@ -57,18 +61,72 @@ def faults(healthy: LocalCluster) -> Iterator[Faults]:
     finally:
         injected.heal()
         healthy.slonk("upgrade")  # back to the values `up` had
-        controller = healthy.pod("slonk-controller-0")
+        controller = healthy.pod(CONTROLLER)
         for node, (_, reason) in healthy.nodes().items():
             if reason.startswith("slonk:quarantine") or reason == "maintenance":
                 controller.run(f"scontrol update nodename={node} state=resume")
 
 
-def _drained_with(cluster: LocalCluster, node: str, reason: str) -> float:
-    """Seconds until `node` is drained (or draining) for `reason`."""
-    started = time.monotonic()
+def _drained_with(cluster: LocalCluster, node: str, reason: str) -> None:
     wait_for(f"{node} drained for {reason!r}", lambda: cluster.nodes()[node][1].startswith(
-        reason) and "drain" in cluster.nodes()[node][0].split("+"), timeout=DRAIN_WITHIN)
-    return time.monotonic() - started
+        reason) and "drain" in cluster.nodes()[node][0].split("+"))
+
+
+def _health_log_offset(cluster: LocalCluster, pod: str) -> int:
+    """Where the pod's health log ends now (it lives in the pod's own layer: one pod's)."""
+    out = cluster.pod(pod).run(f"stat -c %s {HEALTH_LOG}")
+    return int(out.stdout) if out.rc == 0 else 0
+
+
+def _health_log(cluster: LocalCluster, pod: str, since: int) -> str:
+    """What the pod's health runs logged past byte offset `since`."""
+    out = cluster.pod(pod).run(f"tail -c +{since + 1} {HEALTH_LOG}")
+    return out.stdout if out.rc == 0 else ""
+
+
+def _wait_health_logged(cluster: LocalCluster, pod: str, since: int, what: str,
+                        *fragments: str) -> None:
+    """Until one line the pod's health runs logged past `since` holds every fragment."""
+    def logged() -> bool:
+        return any(all(f in line for f in fragments)
+                   for line in _health_log(cluster, pod, since).splitlines())
+
+    try:
+        wait_for(what, logged)
+    except AssertionError as err:
+        raise AssertionError(f"{err}; {pod} logged:\n{_health_log(cluster, pod, since)}") from None
+
+
+def _health_run_by_hand(cluster: LocalCluster, pod: str) -> str:
+    """A health run as slurmd's interval runs do it, here and now: a passing check that leaves
+    a node be logs nothing, so its say is read from its output."""
+    return cluster.pod(pod).run("slonk health run --phase interval --drain").stdout
+
+
+def _recycle_pass(cluster: LocalCluster) -> None:
+    """Returns once the recycle loop has made a whole pass that began after the call: it
+    saves its history (a new file) after every pass, so the second save seen from here ends
+    a pass begun after the first."""
+    controller = cluster.pod(CONTROLLER)
+
+    def saved() -> str:
+        return controller.run(f"stat -c '%i %y' {shlex.quote(str(HISTORY))}").stdout
+
+    for _ in range(2):
+        before = saved()
+        wait_for("a pass of the recycle loop", lambda before=before: saved() != before)
+
+
+def _deletes_offset(cluster: LocalCluster) -> int:
+    return (cluster.state_dir / "apiserver" / "log").stat().st_size
+
+
+def _deletes(cluster: LocalCluster, pod: str, since: int) -> int:
+    """Pod deletions (recycles) the fake API server logged past byte offset `since`."""
+    with open(cluster.state_dir / "apiserver" / "log", "rb") as log:
+        log.seek(since)
+        text = log.read().decode(errors="replace")
+    return text.count(f'DELETE /api/v1/namespaces/default/pods/{pod} HTTP/1.1" 200')
 
 
 def _hosts_of_new_jobs(cluster: LocalCluster, count: int) -> set[str]:
@@ -83,28 +141,33 @@ def _hosts_of_new_jobs(cluster: LocalCluster, count: int) -> set[str]:
     pytest.param(Faults.read_only_home, "slonk:storage: /home is mounted read-only", id="home"),
     pytest.param(Faults.full_scratch, f"slonk:scratch: {SCRATCH} 0.0% free, below 5%",
                  id="scratch"),
-    pytest.param(lambda f: f.gpu("ecc"),
-                 "slonk:gpu: GPU 1 (00000000:2A:00.0): 2 uncorrectable ECC errors", id="gpu"),
+    pytest.param(lambda f: f.gpu("ecc"), ECC, id="gpu"),
 ])
 def test_a_fault_drains_its_node_and_healing_returns_it(faults: Faults, inject, reason: str):
+    offset = _health_log_offset(faults.cluster, BAD)
     inject(faults)
     _drained_with(faults.cluster, BAD, reason)
     assert _hosts_of_new_jobs(faults.cluster, 4) == {GOOD}
     faults.heal()
+    # The health run logs the resume once Slurm took it.
+    _wait_health_logged(faults.cluster, BAD, offset, f"{BAD} resumed by its health check",
+                        f"resumed (was: {reason}")
     faults.cluster.wait_idle()
-    log = faults.cluster.pod(BAD).check_output("cat /var/log/slonk/health.log")
-    assert f"resumed (was: {reason}" in log
 
 
 def test_a_job_running_when_a_fault_appears_finishes(faults: Faults):
     cluster = faults.cluster
-    job = cluster.submit(f"--nodelist={BAD}", "--output=/dev/null",
-                         "--wrap", "sleep 6; echo done > $HOME/survived-$SLURM_JOB_ID")
+    # The job runs until the test releases it: the fault surely appears while it runs.
+    job = cluster.submit(f"--nodelist={BAD}", "--output=/dev/null", "--wrap",
+                         "until [ -e $HOME/release-$SLURM_JOB_ID ]; do sleep 0.2; done; "
+                         "echo done > $HOME/survived-$SLURM_JOB_ID")
     wait_for(f"job {job} running", lambda: cluster.jobs().get(job) == "RUNNING")
     faults.gpu("xid")
     _drained_with(cluster, BAD, "slonk:gpu: XID 79 on PCI:0000:2a:00")
     # no new jobs, this one keeps running
     assert cluster.nodes()[BAD][0] in ("mixed+drain", "allocated+drain")
+    assert cluster.jobs().get(job) == "RUNNING"
+    cluster.user("demo").check_output(f"touch release-{job}")
     wait_for(f"job {job} to finish", lambda: job not in cluster.jobs())
     assert cluster.user("demo").check_output(f"cat survived-{job}").strip() == "done"
 
@@ -117,40 +180,51 @@ def _recycle_fast(cluster: LocalCluster) -> None:
 
 def test_a_persons_drain_survives_every_check_and_recycle(faults: Faults):
     cluster = faults.cluster
-    controller = cluster.pod("slonk-controller-0")
+    controller = cluster.pod(CONTROLLER)
     controller.check_output(f"scontrol update nodename={GOOD} state=drain reason=maintenance")
     _recycle_fast(cluster)
     pid = Cluster(cluster.state_dir).pid(GOOD)
+    offset = _health_log_offset(cluster, GOOD)
     faults.gpu("ecc", pod=GOOD)
-    time.sleep(3 * HEALTH_INTERVAL)
+    left = "left idle+drain ('maintenance', set by 'root')"
+    _wait_health_logged(cluster, GOOD, offset,
+                        f"{GOOD}'s health check to see the fault and leave the drain",
+                        f"interval: {ECC}", f"; {left}")
+    _recycle_pass(cluster)
     assert cluster.nodes()[GOOD] == ("idle+drain", "maintenance")
     faults.heal()
-    time.sleep(3 * HEALTH_INTERVAL)
+    assert f"node: {left}" in _health_run_by_hand(cluster, GOOD)
+    _recycle_pass(cluster)
     assert cluster.nodes()[GOOD] == ("idle+drain", "maintenance")
     assert Cluster(cluster.state_dir).pid(GOOD) == pid  # never recycled
-    log = cluster.pod(GOOD).check_output("cat /var/log/slonk/health.log")
-    assert "left idle+drain ('maintenance', set by 'root')" in log
 
 
 def test_a_node_failing_boot_checks_registers_drained_then_is_recycled_then_quarantined(
     faults: Faults,
 ):
     cluster = faults.cluster
-    faults.gpu("missing")
-    offset = len(cluster.log(BAD))
+    # The fault appears while the pod is away: a running pod's interval check would drain
+    # the node for the same reason, and only the new pod's boot checks are under test.
+    started = cluster.slurmd_started(BAD)
+    cluster.slonk("stop", BAD)
+    offset = cluster.log_offset(BAD)
+    faults.gpu("missing", via=GOOD)
     cluster.slonk("restart", BAD)
-    # The old pod's interval check may drain the node first: wait for the new pod's boot.
     failed = "boot check failed: FAIL gpu        1 of 2 GPUs visible"
-    wait_for(f"{BAD}'s boot checks to fail", lambda: failed in cluster.log(BAD)[offset:])
+    wait_for(f"{BAD}'s boot checks to fail", lambda: failed in cluster.log(BAD, offset))
     reason = "slonk:gpu: 1 of 2 GPUs visible"
-    wait_for(f"{BAD} registered drained", lambda: cluster.nodes()[BAD] == ("idle+drain", reason))
+
+    def registered_drained() -> bool:
+        node = cluster.node_states().get(BAD)
+        return node is not None and node.slurmd_started not in ("", "0", started) and (
+            node.label, node.reason) == ("idle+drain", reason)
+
+    wait_for(f"a new slurmd on {BAD} registered drained", registered_drained)
+    deletes = _deletes_offset(cluster)
     _recycle_fast(cluster)
     quarantine = f"slonk:quarantine: recycled 2 times in 600 s; last {reason}"
-    wait_for(f"{BAD} quarantined", lambda: cluster.nodes()[BAD] == ("idle+drain", quarantine),
-             timeout=60)
-    recycled = (cluster.state_dir / "apiserver" / "log").read_text().count(
-        f"DELETE /api/v1/namespaces/default/pods/{BAD} HTTP/1.1\" 200")
-    assert recycled == 2
+    wait_for(f"{BAD} quarantined", lambda: cluster.nodes()[BAD] == ("idle+drain", quarantine))
+    assert _deletes(cluster, BAD, deletes) == 2
     node = json.loads((cluster.state_dir / "apiserver" / "nodes" / "local.json").read_text())
     assert {"key": "slonk.io/quarantine", "value": BAD, "effect": "NoSchedule"} in node["spec"][
         "taints"]
@@ -158,6 +232,13 @@ def test_a_node_failing_boot_checks_registers_drained_then_is_recycled_then_quar
     # Neither a healed GPU nor a new pod lifts a quarantine: that is the person's who
     # replaces the node (the fixture resumes it).
     faults.heal()
+    started = cluster.slurmd_started(BAD)
     cluster.slonk("restart", BAD)
-    time.sleep(3 * HEALTH_INTERVAL)
+    # slurmd runs its first health run (the boot checks' say) before it registers.
+    wait_for(f"a new slurmd on {BAD}",
+             lambda: cluster.slurmd_started(BAD) not in ("", "0", started))
     assert cluster.nodes()[BAD] == ("idle+drain", quarantine)
+    assert f"node: left idle+drain ({quarantine!a}, set by " in _health_run_by_hand(cluster, BAD)
+    _recycle_pass(cluster)
+    assert cluster.nodes()[BAD] == ("idle+drain", quarantine)
+    assert _deletes(cluster, BAD, deletes) == 2

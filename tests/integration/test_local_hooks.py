@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from .conftest import LocalCluster, wait_for
+from ..support.cluster import LocalCluster, wait_for
 
 WORKERS = ("slonk-cpu-0", "slonk-cpu-1")
 
@@ -19,7 +19,7 @@ def _status(cluster: LocalCluster, worker: str) -> str:
 
 def _active_everywhere(cluster: LocalCluster, commit: str) -> None:
     wait_for(f"revision {commit[:12]} active on every worker", lambda: all(
-        f"active:  {commit}" in _status(cluster, w) for w in WORKERS), timeout=15)
+        f"active:  {commit}" in _status(cluster, w) for w in WORKERS))
 
 
 def _hook_log(cluster: LocalCluster, worker: str, job: str) -> str:
@@ -65,7 +65,7 @@ def test_a_broken_push_is_refused_and_the_last_good_prolog_keeps_running(hooks: 
     _active_everywhere(hooks, good)
     bad = hooks.hooks.push({"prolog.d/20-typo": "#!/bin/bash\nif [ -f x ]; then echo\n"})
     wait_for("the refusal on every worker", lambda: all(
-        f"refused: {bad}" in _status(hooks, w) for w in WORKERS), timeout=15)
+        f"refused: {bad}" in _status(hooks, w) for w in WORKERS))
     status = _status(hooks, "slonk-cpu-0")
     assert f"active:  {good}" in status
     assert "prolog.d/20-typo: line 3: syntax error" in status
@@ -118,7 +118,7 @@ def test_a_script_no_job_could_run_is_refused(
     _active_everywhere(hooks, good)
     bad = hooks.hooks.push({f"prolog.d/{name}": script})
     wait_for("the refusal on every worker", lambda: all(
-        f"refused: {bad}" in _status(hooks, w) for w in WORKERS), timeout=15)
+        f"refused: {bad}" in _status(hooks, w) for w in WORKERS))
     shown = name.encode("unicode_escape").decode()
     assert f"prolog.d/{shown}: {problem}" in _status(hooks, "slonk-cpu-0")
     job = _run_on_both(hooks)

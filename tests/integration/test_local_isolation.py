@@ -19,7 +19,7 @@ from slonk.local.fake_apiserver import PORT
 from slonk.local.manifests import LocalModeError, Mount, Pod
 from slonk.local.network import BRIDGE_ADDRESS
 
-from .conftest import LocalCluster, image, running
+from ..support.cluster import LocalCluster, image, running
 
 CHECKOUT = Path(__file__).parents[2]
 

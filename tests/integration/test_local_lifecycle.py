@@ -22,7 +22,7 @@ from slonk.local.cluster import Cluster, wait_nodes_up
 from slonk.local.network import Network
 from slonk.local.projection import read
 
-from .conftest import LocalCluster, running, wait_for
+from ..support.cluster import LocalCluster, running, wait_for
 
 CONTROLLER = "slonk-controller-0"
 POOL = {"cpus": 2, "memoryMiB": 512}

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import hostlist
 import pytest
 
-from .conftest import LocalCluster, running, wait_for
+from ..support.cluster import LocalCluster, running, wait_for
 
 CONTROLLER = "slonk-controller-0"
 BLOCKS = {"b1": ["slonk-a-0", "slonk-a-1"], "b2": ["slonk-b-0", "slonk-b-1"]}

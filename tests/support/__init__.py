@@ -1,0 +1,1 @@
+"""What several test directories share: a real local cluster (cluster.py)."""

@@ -1,0 +1,265 @@
+"""A real local cluster for the integration and image tests: slurmctld, slurmd, munged and
+sshd under s6 in namespaced pods, started by `slonk local up` and driven through the `slonk`
+CLI; the session's cluster fixtures, which the directories' conftests take from here.
+
+Pods are testinfra hosts: commands reach them through `slonk local exec` (as root in the pod)
+or `slonk local ssh USER` (as a user, through the login pod's sshd).
+
+Waits follow causes: a state Slurm reports, a new slurmd start time, a line a pod logs past an
+offset taken before the cause. A deadline only bounds such a wait, never stands for one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import testinfra.host
+import yaml
+from testinfra.backend import base
+
+from slonk import paths, slurm_state
+from slonk.local.cluster import Cluster
+from slonk.slurm_state import NodeState
+
+SLONK = [sys.executable, "-m", "slonk.cli"]
+FAKE_GPU = Path(__file__).parents[1] / "fakes" / "fake-gpu"
+HEALTH_INTERVAL = 2
+SCRATCH = "/var/tmp"  # in a pod's own writable layer
+
+VERSION = yaml.safe_load((paths.chart_dir() / "Chart.yaml").read_text())["appVersion"]
+ROLES = ("base", "controller", "worker", "login")
+
+def image(role: str) -> str:
+    """The image the chart names for a role, as scripts/build-images tags it."""
+    return f"localhost/slonk/{role}:{VERSION}"
+
+
+def image_exists(name: str) -> bool:
+    return shutil.which("podman") is not None and subprocess.run(
+        ["podman", "image", "exists", name], check=False
+    ).returncode == 0
+
+
+def slonk(*args: str, check: bool = True, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [*SLONK, *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(f"slonk {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+@contextlib.contextmanager
+def running(
+    state_dir: Path, *up_args: str, values: Mapping[str, Any] | None = None
+) -> Iterator[Path | None]:
+    """A local cluster `up` in `state_dir`, brought `down --purge` after, whatever happened.
+    `values` are written beside the state dir and given to `up -f`; yields that file."""
+    values_file = None
+    if values is not None:
+        values_file = state_dir.parent / f"{state_dir.name}-values.yaml"
+        values_file.write_text(yaml.safe_dump(dict(values)))
+        up_args = (*up_args, "-f", str(values_file))
+    try:
+        slonk("local", "up", *up_args, "--state-dir", str(state_dir))
+        yield values_file
+    finally:
+        slonk("local", "down", "--purge", "--state-dir", str(state_dir), check=False)
+
+
+class _SlonkBackend(base.BaseBackend):
+    """testinfra backend running commands through a `slonk local` subcommand."""
+
+    def __init__(self, target: str, state_dir: Path, **kwargs: Any) -> None:
+        self.target, self.state_dir = target, state_dir
+        super().__init__(target, **kwargs)
+
+    def prefix(self) -> list[str]:
+        raise NotImplementedError
+
+    def run(self, command: str, *args: str, **kwargs: Any) -> base.CommandResult:
+        cmd = self.get_command(command, *args)
+        out = self.run_local(" ".join(["%s"] * len(self.prefix())) + " %s", *self.prefix(), cmd)
+        out.command = self.encode(cmd)
+        return out
+
+
+class PodBackend(_SlonkBackend):
+    NAME = "slonk-pod"
+
+    def prefix(self) -> list[str]:
+        return [*SLONK, "local", "exec", self.target, "--state-dir", str(self.state_dir),
+                "--", "/bin/sh", "-c"]
+
+
+class UserBackend(_SlonkBackend):
+    """As a user, over ssh to the login pod: ssh hands the command to the user's shell."""
+
+    NAME = "slonk-ssh"
+
+    def prefix(self) -> list[str]:
+        return [*SLONK, "local", "ssh", self.target, "--state-dir", str(self.state_dir), "--"]
+
+
+def service_pid(host: testinfra.host.Host, service: str) -> int:
+    """The pid of a pod's s6 service (0: down). Not found by name: Slurm 24.11's daemons
+    re-exec themselves on `scontrol reconfigure`, and are then called slurmd-wlm, etc."""
+    return int(host.check_output(f"s6-svstat -o pid /run/slonk/service/{service}"))
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
+    """Poll until `check()` is truthy; fail naming `what` and the last value."""
+    deadline = time.monotonic() + timeout
+    value = None
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {value!r})")
+
+
+class HooksRepo:
+    """The git repository the session cluster's hooks follow (git-sync period: 1 s)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def git(self, *args: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(self.path), "-c", "user.name=test", "-c", "user.email=t@t", *args],
+            check=True, capture_output=True, text=True).stdout.strip()
+
+    def push(self, files: dict[str, str | None]) -> str:
+        """Write (or, for None, delete) files as executables and commit; returns the commit."""
+        for name, text in files.items():
+            path = self.path / name
+            if text is None:
+                path.unlink(missing_ok=True)
+                continue
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            path.chmod(0o755)
+        self.git("add", "--all")
+        self.git("commit", "--quiet", "--allow-empty", "--message", ", ".join(files) or "empty")
+        return self.git("rev-parse", "HEAD")
+
+    def create(self) -> None:
+        self.path.mkdir(parents=True)
+        self.git("init", "--quiet")
+        (self.path / "README").write_text("Job hooks for the test cluster.\n")
+        self.push({})
+
+
+class LocalCluster:
+    def __init__(self, state_dir: Path, hooks: HooksRepo | None = None) -> None:
+        self.state_dir = state_dir
+        self.hooks = hooks
+
+    def pod(self, name: str) -> testinfra.host.Host:
+        return testinfra.host.Host(PodBackend(name, self.state_dir))
+
+    def user(self, name: str = "demo") -> testinfra.host.Host:
+        return testinfra.host.Host(UserBackend(name, self.state_dir))
+
+    def slonk(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return slonk("local", *args, "--state-dir", str(self.state_dir), check=check)
+
+    # The pod's log runs on across restarts: a wait reads it past an offset taken before
+    # the cause.
+    def log(self, pod: str, since: int = 0) -> str:
+        """The pod's log from byte offset `since`: a `log_offset` taken before the cause, or
+        `container_log_offset` for the current container's alone."""
+        return Cluster(self.state_dir).log(pod, since)
+
+    def log_offset(self, pod: str) -> int:
+        """Where the pod's log ends now: what it logs from here on lies past it."""
+        return Cluster(self.state_dir).log_offset(pod)
+
+    def container_log_offset(self, pod: str) -> int:
+        """Where the log of the pod's current container (its last start) begins."""
+        return Cluster(self.state_dir).container_log_offset(pod)
+
+    def node_states(self) -> dict[str, NodeState]:
+        """Every node as the controller sees it ({} while it does not answer)."""
+        out = self.pod("slonk-controller-0").run(shlex.join(slurm_state.SHOW_NODES))
+        if out.rc != 0:
+            return {}
+        return {n.name: n for n in slurm_state.parse_nodes(out.stdout)}
+
+    def nodes(self) -> dict[str, tuple[str, str]]:
+        """{node: (state, reason)} as the controller sees it ({} while it does not answer):
+        the state as `idle`, `idle+drain`, `mixed`, ... (NodeState.label)."""
+        return {name: (n.label, n.reason) for name, n in self.node_states().items()}
+
+    def slurmd_started(self, node: str) -> str:
+        """The node's slurmd start time as Slurm has it ("" while unknown): a new value is
+        a new slurmd registered."""
+        found = self.node_states().get(node)
+        return found.slurmd_started if found else ""
+
+    def jobs(self) -> dict[str, str]:
+        """{job id: base state} of every job in the queue ({} while it does not answer)."""
+        out = self.pod("slonk-controller-0").run(shlex.join(slurm_state.QUEUE))
+        return {j.id: j.state for j in slurm_state.parse_jobs(out.stdout)} if out.rc == 0 else {}
+
+    def wait_idle(self, nodes: tuple[str, ...] = ("slonk-cpu-0", "slonk-cpu-1")) -> None:
+        seen: dict[str, tuple[str, str]] = {}
+
+        def idle() -> bool:
+            seen.update(self.nodes())
+            return all(seen.get(n, ("",))[0] == "idle" for n in nodes)
+
+        try:
+            wait_for(f"{', '.join(nodes)} idle", idle)
+        except AssertionError as err:
+            raise AssertionError(f"{err}; last seen: {seen}") from None
+
+    def submit(self, *sbatch_args: str, user: str = "demo") -> str:
+        out = self.user(user).check_output("sbatch --parsable " + shlex.join(sbatch_args))
+        return out.strip()
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    state_dir = tmp_path_factory.mktemp("local-cluster")
+    hooks = HooksRepo(tmp_path_factory.mktemp("hooks") / "repo")
+    hooks.create()
+    values = {
+        "hooks": {"enabled": True, "git": {"repo": f"file://{hooks.path}", "periodSeconds": 1}},
+        "health": {
+            "intervalSeconds": HEALTH_INTERVAL,
+            # Both workers "have" two GPUs: a fake nvidia-smi (tests/fakes) answers for them.
+            # Scratch off /tmp: a test fills it, and a CI checkout under /tmp must stay seen.
+            "checks": {"gpu": {"expectedCount": 2, "nvidiaSmi": f"{FAKE_GPU} nvidia-smi",
+                               "dmesg": f"{FAKE_GPU} dmesg"},
+                       "scratch": {"path": SCRATCH}},
+            # Recycling is as good as off, but for the tests that turn it on.
+            "recycle": {"idleSeconds": 3600, "periodSeconds": 1},
+        },
+    }
+    with running(state_dir, values=values):
+        yield LocalCluster(state_dir, hooks)
+
+
+@pytest.fixture
+def healthy(cluster: LocalCluster) -> Iterator[LocalCluster]:
+    """The cluster, idle before the test and made idle again after it, whatever it did."""
+    cluster.wait_idle()
+    yield cluster
+    local = Cluster(cluster.state_dir)
+    for name in local.pod_names():
+        if local.pid(name) is None:  # a test that stopped a pod and failed before starting it
+            cluster.slonk("restart", name)
+    wait_for("the controller", lambda: cluster.jobs() is not None and cluster.nodes())
+    cluster.pod("slonk-controller-0").run("scancel --user=demo")
+    cluster.wait_idle()
