@@ -36,10 +36,12 @@ health:
 
 def program_ms(cluster: local.Cluster, program: str, runs: int = 20) -> float:
     """Mean wall time of one run of a program slurm.conf names, inside a worker."""
-    timing = ("import subprocess,time\n"
-              "t=time.perf_counter()\n"
-              f"for _ in range({runs}): subprocess.run(['{program}'], capture_output=True)\n"
-              f"print((time.perf_counter()-t)/{runs}*1000)\n")
+    timing = (
+        "import subprocess,time\n"
+        "t=time.perf_counter()\n"
+        f"for _ in range({runs}): subprocess.run(['{program}'], capture_output=True)\n"
+        f"print((time.perf_counter()-t)/{runs}*1000)\n"
+    )
     out = cluster.run(WORKER, [sys.executable, "-c", timing])
     return round(float(out.stdout), 1)
 

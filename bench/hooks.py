@@ -27,8 +27,12 @@ FIVE_SCRIPTS = {f"prolog.d/{i}0-check": "#!/bin/sh\ntrue\n" for i in range(1, 6)
 
 
 def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=b", "-c", "user.email=b@b",
-                           *args], check=True, capture_output=True, text=True).stdout.strip()
+    return subprocess.run(
+        ["git", "-C", str(repo), "-c", "user.name=b", "-c", "user.email=b@b", *args],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
 
 
 def push(repo: Path, files: dict[str, str]) -> str:
@@ -43,8 +47,9 @@ def push(repo: Path, files: dict[str, str]) -> str:
 
 
 def active_everywhere(cluster: local.Cluster, commit: str) -> bool:
-    return all(f"active:  {commit}" in cluster.run(w, ["slonk", "hooks", "status"]).stdout
-               for w in WORKERS)
+    return all(
+        f"active:  {commit}" in cluster.run(w, ["slonk", "hooks", "status"]).stdout for w in WORKERS
+    )
 
 
 def push_to_active(cluster: local.Cluster, repo: Path) -> list[float]:
@@ -59,10 +64,12 @@ def push_to_active(cluster: local.Cluster, repo: Path) -> list[float]:
 
 
 def dispatcher_ms(cluster: local.Cluster, runs: int = 20) -> float:
-    timing = ("import subprocess,sys,time\n"
-              "t=time.perf_counter()\n"
-              f"for _ in range({runs}): subprocess.run(['/run/slonk/bin/prolog'], check=True)\n"
-              f"print((time.perf_counter()-t)/{runs}*1000)\n")
+    timing = (
+        "import subprocess,sys,time\n"
+        "t=time.perf_counter()\n"
+        f"for _ in range({runs}): subprocess.run(['/run/slonk/bin/prolog'], check=True)\n"
+        f"print((time.perf_counter()-t)/{runs}*1000)\n"
+    )
     out = cluster.run("slonk-cpu-0", [sys.executable, "-c", timing])
     return round(float(out.stdout), 1)
 
@@ -86,15 +93,18 @@ def main() -> None:
         finally:
             local.down(plain, purge=True, progress=lambda m: None)
         try:
-            cluster = up(hooked, f"hooks: {{enabled: true, git: {{repo: 'file://{repo}', "
-                                 "periodSeconds: 1}}\n")
+            cluster = up(
+                hooked,
+                f"hooks: {{enabled: true, git: {{repo: 'file://{repo}', periodSeconds: 1}}}}\n",
+            )
             while not active_everywhere(cluster, git(repo, "rev-parse", "HEAD")):
                 time.sleep(0.05)
             result["dispatcher_empty_tree_ms"] = dispatcher_ms(cluster)
             result["jobs_hooks_empty_tree"] = workload(cluster.ssh("demo", ["sh", "-s"]))
             latencies = push_to_active(cluster, repo)
             result["push_to_active_seconds"] = {
-                "pushes": PUSHES, "period_seconds": 1,
+                "pushes": PUSHES,
+                "period_seconds": 1,
                 "p50": round(statistics.median(latencies), 2),
                 "p95": round(sorted(latencies)[int(PUSHES * 0.95) - 1], 2),
             }

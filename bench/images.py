@@ -51,10 +51,15 @@ def worker_start_to_idle(state: Path, runtime: str) -> dict:
             time.sleep(0.02)
         seconds.append(time.perf_counter() - started)
     log = (cluster.pod_dir(WORKER) / "log").read_text()
-    init_ms = [int(line.split("ready in ")[1].split()[0]) for line in log.splitlines()
-               if "ready in" in line]
+    init_ms = [
+        int(line.split("ready in ")[1].split()[0])
+        for line in log.splitlines()
+        if "ready in" in line
+    ]
     result["worker_restart_to_idle_seconds"] = {
-        "median": round(statistics.median(seconds), 2), "max": round(max(seconds), 2)}
+        "median": round(statistics.median(seconds), 2),
+        "max": round(max(seconds), 2),
+    }
     result["worker_init_layer_ms"] = init_ms[-1]
     return result
 

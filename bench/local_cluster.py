@@ -73,9 +73,7 @@ def local_cluster(state_dir: Path) -> dict:
         state_dir, [values], progress=lambda m: events.append((time.perf_counter(), m))
     )
     up_seconds = time.perf_counter() - started
-    pod_started = {
-        m.split()[1]: t for t, m in events if m.strip().startswith("started ")
-    }
+    pod_started = {m.split()[1]: t for t, m in events if m.strip().startswith("started ")}
     init_ms = {}
     for name in pod_started:
         log = (cluster.pod_dir(name) / "log").read_text()
@@ -107,16 +105,24 @@ def main() -> None:
         baseline.update(workload(bare.argv("sh -s")))
     finally:
         bare.stop()
-    print(json.dumps({
-        "benchmark": "local_cluster",
-        "slots": 8,
-        "public_slonk_fixed_sleep_seconds": 10,
-        "slonk_local": ours,
-        "bare_pair": baseline,
-        "ratio_latency_median": round(ours["latency_ms_median"] / baseline["latency_ms_median"], 2),
-        "ratio_throughput_seconds": round(
-            ours["throughput_seconds"] / baseline["throughput_seconds"], 2),
-    }, indent=2))
+    print(
+        json.dumps(
+            {
+                "benchmark": "local_cluster",
+                "slots": 8,
+                "public_slonk_fixed_sleep_seconds": 10,
+                "slonk_local": ours,
+                "bare_pair": baseline,
+                "ratio_latency_median": round(
+                    ours["latency_ms_median"] / baseline["latency_ms_median"], 2
+                ),
+                "ratio_throughput_seconds": round(
+                    ours["throughput_seconds"] / baseline["throughput_seconds"], 2
+                ),
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -63,20 +63,27 @@ def main() -> None:
         kinds: dict[str, int] = {}
         for doc in docs:
             kinds[doc["kind"]] = kinds.get(doc["kind"], 0) + 1
-        print(json.dumps({
-            "benchmark": "render_scale",
-            "nodes": NODES,
-            "pools": POOLS,
-            "cluster_yaml_bytes": len(cluster_yaml.encode()),
-            "configmap_limit_bytes": CONFIGMAP_LIMIT,
-            "cluster_yaml_share_of_limit": round(len(cluster_yaml.encode()) / CONFIGMAP_LIMIT, 4),
-            "render_config_seconds": round(render_s, 3),
-            "slurm_conf_bytes": (out / "slurm.conf").stat().st_size,
-            "chart_template_seconds": round(chart_s, 3),
-            "chart_objects": len(docs),
-            "chart_objects_by_kind": kinds,
-            "manifest_bytes": len(manifest),
-        }, indent=2))
+        print(
+            json.dumps(
+                {
+                    "benchmark": "render_scale",
+                    "nodes": NODES,
+                    "pools": POOLS,
+                    "cluster_yaml_bytes": len(cluster_yaml.encode()),
+                    "configmap_limit_bytes": CONFIGMAP_LIMIT,
+                    "cluster_yaml_share_of_limit": round(
+                        len(cluster_yaml.encode()) / CONFIGMAP_LIMIT, 4
+                    ),
+                    "render_config_seconds": round(render_s, 3),
+                    "slurm_conf_bytes": (out / "slurm.conf").stat().st_size,
+                    "chart_template_seconds": round(chart_s, 3),
+                    "chart_objects": len(docs),
+                    "chart_objects_by_kind": kinds,
+                    "manifest_bytes": len(manifest),
+                },
+                indent=2,
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -103,7 +103,13 @@ def boot_files(rendered: Files, slurm_version: str, record: Record) -> tuple[Fil
     if reason is None:
         return rendered, None
     if accepted is None:
-        return rendered, f"slurmctld refused cluster.yaml's configuration before ({reason}) " \
-            "and none was accepted to fall back on; trying it again"
-    return accepted, f"slurmctld refused cluster.yaml's configuration before ({reason}); " \
-        "starting on the last configuration it accepted"
+        return (
+            rendered,
+            f"slurmctld refused cluster.yaml's configuration before ({reason}) "
+            "and none was accepted to fall back on; trying it again",
+        )
+    return (
+        accepted,
+        f"slurmctld refused cluster.yaml's configuration before ({reason}); "
+        "starting on the last configuration it accepted",
+    )

@@ -69,8 +69,12 @@ def _run(*command: str, env: dict[str, str] | None = None) -> subprocess.Complet
     """A Slurm or s6 command; one that hangs counts as failed (it never raises)."""
     try:
         return subprocess.run(
-            command, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_SECONDS,
-            check=False, env=env,
+            command,
+            capture_output=True,
+            text=True,
+            timeout=COMMAND_TIMEOUT_SECONDS,
+            check=False,
+            env=env,
         )
     except subprocess.TimeoutExpired:
         return subprocess.CompletedProcess(command, -1, "", f"{command[0]}: timed out")
@@ -110,7 +114,9 @@ class Slurmctld:
     def _svc(self, *flags: str) -> None:
         subprocess.run(
             ["s6-svc", *flags, str(self.service)],
-            check=True, capture_output=True, timeout=self.start_timeout + 10,
+            check=True,
+            capture_output=True,
+            timeout=self.start_timeout + 10,
         )
 
     def _pid(self) -> int | None:
@@ -197,8 +203,12 @@ class Slurmctld:
         result = self._scontrol("reconfigure")
         if result.returncode != 0:
             self.keep_up()
-            said = _what_it_said([line.removeprefix("scontrol: ")
-                                  for line in (result.stderr or result.stdout).splitlines()])
+            said = _what_it_said(
+                [
+                    line.removeprefix("scontrol: ")
+                    for line in (result.stderr or result.stdout).splitlines()
+                ]
+            )
             raise Refused(said or "scontrol reconfigure failed")
         deadline = time.monotonic() + self.start_timeout
         while pid is not None and time.monotonic() < deadline:

@@ -122,11 +122,15 @@ class Controller:
         except Refused as err:
             if accepted is None:
                 self.daemon.keep_up()
-                return f"slurmctld does not run cluster.yaml's configuration ({err}) " \
+                return (
+                    f"slurmctld does not run cluster.yaml's configuration ({err}) "
                     "and none was accepted before to fall back on"
+                )
             said = self._take_back(rollout.fingerprint(live, self.version), accepted, str(err))
-            return f"slurmctld refused cluster.yaml's configuration ({said}); " \
+            return (
+                f"slurmctld refused cluster.yaml's configuration ({said}); "
                 "it runs the last configuration it accepted"
+            )
         self.record.accept(live)
         if accepted is None:
             return "slurmctld runs cluster.yaml's configuration"
@@ -164,8 +168,10 @@ class Follower:
             # Invalid content stays invalid: refuse it once, keep the running configuration.
             said = f"refused cluster.yaml change, running configuration kept: {err}"
         except NotApplied as err:
-            said = ("refused cluster.yaml change, every node keeps the running configuration: "
-                    f"slurmctld would not run it: {err}")
+            said = (
+                "refused cluster.yaml change, every node keeps the running configuration: "
+                f"slurmctld would not run it: {err}"
+            )
         except NotNow as err:
             if self.waiting != current:
                 said = f"cluster.yaml change waits for slurmctld, will retry: {err}"

@@ -74,13 +74,19 @@ def _port_matches(entry: Mapping[str, Any], port: int, protocol: str, target: En
 
 
 def _side_allows(
-    policies: Iterable[Mapping[str, Any]], subject: Endpoint, peer: Endpoint, port: int,
-    protocol: str, direction: str, namespace: str,
+    policies: Iterable[Mapping[str, Any]],
+    subject: Endpoint,
+    peer: Endpoint,
+    port: int,
+    protocol: str,
+    direction: str,
+    namespace: str,
 ) -> bool:
     if subject.namespace != namespace:
         return True  # the chart's policies only select pods of its own namespace
     relevant = [
-        p for p in policies
+        p
+        for p in policies
         if direction in p["spec"].get("policyTypes", ["Ingress"])
         and selects(p["spec"]["podSelector"], subject.labels)
     ]
@@ -101,8 +107,12 @@ def _side_allows(
 
 
 def allowed(
-    policies: Iterable[Mapping[str, Any]], source: Endpoint, destination: Endpoint, port: int,
-    protocol: str = "TCP", namespace: str = "hpc",
+    policies: Iterable[Mapping[str, Any]],
+    source: Endpoint,
+    destination: Endpoint,
+    port: int,
+    protocol: str = "TCP",
+    namespace: str = "hpc",
 ) -> bool:
     policies = list(policies)
     return _side_allows(

@@ -37,9 +37,13 @@ BASE_VALUES: dict[str, Any] = {
     "ldap": {"dev": {"enabled": True}},
 }
 # Where a values key lands in cluster.yaml, where the two differ.
-SPEC_PATH = {"slurm.slurmConf": "slurmConf", "slurm.cgroupConf": "cgroupConf",
-             "slurm.extraLines": "extraLines", "slurm.slurmctldPort": "slurmctldPort",
-             "slurm.slurmdPort": "slurmdPort"}
+SPEC_PATH = {
+    "slurm.slurmConf": "slurmConf",
+    "slurm.cgroupConf": "cgroupConf",
+    "slurm.extraLines": "extraLines",
+    "slurm.slurmctldPort": "slurmctldPort",
+    "slurm.slurmdPort": "slurmdPort",
+}
 
 # (values key, hostile value, the key both errors must name)
 HOSTILE = [
@@ -54,8 +58,11 @@ HOSTILE = [
     ("partitions.main.defaultTime", "1:00 Hidden=YES", None),
     ("partitions.main.preemptMode", "OFF AllowGroups=root", None),
     ("partitions.main.state", "UP\nNodeName=evil", None),
-    ("partitions.main.options", {"AllowGroups": "root Nodes=ALL"},
-     "partitions.main.options.AllowGroups"),
+    (
+        "partitions.main.options",
+        {"AllowGroups": "root Nodes=ALL"},
+        "partitions.main.options.AllowGroups",
+    ),
     ("partitions.main.options", {"Nodes": "ALL"}, "partitions.main.options.Nodes"),
     ("partitions.main.options", {"nodes": "ALL"}, "partitions.main.options.nodes"),
     ("partitions.main.options", {"Default": "YES"}, "partitions.main.options.Default"),
@@ -74,8 +81,11 @@ HOSTILE = [
     ("slurm.slurmConf", {"Prolog": '"/bin/x"'}, "slurm.slurmConf.Prolog"),
     ("slurm.slurmConf", {"MaxJobCount": 1, "maxjobcount": 2}, "slurm.slurmConf.maxjobcount"),
     ("slurm.slurmConf", {"Max Job": 1}, "slurm.slurmConf.Max Job"),
-    ("slurm.cgroupConf", {"ConstrainCores": "yes\nAllowedDevicesFile=/x"},
-     "slurm.cgroupConf.ConstrainCores"),
+    (
+        "slurm.cgroupConf",
+        {"ConstrainCores": "yes\nAllowedDevicesFile=/x"},
+        "slurm.cgroupConf.ConstrainCores",
+    ),
     ("slurm.extraLines", ["MaxJobCount=5 NodeName=evil"], "slurm.extraLines[0]"),
     ("slurm.extraLines", ["nodename=evil"], "slurm.extraLines[0]"),
     ("slurm.extraLines", ["PartitionName=x Nodes=ALL"], "slurm.extraLines[0]"),
@@ -229,18 +239,27 @@ SCHEMA_PATTERNS = [
     ("/properties/images/properties/controller", patterns.IMAGE_NAME),
     ("/properties/images/properties/worker", patterns.IMAGE_NAME),
     ("/properties/images/properties/login", patterns.IMAGE_NAME),
-    ("/properties/health/properties/checks/properties/gpu/properties/nvidiaSmi",
-     patterns.COMMAND_LINE),
-    ("/properties/health/properties/checks/properties/gpu/properties/dmesg",
-     patterns.COMMAND_LINE),
-    ("/properties/health/properties/checks/properties/interfaces/properties/names/items",
-     patterns.INTERFACE),
-    ("/properties/health/properties/checks/properties/interfaces/properties/rdmaDevices/items",
-     patterns.RDMA_DEVICE),
-    ("/properties/health/properties/checks/properties/storage/properties/paths/items",
-     patterns.ABSOLUTE_PATH),
-    ("/properties/health/properties/checks/properties/scratch/properties/path",
-     patterns.ABSOLUTE_PATH),
+    (
+        "/properties/health/properties/checks/properties/gpu/properties/nvidiaSmi",
+        patterns.COMMAND_LINE,
+    ),
+    ("/properties/health/properties/checks/properties/gpu/properties/dmesg", patterns.COMMAND_LINE),
+    (
+        "/properties/health/properties/checks/properties/interfaces/properties/names/items",
+        patterns.INTERFACE,
+    ),
+    (
+        "/properties/health/properties/checks/properties/interfaces/properties/rdmaDevices/items",
+        patterns.RDMA_DEVICE,
+    ),
+    (
+        "/properties/health/properties/checks/properties/storage/properties/paths/items",
+        patterns.ABSOLUTE_PATH,
+    ),
+    (
+        "/properties/health/properties/checks/properties/scratch/properties/path",
+        patterns.ABSOLUTE_PATH,
+    ),
 ]
 
 
@@ -268,16 +287,19 @@ def test_the_schema_bounds_are_the_pods(schema):
 
 def test_the_templates_reserve_the_pods_keys():
     helpers = (chart.default_chart() / "templates" / "_helpers.tpl").read_text()
-    for define, keys in (("slonk.managedSlurmKeys", MANAGED_KEYS),
-                         ("slonk.partitionKeys", PARTITION_KEYS),
-                         ("slonk.reservedPoolNames", RESERVED_POOL_NAMES)):
+    for define, keys in (
+        ("slonk.managedSlurmKeys", MANAGED_KEYS),
+        ("slonk.partitionKeys", PARTITION_KEYS),
+        ("slonk.reservedPoolNames", RESERVED_POOL_NAMES),
+    ):
         body = re.search(re.escape(f'define "{define}" -}}}}') + r"\n(.*)\n", helpers)
         assert body and set(body.group(1).split()) == {k.lower() for k in keys}
 
 
 @pytest.mark.parametrize(
-    "value", ["line\nbreak", "tab\there", "nul\x00", "del\x7f", "cr\r", 2**31, -(2**31), 1e21,
-              float("nan")])
+    "value",
+    ["line\nbreak", "tab\there", "nul\x00", "del\x7f", "cr\r", 2**31, -(2**31), 1e21, float("nan")],
+)
 def test_unsafe_values_are_found_anywhere(value):
     path, _ = patterns.first_unsafe_value({"a": [{"b": value}]})
     assert path == "a[0].b"
@@ -287,14 +309,22 @@ def test_unsafe_values_are_found_anywhere(value):
 @pytest.mark.parametrize(
     ("slurm", "message"),
     [
-        ({"extraLines": ["SrunPortRange=1025-1030"]},
-         "slurm.extraLines[0]: SrunPortRange is set by slurmConf.SrunPortRange already"),
-        ({"slurmConf": {"SrunPortRange": None}, "extraLines": ["SrunPortRange=1025-1030"]},
-         "slurm.extraLines[0]: set SrunPortRange in"),
-        ({"slurmConf": {"SrunPortRange": None, "srunportrange": "80-90"}},
-         "slurm.slurmConf.srunportrange: write it SrunPortRange"),
-        ({"slurmConf": {"MaxJobCount": 5}, "extraLines": ["maxjobcount=6"]},
-         "slurm.extraLines[0]: maxjobcount is set by slurmConf.MaxJobCount already"),
+        (
+            {"extraLines": ["SrunPortRange=1025-1030"]},
+            "slurm.extraLines[0]: SrunPortRange is set by slurmConf.SrunPortRange already",
+        ),
+        (
+            {"slurmConf": {"SrunPortRange": None}, "extraLines": ["SrunPortRange=1025-1030"]},
+            "slurm.extraLines[0]: set SrunPortRange in",
+        ),
+        (
+            {"slurmConf": {"SrunPortRange": None, "srunportrange": "80-90"}},
+            "slurm.slurmConf.srunportrange: write it SrunPortRange",
+        ),
+        (
+            {"slurmConf": {"MaxJobCount": 5}, "extraLines": ["maxjobcount=6"]},
+            "slurm.extraLines[0]: maxjobcount is set by slurmConf.MaxJobCount already",
+        ),
     ],
 )
 def test_the_network_policies_and_slurm_agree_on_srun_ports(slurm, message):

@@ -40,12 +40,17 @@ def test_only_the_controller_gets_a_token_and_only_what_recycling_needs(default_
         pod = default_manifest.get(f"StatefulSet/{name}").spec.template.spec
         assert pod.automountServiceAccountToken is False
     assert _rules(default_manifest, "Role", "slonk-controller") == [
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "delete"]}]
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "delete"]}
+    ]
     assert _rules(default_manifest, "ClusterRole", "hpc-slonk-controller") == [
-        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}
+    ]
     binding = default_manifest.get("ClusterRoleBinding/hpc-slonk-controller")
     assert dict(binding.subjects[0]) == {
-        "kind": "ServiceAccount", "name": "slonk-controller", "namespace": "hpc"}
+        "kind": "ServiceAccount",
+        "name": "slonk-controller",
+        "namespace": "hpc",
+    }
 
 
 def test_without_recycling_no_pod_has_api_access(no_recycle_manifest):

@@ -33,14 +33,19 @@ def test_workers_get_a_git_sync_sidecar_sharing_the_hooks_volume(hooks_manifest)
 def test_slurm_conf_runs_the_dispatcher(hooks_manifest):
     spec = _spec(hooks_manifest)
     assert dict(spec.hooks.phases) == {
-        "prolog": "prolog.d", "epilog": "epilog.d", "task-prolog": "task-prolog.d"}
+        "prolog": "prolog.d",
+        "epilog": "epilog.d",
+        "task-prolog": "task-prolog.d",
+    }
     lines = render(spec)["slurm.conf"].splitlines()
     assert "Prolog=/run/slonk/bin/prolog" in lines
     assert "Epilog=/run/slonk/bin/epilog" in lines
     assert "TaskProlog=/run/slonk/bin/task-prolog" in lines
     assert not any(line.startswith("TaskEpilog=") for line in lines)
-    assert "SchedulerParameters=batch_sched_delay=0,sched_min_interval=0,nohold_on_prolog_fail" \
+    assert (
+        "SchedulerParameters=batch_sched_delay=0,sched_min_interval=0,nohold_on_prolog_fail"
         in lines
+    )
 
 
 def test_no_hooks_and_no_health_checks_no_prolog(default_manifest):

@@ -12,8 +12,13 @@ from slonk.config.render import conf_server, render
 from slonk.config.spec import parse_spec
 
 APP_VERSION = yaml.safe_load((paths.chart_dir() / "Chart.yaml").read_text())["appVersion"]
-LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/version",
-          "app.kubernetes.io/managed-by", "helm.sh/chart")
+LABELS = (
+    "app.kubernetes.io/name",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/version",
+    "app.kubernetes.io/managed-by",
+    "helm.sh/chart",
+)
 
 
 def _names(manifest, kind: str) -> list[str]:
@@ -36,7 +41,12 @@ def test_defaults_render_one_cluster(default_manifest):
     m = default_manifest
     assert _names(m, "StatefulSet") == ["slonk-controller", "slonk-cpu", "slonk-login"]
     assert _names(m, "Service") == [
-        "slonk-controller", "slonk-cpu-0", "slonk-cpu-1", "slonk-login", "slonk-pods"]
+        "slonk-controller",
+        "slonk-cpu-0",
+        "slonk-cpu-1",
+        "slonk-login",
+        "slonk-pods",
+    ]
     assert _names(m, "Secret") == ["slonk-munge", "slonk-ssh-host-keys"]
     assert _names(m, "PersistentVolumeClaim") == ["slonk-home"]
     assert _names(m, "ConfigMap") == ["slonk-cluster"]
@@ -66,8 +76,11 @@ def test_pods_run_slonk_init_by_role(default_manifest):
         env = {e.name: e.get("value") or e.valueFrom.fieldRef.fieldPath for e in container.env}
         # Slurm runs configless: `kubectl exec` sessions fetch the configuration from where
         # `slonk init` points the pod's services (conf_server, from cluster.yaml).
-        assert env == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace",
-                       "SLURM_CONF_SERVER": conf_server(_spec(default_manifest))}
+        assert env == {
+            "POD_NAME": "metadata.name",
+            "POD_NAMESPACE": "metadata.namespace",
+            "SLURM_CONF_SERVER": conf_server(_spec(default_manifest)),
+        }
         mounts = {v.name: v.mountPath for v in container.volumeMounts}
         assert mounts["cluster"] == "/etc/slonk"
         assert mounts["munge-key"] == "/var/run/secrets/slonk/munge"
@@ -98,13 +111,17 @@ def test_generated_secrets_are_kept_and_usable(default_manifest):
     key = base64.b64decode(ssh.data["ssh_host_ecdsa_key"]).decode()
     assert key.startswith("-----BEGIN EC PRIVATE KEY-----")
     assert default_manifest.get("PersistentVolumeClaim/slonk-home").spec.accessModes == [
-        "ReadWriteMany"]
+        "ReadWriteMany"
+    ]
 
 
 def test_login_service(default_manifest, gpu_manifest, nfs_manifest):
     default = default_manifest.get("Service/slonk-login").spec
     assert (default.type, default.ports[0].port, default.ports[0].targetPort) == (
-        "ClusterIP", 22, "ssh")
+        "ClusterIP",
+        22,
+        "ssh",
+    )
     lb = gpu_manifest.get("Service/slonk-login").spec
     assert lb.type == "LoadBalancer"
     assert lb.loadBalancerSourceRanges == ["10.0.0.0/8"]
@@ -117,7 +134,8 @@ def test_gpu_pools(gpu_manifest):
     h100 = gpu_manifest.get("StatefulSet/slonk-h100")
     assert h100.spec.replicas == 4
     assert h100.spec.template.spec.nodeSelector == {
-        "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+        "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"
+    }
     assert h100.spec.template.spec.tolerations[0].key == "nvidia.com/gpu"
     resources = _container(h100).resources
     assert resources.limits == {"nvidia.com/gpu": 8}
@@ -126,7 +144,8 @@ def test_gpu_pools(gpu_manifest):
     assert a100.limits == {"memory": "510Gi", "nvidia.com/gpu": 4}
     assert a100.requests == {"cpu": "60", "memory": "500Gi"}
     assert "resources" not in _container(gpu_manifest.get("StatefulSet/slonk-cpu")).resources.get(
-        "limits", {})
+        "limits", {}
+    )
     assert _names(gpu_manifest, "PodDisruptionBudget") == ["slonk-a100", "slonk-cpu", "slonk-h100"]
 
 
@@ -136,10 +155,13 @@ def test_configmap_spec_renders_slurm_config(gpu_manifest):
     slurm = conf["slurm.conf"].splitlines()
     assert "ClusterName=gpus" in slurm
     assert "SlurmctldHost=slonk-controller-0(slonk-controller.hpc.svc.cluster.local)" in slurm
-    assert ("NodeName=slonk-h100-[0-3] CPUs=96 RealMemory=1048576 Gres=gpu:h100:8 "
-            "Features=h100,nvlink State=UNKNOWN") in slurm
-    assert ("PartitionName=gpu Nodes=h100,a100 Default=NO MaxTime=7-00:00:00 PriorityTier=10 "
-            "State=UP") in slurm
+    assert (
+        "NodeName=slonk-h100-[0-3] CPUs=96 RealMemory=1048576 Gres=gpu:h100:8 "
+        "Features=h100,nvlink State=UNKNOWN"
+    ) in slurm
+    assert (
+        "PartitionName=gpu Nodes=h100,a100 Default=NO MaxTime=7-00:00:00 PriorityTier=10 State=UP"
+    ) in slurm
     assert conf["gres.conf"].splitlines()[1:] == [
         # in pool name order, as Helm ranges over the nodepools map
         "NodeName=slonk-a100-[0-2] Name=gpu Type=a100 File=/dev/nvidia[0-3]",
@@ -172,7 +194,10 @@ def test_existing_secrets_and_claims_are_used_not_made(existing_manifest):
 def test_nfs_home_and_image_settings(nfs_manifest):
     worker = nfs_manifest.get("StatefulSet/slonk-cpu")
     assert _volume(worker, "home").nfs == {
-        "server": "nfs.internal", "path": "/export/home", "readOnly": False}
+        "server": "nfs.internal",
+        "path": "/export/home",
+        "readOnly": False,
+    }
     assert _names(nfs_manifest, "PersistentVolumeClaim") == []
     assert _container(worker).image == "slonk/worker:1.2.3"
     login = nfs_manifest.get("StatefulSet/slonk-login")

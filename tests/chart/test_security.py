@@ -40,7 +40,8 @@ def _pods(docs) -> dict[str, Endpoint]:
         template = sts["spec"]["template"]
         ports = {
             p["name"]: p["containerPort"]
-            for c in template["spec"]["containers"] for p in c.get("ports", [])
+            for c in template["spec"]["containers"]
+            for p in c.get("ports", [])
         }
         name = sts["metadata"]["name"].removeprefix("slonk-")
         pods[name] = Endpoint(f"10.244.1.{i}", "hpc", template["metadata"]["labels"], ports)
@@ -111,8 +112,12 @@ DEFAULT_FLOWS = [
 
 
 def _endpoint(docs, name: str) -> Endpoint:
-    named = {"outside": OUTSIDE, "stranger": STRANGER, "other-namespace": OTHER_NAMESPACE,
-             "dns": DNS}
+    named = {
+        "outside": OUTSIDE,
+        "stranger": STRANGER,
+        "other-namespace": OTHER_NAMESPACE,
+        "dns": DNS,
+    }
     return named.get(name) or _pods(docs)[name]
 
 
@@ -152,35 +157,71 @@ def test_only_the_release_reads_the_development_directory(
 @pytest.mark.parametrize(
     ("uris", "ldap_to", "flows"),
     [
-        (["ldap://ldap1.example.org", "ldap://ldap2.example.org:3389"], [],
-         {("203.0.113.7", 389): True, ("203.0.113.7", 3389): True, ("203.0.113.7", 636): False}),
-        (["ldaps://[2001:db8::1]:1636", "ldaps://ldap.example.org"], [],
-         {("203.0.113.7", 1636): True, ("203.0.113.7", 636): True, ("203.0.113.7", 389): False}),
-        (["ldaps://ldap.example.org"], [{"ipBlock": {"cidr": "192.0.2.0/24"}}],
-         {("192.0.2.10", 636): True, ("203.0.113.7", 636): False}),
+        (
+            ["ldap://ldap1.example.org", "ldap://ldap2.example.org:3389"],
+            [],
+            {("203.0.113.7", 389): True, ("203.0.113.7", 3389): True, ("203.0.113.7", 636): False},
+        ),
+        (
+            ["ldaps://[2001:db8::1]:1636", "ldaps://ldap.example.org"],
+            [],
+            {("203.0.113.7", 1636): True, ("203.0.113.7", 636): True, ("203.0.113.7", 389): False},
+        ),
+        (
+            ["ldaps://ldap.example.org"],
+            [{"ipBlock": {"cidr": "192.0.2.0/24"}}],
+            {("192.0.2.10", 636): True, ("203.0.113.7", 636): False},
+        ),
     ],
 )
 def test_login_pods_reach_the_site_directory_on_its_ports(uris, ldap_to, flows):
-    docs = _docs({
-        "ldap": {"enabled": True, "uris": uris, "userBase": "ou=p", "groupBase": "ou=g"},
-        "networkPolicy": {"login": {"ldapTo": ldap_to}},
-    })
+    docs = _docs(
+        {
+            "ldap": {"enabled": True, "uris": uris, "userBase": "ou=p", "groupBase": "ou=g"},
+            "networkPolicy": {"login": {"ldapTo": ldap_to}},
+        }
+    )
     login = _pods(docs)["login"]
     for (address, port), expected in flows.items():
         assert allowed(_policies(docs), login, Endpoint(address), port) is expected, (address, port)
 
 
 def test_ssh_from_and_extra_rules():
-    docs = _docs({"networkPolicy": {
-        "dnsTo": [{"namespaceSelector": {"matchLabels": {
-            "kubernetes.io/metadata.name": "kube-system"}}}],
-        "login": {
-            "sshFrom": [{"ipBlock": {"cidr": "198.51.100.0/24", "except": ["198.51.100.128/25"]}}],
-            "extraEgress": [{"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}], "ports": [{"port": 443}]}],
-        },
-        "controller": {"extraIngress": [{"from": [{"namespaceSelector": {"matchLabels": {
-            "kubernetes.io/metadata.name": "monitoring"}}}], "ports": [{"port": 9100}]}]},
-    }})
+    docs = _docs(
+        {
+            "networkPolicy": {
+                "dnsTo": [
+                    {
+                        "namespaceSelector": {
+                            "matchLabels": {"kubernetes.io/metadata.name": "kube-system"}
+                        }
+                    }
+                ],
+                "login": {
+                    "sshFrom": [
+                        {"ipBlock": {"cidr": "198.51.100.0/24", "except": ["198.51.100.128/25"]}}
+                    ],
+                    "extraEgress": [
+                        {"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}], "ports": [{"port": 443}]}
+                    ],
+                },
+                "controller": {
+                    "extraIngress": [
+                        {
+                            "from": [
+                                {
+                                    "namespaceSelector": {
+                                        "matchLabels": {"kubernetes.io/metadata.name": "monitoring"}
+                                    }
+                                }
+                            ],
+                            "ports": [{"port": 9100}],
+                        }
+                    ]
+                },
+            }
+        }
+    )
     policies, pods = _policies(docs), _pods(docs)
     login, controller = pods["login"], pods["controller"]
     assert allowed(policies, Endpoint("198.51.100.7"), login, 22)
@@ -195,8 +236,15 @@ def test_ssh_from_and_extra_rules():
 
 
 def test_policies_follow_the_ports_in_values():
-    docs = _docs({"slurm": {"slurmctldPort": 7817, "slurmdPort": 7818,
-                            "slurmConf": {"SrunPortRange": "40000-40009"}}})
+    docs = _docs(
+        {
+            "slurm": {
+                "slurmctldPort": 7817,
+                "slurmdPort": 7818,
+                "slurmConf": {"SrunPortRange": "40000-40009"},
+            }
+        }
+    )
     policies, pods = _policies(docs), _pods(docs)
     assert allowed(policies, pods["cpu"], pods["controller"], 7817)
     assert not allowed(policies, pods["cpu"], pods["controller"], 6817)
@@ -250,8 +298,10 @@ def test_controller_and_login_keep_only_what_their_daemons_need(default_docs, st
 def test_development_directory_is_confined(dev_docs):
     context = _container(dev_docs, "slonk-ldap")["securityContext"]
     assert context["allowPrivilegeEscalation"] is False
-    assert context["capabilities"] == {"drop": ["ALL"], "add": [
-        "CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "NET_BIND_SERVICE", "SETGID", "SETUID"]}
+    assert context["capabilities"] == {
+        "drop": ["ALL"],
+        "add": ["CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "NET_BIND_SERVICE", "SETGID", "SETUID"],
+    }
     assert context["seccompProfile"] == {"type": "RuntimeDefault"}
 
 
@@ -264,11 +314,15 @@ def test_workers_drop_every_capability_they_do_not_list(default_docs):
 
 
 def test_security_contexts_are_values():
-    docs = _docs({
-        "login": {"securityContext": {"seccompProfile": {"type": "Unconfined"}},
-                  "priorityClassName": "interactive"},
-        "workers": {"capabilities": [*BASE, "SYS_PTRACE"], "priorityClassName": "batch"},
-    })
+    docs = _docs(
+        {
+            "login": {
+                "securityContext": {"seccompProfile": {"type": "Unconfined"}},
+                "priorityClassName": "interactive",
+            },
+            "workers": {"capabilities": [*BASE, "SYS_PTRACE"], "priorityClassName": "batch"},
+        }
+    )
     login = _get(docs, "StatefulSet", "slonk-login")["spec"]["template"]["spec"]
     assert login["containers"][0]["securityContext"]["seccompProfile"] == {"type": "Unconfined"}
     assert login["containers"][0]["securityContext"]["capabilities"]["drop"] == ["ALL"]
@@ -280,69 +334,135 @@ def test_security_contexts_are_values():
 
 def test_load_balancer_source_ranges_only_on_a_load_balancer():
     ranges = ["10.0.0.0/8", "2001:db8::/32"]
-    docs = _docs({"login": {"service": {"type": "LoadBalancer",
-                                        "loadBalancerSourceRanges": ranges}}})
+    docs = _docs(
+        {"login": {"service": {"type": "LoadBalancer", "loadBalancerSourceRanges": ranges}}}
+    )
     assert _get(docs, "Service", "slonk-login")["spec"]["loadBalancerSourceRanges"] == ranges
-    error = _template_error("--set", "login.service.type=NodePort",
-                            "--set", "login.service.loadBalancerSourceRanges={10.0.0.0/8}")
+    error = _template_error(
+        "--set",
+        "login.service.type=NodePort",
+        "--set",
+        "login.service.loadBalancerSourceRanges={10.0.0.0/8}",
+    )
     assert "login.service.loadBalancerSourceRanges: only a LoadBalancer enforces them" in error
 
 
-GOOD_CIDRS = ["0.0.0.0/0", "10.0.0.0/8", "192.168.1.1/32", "255.255.255.255/32", "::/0",
-              "2001:db8::/32", "fe80::1/128", "2001:db8:0:0:0:0:0:1/64", "::1/128", "1::/16"]
-BAD_CIDRS = ["10.0.0.0", "10.0.0.0/33", "10.0.0.256/8", "010.0.0.0/8", "10.0.0/8",
-             " 10.0.0.0/8", "10.0.0.0/8 ", "10.0.0.0/8\n", "10.0.0.0/8,0.0.0.0/0", "::/129",
-             "2001:db8::g/32", "2001:db8:::1/64", "1:2:3:4:5:6:7:8:9/64", "example.org/8", "",
-             "0.0.0.0/0\x00", "-10.0.0.0/8"]
+GOOD_CIDRS = [
+    "0.0.0.0/0",
+    "10.0.0.0/8",
+    "192.168.1.1/32",
+    "255.255.255.255/32",
+    "::/0",
+    "2001:db8::/32",
+    "fe80::1/128",
+    "2001:db8:0:0:0:0:0:1/64",
+    "::1/128",
+    "1::/16",
+]
+BAD_CIDRS = [
+    "10.0.0.0",
+    "10.0.0.0/33",
+    "10.0.0.256/8",
+    "010.0.0.0/8",
+    "10.0.0/8",
+    " 10.0.0.0/8",
+    "10.0.0.0/8 ",
+    "10.0.0.0/8\n",
+    "10.0.0.0/8,0.0.0.0/0",
+    "::/129",
+    "2001:db8::g/32",
+    "2001:db8:::1/64",
+    "1:2:3:4:5:6:7:8:9/64",
+    "example.org/8",
+    "",
+    "0.0.0.0/0\x00",
+    "-10.0.0.0/8",
+]
 
 
 @pytest.mark.parametrize("cidr", GOOD_CIDRS)
 def test_load_balancer_source_ranges_accept_cidrs(cidr):
-    docs = _docs({"login": {"service": {"type": "LoadBalancer",
-                                        "loadBalancerSourceRanges": [cidr]}}})
+    docs = _docs(
+        {"login": {"service": {"type": "LoadBalancer", "loadBalancerSourceRanges": [cidr]}}}
+    )
     assert _get(docs, "Service", "slonk-login")["spec"]["loadBalancerSourceRanges"] == [cidr]
 
 
 @pytest.mark.parametrize("cidr", BAD_CIDRS)
 def test_load_balancer_source_ranges_refuse_anything_else(cidr):
     with pytest.raises(chart.ChartError) as refused:
-        _docs({"login": {"service": {"type": "LoadBalancer",
-                                     "loadBalancerSourceRanges": ["10.0.0.0/8", cidr]}}})
+        _docs(
+            {
+                "login": {
+                    "service": {
+                        "type": "LoadBalancer",
+                        "loadBalancerSourceRanges": ["10.0.0.0/8", cidr],
+                    }
+                }
+            }
+        )
     assert "at '/login/service/loadBalancerSourceRanges/1'" in str(refused.value)
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--set", "controller.securityContext.runAsNonRoot=true"],
-         "at '/controller/securityContext': additional properties 'runAsNonRoot' not allowed"),
-        (["--set", "login.securityContext.privileged=true"],
-         "at '/login/securityContext': additional properties 'privileged' not allowed"),
-        (["--set", "login.securityContext.capabilities.add={SYS_ADMN}"],
-         "at '/login/securityContext/capabilities/add/0'"),
+        (
+            ["--set", "controller.securityContext.runAsNonRoot=true"],
+            "at '/controller/securityContext': additional properties 'runAsNonRoot' not allowed",
+        ),
+        (
+            ["--set", "login.securityContext.privileged=true"],
+            "at '/login/securityContext': additional properties 'privileged' not allowed",
+        ),
+        (
+            ["--set", "login.securityContext.capabilities.add={SYS_ADMN}"],
+            "at '/login/securityContext/capabilities/add/0'",
+        ),
         (["--set", "workers.capabilities={CAP_SYS_ADMIN}"], "at '/workers/capabilities/0'"),
         (["--set", "workers.seccompProfile.type=Off"], "at '/workers/seccompProfile/type'"),
-        (["--set", "workers.capabilities={CHOWN,DAC_OVERRIDE,FOWNER,KILL,SETGID,SYS_ADMIN}"],
-         "workers.capabilities: SETUID is missing"),
-        (["--set", "login.securityContext.capabilities.add={SETUID,SETGID,SYS_CHROOT}"],
-         "login.securityContext.capabilities.add: CHOWN is missing"),
-        (["--set", "controller.securityContext.capabilities.add=null"],
-         "controller.securityContext.capabilities.add: CHOWN is missing"),
-        (["--set", "slurm.slurmConf.SrunPortRange=60001"],
-         "slurm.slurmConf.SrunPortRange: \"60001\" must be FIRST-LAST"),
-        (["--set", "slurm.slurmConf.SrunPortRange=63000-60001"],
-         "slurm.slurmConf.SrunPortRange: \"63000-60001\" must be FIRST-LAST with 1024 <= FIRST"),
+        (
+            ["--set", "workers.capabilities={CHOWN,DAC_OVERRIDE,FOWNER,KILL,SETGID,SYS_ADMIN}"],
+            "workers.capabilities: SETUID is missing",
+        ),
+        (
+            ["--set", "login.securityContext.capabilities.add={SETUID,SETGID,SYS_CHROOT}"],
+            "login.securityContext.capabilities.add: CHOWN is missing",
+        ),
+        (
+            ["--set", "controller.securityContext.capabilities.add=null"],
+            "controller.securityContext.capabilities.add: CHOWN is missing",
+        ),
+        (
+            ["--set", "slurm.slurmConf.SrunPortRange=60001"],
+            'slurm.slurmConf.SrunPortRange: "60001" must be FIRST-LAST',
+        ),
+        (
+            ["--set", "slurm.slurmConf.SrunPortRange=63000-60001"],
+            'slurm.slurmConf.SrunPortRange: "63000-60001" must be FIRST-LAST with 1024 <= FIRST',
+        ),
         (["--set", "slurm.slurmConf.SrunPortRange=22-1000"], "with 1024 <= FIRST"),
         (["--set", "slurm.slurmConf.SrunPortRange=60001-99999"], "LAST <= 65535"),
-        (["--set", "networkPolicy.login.sshFrom[0].ipBlock.cidr=10.0.0.0/40"],
-         "at '/networkPolicy/login/sshFrom/0/ipBlock/cidr'"),
-        (["--set", "networkPolicy.login.sshFrom[0].ipBlok.cidr=10.0.0.0/8"],
-         "at '/networkPolicy/login/sshFrom/0': additional properties 'ipBlok' not allowed"),
-        (["--set", "ldap.enabled=true,ldap.uris={ldap://ldap.example.org:70000},"
-                   "ldap.userBase=ou=p,ldap.groupBase=ou=g"],
-         "ldap.uris[0]: \"ldap://ldap.example.org:70000\": port 70000 is not a TCP port"),
-        (["--set", "networkPolicy.enable=false"],
-         "at '/networkPolicy': additional properties 'enable' not allowed"),
+        (
+            ["--set", "networkPolicy.login.sshFrom[0].ipBlock.cidr=10.0.0.0/40"],
+            "at '/networkPolicy/login/sshFrom/0/ipBlock/cidr'",
+        ),
+        (
+            ["--set", "networkPolicy.login.sshFrom[0].ipBlok.cidr=10.0.0.0/8"],
+            "at '/networkPolicy/login/sshFrom/0': additional properties 'ipBlok' not allowed",
+        ),
+        (
+            [
+                "--set",
+                "ldap.enabled=true,ldap.uris={ldap://ldap.example.org:70000},"
+                "ldap.userBase=ou=p,ldap.groupBase=ou=g",
+            ],
+            'ldap.uris[0]: "ldap://ldap.example.org:70000": port 70000 is not a TCP port',
+        ),
+        (
+            ["--set", "networkPolicy.enable=false"],
+            "at '/networkPolicy': additional properties 'enable' not allowed",
+        ),
     ],
 )
 def test_bad_security_values_fail_with_the_key_path(args, message):
@@ -352,7 +472,9 @@ def test_bad_security_values_fail_with_the_key_path(args, message):
 def test_a_container_that_keeps_its_runtimes_capabilities_needs_no_list():
     docs = _docs({"login": {"securityContext": {"capabilities": {"drop": [], "add": []}}}})
     assert _container(docs, "slonk-login")["securityContext"]["capabilities"] == {
-        "drop": [], "add": []}
+        "drop": [],
+        "add": [],
+    }
 
 
 def test_privileged_workers_keep_no_capability_list():

@@ -61,7 +61,8 @@ def previous_chart(tmp_path_factory: pytest.TempPathFactory) -> Path:
     commit = previous_release()
     archive = commit and subprocess.run(
         ["git", "-C", str(REPO), "archive", "--format=tar", commit, CHART],
-        capture_output=True, check=False,
+        capture_output=True,
+        check=False,
     )
     if not archive or archive.returncode:
         pytest.skip("no git history to find the previous release in")

@@ -14,8 +14,16 @@ from slonk import chart
 
 from .conftest import VALUES
 
-VALUE_SETS = [[], ["gpu-pools.yaml"], ["existing.yaml"], ["nfs-home.yaml"], ["ldap.yaml"],
-              ["ldap-dev.yaml"], ["hooks.yaml"], ["network.yaml"]]
+VALUE_SETS = [
+    [],
+    ["gpu-pools.yaml"],
+    ["existing.yaml"],
+    ["nfs-home.yaml"],
+    ["ldap.yaml"],
+    ["ldap-dev.yaml"],
+    ["hooks.yaml"],
+    ["network.yaml"],
+]
 
 
 def _values(files: list[str]) -> dict:
@@ -45,7 +53,9 @@ def test_every_document_is_valid_kubernetes(files, kube_version):
 def _template_error(*args: str) -> str:
     result = subprocess.run(
         [sys.executable, "-m", "slonk.cli", "chart", "template", *args],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert result.returncode == 1, result.stdout
     assert result.stdout == ""
@@ -58,29 +68,49 @@ def _template_error(*args: str) -> str:
         (["--set", "nodepool.replicas=2"], "at '': additional properties 'nodepool' not allowed"),
         (["--set", "login.replica=2"], "at '/login': additional properties 'replica' not allowed"),
         (["--set", "login.replicas=-1"], "at '/login/replicas': minimum: got -1, want 0"),
-        (["--set", "nodepools.cpu.replicas=-2"],
-         "at '/nodepools/cpu/replicas': minimum: got -2, want 0"),
-        (["--set", "nodepools.gpu.replicas=1,nodepools.gpu.cpus=1,"
-                   "nodepools.gpu.memoryMiB=1,nodepools.gpu.gpus.type=h100"],
-         "at '/nodepools/gpu/gpus': missing property 'count'"),
-        (["--set", "nodepools.Bad_Name.replicas=1,nodepools.Bad_Name.cpus=1,"
-                   "nodepools.Bad_Name.memoryMiB=1"],
-         "invalid propertyName 'Bad_Name'"),
+        (
+            ["--set", "nodepools.cpu.replicas=-2"],
+            "at '/nodepools/cpu/replicas': minimum: got -2, want 0",
+        ),
+        (
+            [
+                "--set",
+                "nodepools.gpu.replicas=1,nodepools.gpu.cpus=1,"
+                "nodepools.gpu.memoryMiB=1,nodepools.gpu.gpus.type=h100",
+            ],
+            "at '/nodepools/gpu/gpus': missing property 'count'",
+        ),
+        (
+            [
+                "--set",
+                "nodepools.Bad_Name.replicas=1,nodepools.Bad_Name.cpus=1,"
+                "nodepools.Bad_Name.memoryMiB=1",
+            ],
+            "invalid propertyName 'Bad_Name'",
+        ),
         (["--set", "slurm.confinement=docker"], "at '/slurm/confinement'"),
-        (["--set", "partitions.main.pools={tpu}"],
-         "partitions.main.pools[0]: unknown nodepool \"tpu\""),
-        (["--set", "partitions.b.pools={cpu},partitions.b.default=true"],
-         "partitions.main.default: only one partition can be the default (b is)"),
-        (["--name", "Slonk"], "release name \"Slonk\": must be a DNS-1123 label"),
+        (
+            ["--set", "partitions.main.pools={tpu}"],
+            'partitions.main.pools[0]: unknown nodepool "tpu"',
+        ),
+        (
+            ["--set", "partitions.b.pools={cpu},partitions.b.default=true"],
+            "partitions.main.default: only one partition can be the default (b is)",
+        ),
+        (["--name", "Slonk"], 'release name "Slonk": must be a DNS-1123 label'),
         (["--set", "ldap.enabled=true"], "ldap.uris: required when ldap.enabled is true"),
         (["--set", "hooks.enabled=true"], "hooks.git.repo: required when hooks.enabled is true"),
         (["--set", "hooks.prolog=../etc"], "at '/hooks/prolog'"),
         (["--set", "ldap.tls=ssl"], "at '/ldap/tls'"),
         (["--set", "ldap.maxRemovalPercent=150"], "at '/ldap/maxRemovalPercent'"),
-        (["--set", "health.checks.gpu.nvidiaSmii=x"],
-         "at '/health/checks/gpu': additional properties 'nvidiaSmii' not allowed"),
-        (["--set", "health.checks.scratch.minFreePercent=101"],
-         "at '/health/checks/scratch/minFreePercent'"),
+        (
+            ["--set", "health.checks.gpu.nvidiaSmii=x"],
+            "at '/health/checks/gpu': additional properties 'nvidiaSmii' not allowed",
+        ),
+        (
+            ["--set", "health.checks.scratch.minFreePercent=101"],
+            "at '/health/checks/scratch/minFreePercent'",
+        ),
         (["--set", "health.checks.dns.phases={always}"], "at '/health/checks/dns/phases/0'"),
         (["--set", "health.recycle.maxRecycles=0"], "at '/health/recycle/maxRecycles'"),
     ],
@@ -92,39 +122,74 @@ def test_bad_values_fail_with_the_key_path(args, message):
 def test_pools_and_partitions_as_lists_fail_showing_the_maps(tmp_path):
     """The form before chart 0.4.0: the error shows the map to write instead."""
     values = tmp_path / "values.yaml"
-    values.write_text(yaml.safe_dump({
-        "nodepools": [{"name": "cpu", "replicas": 1, "cpus": 1, "memoryMiB": 100}],
-        "partitions": [{"name": "main", "pools": ["cpu"], "default": True}]}))
-    assert ('nodepools: a list, the form before chart 0.4.0; write a map keyed by name instead: '
-            'nodepools: {"cpu":{"cpus":1,"memoryMiB":100,"replicas":1}}'
-            in _template_error("-f", str(values)))
+    values.write_text(
+        yaml.safe_dump(
+            {
+                "nodepools": [{"name": "cpu", "replicas": 1, "cpus": 1, "memoryMiB": 100}],
+                "partitions": [{"name": "main", "pools": ["cpu"], "default": True}],
+            }
+        )
+    )
+    assert (
+        "nodepools: a list, the form before chart 0.4.0; write a map keyed by name instead: "
+        'nodepools: {"cpu":{"cpus":1,"memoryMiB":100,"replicas":1}}'
+        in _template_error("-f", str(values))
+    )
     values.write_text(yaml.safe_dump({"partitions": [{"name": "main", "pools": ["cpu"]}]}))
-    assert ('partitions: a list, the form before chart 0.4.0; write a map keyed by name '
-            'instead: partitions: {"main":{"pools":["cpu"]}}' in _template_error("-f", str(values)))
+    assert (
+        "partitions: a list, the form before chart 0.4.0; write a map keyed by name "
+        'instead: partitions: {"main":{"pools":["cpu"]}}' in _template_error("-f", str(values))
+    )
 
 
 def test_pools_and_partitions_merge_across_values_files(tmp_path):
     """Maps merge key by key: an overlay changes one pool, adds one, or removes one."""
     base, overlay = tmp_path / "base.yaml", tmp_path / "overlay.yaml"
-    base.write_text(yaml.safe_dump({"nodepools": {"big": {"replicas": 1, "cpus": 8,
-                                                          "memoryMiB": 100}}}))
+    base.write_text(
+        yaml.safe_dump({"nodepools": {"big": {"replicas": 1, "cpus": 8, "memoryMiB": 100}}})
+    )
     # (ghost: a null for a pool no file sets, which Helm keeps as a null: nothing.)
-    overlay.write_text(yaml.safe_dump({"nodepools": {"cpu": {"replicas": 5}, "big": None,
-                                                     "ghost": None}}))
+    overlay.write_text(
+        yaml.safe_dump({"nodepools": {"cpu": {"replicas": 5}, "big": None, "ghost": None}})
+    )
     result = subprocess.run(
-        [sys.executable, "-m", "slonk.cli", "chart", "template", "-f", str(base), "-f",
-         str(overlay)], capture_output=True, text=True, check=True)
+        [
+            sys.executable,
+            "-m",
+            "slonk.cli",
+            "chart",
+            "template",
+            "-f",
+            str(base),
+            "-f",
+            str(overlay),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     sets = [d for d in yaml.safe_load_all(result.stdout) if d and d["kind"] == "StatefulSet"]
     assert {d["metadata"]["name"]: d["spec"]["replicas"] for d in sets} == {
-        "slonk-controller": 1, "slonk-login": 1, "slonk-cpu": 5}
+        "slonk-controller": 1,
+        "slonk-login": 1,
+        "slonk-cpu": 5,
+    }
 
 
 def test_long_node_names_fail(tmp_path):
     values = tmp_path / "values.yaml"
-    values.write_text(yaml.safe_dump({"nodepools": {"cpu": None, "p" * 57: {
-        "replicas": 10, "cpus": 1, "memoryMiB": 100}}, "partitions": {"main": None}}))
-    assert (f'nodepools.{"p" * 57}: node name "slonk-{"p" * 57}-9" is longer than 63 characters'
-            in _template_error("-f", str(values)))
+    values.write_text(
+        yaml.safe_dump(
+            {
+                "nodepools": {"cpu": None, "p" * 57: {"replicas": 10, "cpus": 1, "memoryMiB": 100}},
+                "partitions": {"main": None},
+            }
+        )
+    )
+    assert (
+        f'nodepools.{"p" * 57}: node name "slonk-{"p" * 57}-9" is longer than 63 characters'
+        in _template_error("-f", str(values))
+    )
 
 
 def test_unreadable_values_file():

@@ -16,6 +16,8 @@ import yaml
 from ..support.cluster import ROLES, VERSION, LocalCluster, image, running, slonk, wait_for
 
 PODMAN = Path(__file__).with_name("podman-sandboxed")
+
+
 def podman(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(PODMAN), *args], capture_output=True, text=True, check=False)
 
@@ -84,8 +86,9 @@ def test_the_login_image_takes_ssh_and_jobs(from_images: LocalCluster):
     ids=["secrets", "setuid"],
 )
 def test_images_carry_none_of(role: str, files: str):
-    found = podman("run", "--rm", "--entrypoint", "sh", image(role), "-c",
-                   f"find / -xdev {files} -print")
+    found = podman(
+        "run", "--rm", "--entrypoint", "sh", image(role), "-c", f"find / -xdev {files} -print"
+    )
     assert found.returncode == 0, found.stderr
     assert found.stdout == ""
 
@@ -96,21 +99,39 @@ def test_the_entrypoint_names_a_missing_mount(role: str, tmp_path: Path):
     assert bare.returncode == 1
     assert "slonk init: error: /etc/slonk/cluster.yaml: cannot read: No such file" in bare.stderr
     spec = tmp_path / "cluster.yaml"
-    spec.write_text(yaml.safe_dump({
-        "clusterName": "c", "release": "slonk",
-        "nodepools": {"cpu": {"replicas": 1, "cpus": 1, "memoryMiB": 512}}}))
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "clusterName": "c",
+                "release": "slonk",
+                "nodepools": {"cpu": {"replicas": 1, "cpus": 1, "memoryMiB": 512}},
+            }
+        )
+    )
     name = {"controller": "slonk-controller-0", "worker": "slonk-cpu-0", "login": "slonk-login-0"}
-    no_key = podman("run", "--rm", "--hostname", name[role], "--network", "none",
-                    "--volume", f"{tmp_path}:/etc/slonk:ro", image(role))
+    no_key = podman(
+        "run",
+        "--rm",
+        "--hostname",
+        name[role],
+        "--network",
+        "none",
+        "--volume",
+        f"{tmp_path}:/etc/slonk:ro",
+        image(role),
+    )
     assert no_key.returncode == 1
-    assert ("/var/run/secrets/slonk/munge/munge.key: no munge key; mount the Secret "
-            "<release>-munge (key munge.key) there") in no_key.stderr
+    assert (
+        "/var/run/secrets/slonk/munge/munge.key: no munge key; mount the Secret "
+        "<release>-munge (key munge.key) there"
+    ) in no_key.stderr
 
 
 @pytest.mark.parametrize("role", ROLES)
 def test_images_say_what_they_are(role: str):
-    labels = yaml.safe_load(podman("image", "inspect", "--format", "{{json .Labels}}",
-                                   image(role)).stdout)
+    labels = yaml.safe_load(
+        podman("image", "inspect", "--format", "{{json .Labels}}", image(role)).stdout
+    )
     assert labels["org.opencontainers.image.version"] == VERSION
     assert labels["org.opencontainers.image.title"] == f"slonk-{role}"
     assert labels["org.opencontainers.image.licenses"] == "Apache-2.0"
@@ -118,6 +139,9 @@ def test_images_say_what_they_are(role: str):
 
 def test_the_charts_defaults_are_what_the_build_makes():
     rendered = slonk("chart", "template").stdout
-    named = {line.split("image: ", 1)[1].strip() for line in rendered.splitlines()
-             if line.strip().startswith("image: ") and "slonk/" in line}
+    named = {
+        line.split("image: ", 1)[1].strip()
+        for line in rendered.splitlines()
+        if line.strip().startswith("image: ") and "slonk/" in line
+    }
     assert named == {image("controller"), image("worker"), image("login")}

@@ -28,9 +28,27 @@ def make_ca(directory: Path, name: str) -> tuple[Path, Path]:
     """A throwaway CA: (certificate, key)."""
     cert, key = directory / f"{name}.crt", directory / f"{name}.key"
     subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-         "-nodes", "-keyout", str(key), "-out", str(cert), "-subj", f"/CN={name}", "-days", "1"],
-        check=True, capture_output=True)
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-subj",
+            f"/CN={name}",
+            "-days",
+            "1",
+        ],
+        check=True,
+        capture_output=True,
+    )
     return cert, key
 
 
@@ -38,15 +56,48 @@ def make_server_tls(directory: Path) -> Tls:
     ca_cert, ca_key = make_ca(directory, "ca")
     key, csr, cert = directory / "server.key", directory / "server.csr", directory / "server.crt"
     subprocess.run(
-        ["openssl", "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-         "-keyout", str(key), "-out", str(csr), "-subj", "/CN=localhost"],
-        check=True, capture_output=True)
+        [
+            "openssl",
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-keyout",
+            str(key),
+            "-out",
+            str(csr),
+            "-subj",
+            "/CN=localhost",
+        ],
+        check=True,
+        capture_output=True,
+    )
     extensions = directory / "san.cnf"
     extensions.write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
     subprocess.run(
-        ["openssl", "x509", "-req", "-in", str(csr), "-CA", str(ca_cert), "-CAkey", str(ca_key),
-         "-CAcreateserial", "-out", str(cert), "-days", "1", "-extfile", str(extensions)],
-        check=True, capture_output=True)
+        [
+            "openssl",
+            "x509",
+            "-req",
+            "-in",
+            str(csr),
+            "-CA",
+            str(ca_cert),
+            "-CAkey",
+            str(ca_key),
+            "-CAcreateserial",
+            "-out",
+            str(cert),
+            "-days",
+            "1",
+            "-extfile",
+            str(extensions),
+        ],
+        check=True,
+        capture_output=True,
+    )
     return Tls(certificate=cert, key=key, ca=ca_cert)
 
 
@@ -58,8 +109,12 @@ class Slapd:
 
     def add(self, ldif: str) -> None:
         subprocess.run(
-            ["ldapadd", "-x", "-H", self.ldap_uri, "-D", self.directory.admin_dn,
-             "-w", PASSWORD], input=ldif, text=True, check=True, capture_output=True)
+            ["ldapadd", "-x", "-H", self.ldap_uri, "-D", self.directory.admin_dn, "-w", PASSWORD],
+            input=ldif,
+            text=True,
+            check=True,
+            capture_output=True,
+        )
 
 
 @dataclass(frozen=True)
@@ -81,8 +136,11 @@ def running_slapd(
     workdir: Path, seed: str, tls: Tls | None = None, size_limit: int | None = None
 ) -> Iterator[Slapd]:
     directory = TestDirectory(
-        suffix=SUFFIX, admin_password=PASSWORD, data_dir=workdir / "data",
-        conf_dir=workdir / "conf", tls=tls,
+        suffix=SUFFIX,
+        admin_password=PASSWORD,
+        data_dir=workdir / "data",
+        conf_dir=workdir / "conf",
+        tls=tls,
         lpk_schema=paths.rootfs_dir() / "usr/share/slonk/ldap/openssh-lpk.schema",
         size_limit=size_limit,
     )
@@ -95,7 +153,9 @@ def running_slapd(
         urls.append(f"{ldaps_uri}/")
     process = subprocess.Popen(
         ["slapd", "-d", "0", "-f", str(directory.conf_file), "-h", " ".join(urls)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 10
         while True:

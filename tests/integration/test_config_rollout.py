@@ -43,13 +43,18 @@ def _pids(cluster: LocalCluster, service: str, pods: tuple[str, ...]) -> dict[st
 def _back_to_ups_values(cluster: LocalCluster, tmp_path: Path) -> None:
     """Upgrades compose (like --reuse-values): the tests' changes are undone by naming up's
     pool again and removing the partition they add."""
-    _upgrade(cluster, tmp_path / "back.yaml", {
-        "nodepools": {"cpu": {**POOL, "replicas": 2}}, "partitions": {"short": None}})
-    spec = parse_spec(yaml.safe_load(read(cluster.state_dir / "configmaps" / "slonk-cluster")[
-        "cluster.yaml"]))
+    _upgrade(
+        cluster,
+        tmp_path / "back.yaml",
+        {"nodepools": {"cpu": {**POOL, "replicas": 2}}, "partitions": {"short": None}},
+    )
+    spec = parse_spec(
+        yaml.safe_load(read(cluster.state_dir / "configmaps" / "slonk-cluster")["cluster.yaml"])
+    )
     live = cluster.pod(CONTROLLER).file("/etc/slurm/slurmctld/slurm.conf")
-    wait_for("the controller on up's values", lambda: live.content_string == render(spec)[
-        "slurm.conf"])
+    wait_for(
+        "the controller on up's values", lambda: live.content_string == render(spec)["slurm.conf"]
+    )
 
 
 def _partitions(cluster: LocalCluster, host) -> list[str]:
@@ -59,9 +64,12 @@ def _partitions(cluster: LocalCluster, host) -> list[str]:
 @pytest.fixture
 def held_job(healthy: LocalCluster) -> Iterator[str]:
     """A job that runs until the test lets it finish (it checks it finished, then)."""
-    job = healthy.submit("--output=/dev/null", "--wrap",
-                         "until [ -e $HOME/release-$SLURM_JOB_ID ]; do sleep 0.2; done; "
-                         "echo done > $HOME/finished-$SLURM_JOB_ID")
+    job = healthy.submit(
+        "--output=/dev/null",
+        "--wrap",
+        "until [ -e $HOME/release-$SLURM_JOB_ID ]; do sleep 0.2; done; "
+        "echo done > $HOME/finished-$SLURM_JOB_ID",
+    )
     wait_for(f"job {job} running", lambda: healthy.jobs().get(job) == "RUNNING")
     yield job
     healthy.user().run(f"touch release-{job}")
@@ -76,20 +84,29 @@ def _finishes(cluster: LocalCluster, job: str) -> None:
 
 # A plugin slurmctld does not have kills the re-executed slurmctld (it says so once); a key
 # scontrol cannot parse never reaches slurmctld (scontrol reads the files first).
-@pytest.mark.parametrize(("setting", "slurm_said", "slurmctld_said"), [
-    ({"SelectType": "select/bogus"}, "fatal: Can't find plugin for select/bogus", 1),
-    ({"BogusKey": 1}, "error: _parse_next_key: Parsing error at unrecognized key: BogusKey", 0),
-], ids=["unknown-plugin", "unknown-key"])
+@pytest.mark.parametrize(
+    ("setting", "slurm_said", "slurmctld_said"),
+    [
+        ({"SelectType": "select/bogus"}, "fatal: Can't find plugin for select/bogus", 1),
+        ({"BogusKey": 1}, "error: _parse_next_key: Parsing error at unrecognized key: BogusKey", 0),
+    ],
+    ids=["unknown-plugin", "unknown-key"],
+)
 def test_a_setting_slurm_refuses_reaches_no_node(
-    healthy: LocalCluster, held_job: str, tmp_path: Path, setting: dict, slurm_said: str,
+    healthy: LocalCluster,
+    held_job: str,
+    tmp_path: Path,
+    setting: dict,
+    slurm_said: str,
     slurmctld_said: int,
 ):
     user, worker = healthy.user(), healthy.pod(WORKERS[0])
     slurmds = _pids(healthy, "slurmd", WORKERS)
     offset = healthy.log_offset(CONTROLLER)
     try:
-        said = _upgrade(healthy, tmp_path / "refused.yaml", {"slurm": {"slurmConf": setting}},
-                        check=False)
+        said = _upgrade(
+            healthy, tmp_path / "refused.yaml", {"slurm": {"slurmConf": setting}}, check=False
+        )
         assert f"slonk watch-config: {REFUSED}" in said  # `upgrade` reports it, and puts back
         wait_for("the controller to refuse it", lambda: _said(healthy, offset, REFUSED))
         assert _partitions(healthy, user) == ["main*"]  # the login pod's clients work
@@ -101,12 +118,16 @@ def test_a_setting_slurm_refuses_reaches_no_node(
         (line,) = _said(healthy, offset, REFUSED)
         assert f"slurmctld would not run it: {slurm_said}" in line, line
         assert len(_said(healthy, offset, f"slurmctld: {slurm_said}")) == slurmctld_said
-        wait_for("the new partition on the login pod",
-                 lambda: _partitions(healthy, user) == ["main*", "short"])
+        wait_for(
+            "the new partition on the login pod",
+            lambda: _partitions(healthy, user) == ["main*", "short"],
+        )
         for pod in WORKERS:
             cache = healthy.pod(pod).file(CACHE)
-            wait_for(f"{pod}'s slurmd to get it", lambda c=cache: "PartitionName=short" in (
-                c.content_string))
+            wait_for(
+                f"{pod}'s slurmd to get it",
+                lambda c=cache: "PartitionName=short" in (c.content_string),
+            )
             assert "{}={}".format(*next(iter(setting.items()))) not in cache.content_string
         assert _pids(healthy, "slurmd", WORKERS) == slurmds  # no slurmd restarted
         _finishes(healthy, held_job)
@@ -130,11 +151,15 @@ def test_a_new_node_changes_only_what_it_should(
         assert "rewrote slurm.conf, topology.conf; slurmctld runs it" in line
         for pod in WORKERS:
             cache = healthy.pod(pod).file(CACHE)
-            wait_for(f"{pod}'s slurmd to get it", lambda c=cache: (
-                "NodeName=slonk-cpu-[0-2] " in c.content_string))
+            wait_for(
+                f"{pod}'s slurmd to get it",
+                lambda c=cache: "NodeName=slonk-cpu-[0-2] " in c.content_string,
+            )
         assert _pids(healthy, "slurmctld", (CONTROLLER,)) == slurmctld  # not restarted
-        assert {**_pids(healthy, "slurmd", WORKERS),
-                **_pids(healthy, "sshd", ("slonk-login-0",))} == daemons
+        assert {
+            **_pids(healthy, "slurmd", WORKERS),
+            **_pids(healthy, "sshd", ("slonk-login-0",)),
+        } == daemons
         assert _partitions(healthy, healthy.user()) == ["main*"]
         _finishes(healthy, held_job)
     finally:
@@ -159,17 +184,25 @@ def test_a_controller_restarted_on_a_refused_configuration_runs_the_accepted_one
         # What a `helm upgrade` does while the controller pod is away: the ConfigMap changes.
         project(configmap, {"cluster.yaml": yaml.safe_dump(spec).encode()})
         healthy.slonk("restart", CONTROLLER)
-        (line,) = wait_for("the controller to take it back", lambda: _said(
-            healthy, offset, "it runs the last configuration it accepted"))
-        assert "slurmctld refused cluster.yaml's configuration " \
+        (line,) = wait_for(
+            "the controller to take it back",
+            lambda: _said(healthy, offset, "it runs the last configuration it accepted"),
+        )
+        assert (
+            "slurmctld refused cluster.yaml's configuration "
             "(fatal: Can't find plugin for select/nonesuch)" in line
+        )
         assert _partitions(healthy, user) == ["main*"]
         offset = healthy.log_offset(CONTROLLER)
         healthy.slonk("restart", CONTROLLER)
-        (line,) = wait_for("the controller to start on the accepted files", lambda: _said(
-            healthy, offset, "starting on the last configuration it accepted"))
-        assert "slurmctld refused cluster.yaml's configuration before " \
+        (line,) = wait_for(
+            "the controller to start on the accepted files",
+            lambda: _said(healthy, offset, "starting on the last configuration it accepted"),
+        )
+        assert (
+            "slurmctld refused cluster.yaml's configuration before "
             "(fatal: Can't find plugin for select/nonesuch)" in line
+        )
         wait_for("the controller answering", lambda: user.run("sinfo").rc == 0)
         assert _said(healthy, offset, "slurmctld: fatal") == []  # not tried again
         assert _pids(healthy, "slurmd", WORKERS) == slurmds

@@ -16,15 +16,22 @@ from .slapd import SUFFIX, free_port, make_ca, make_server_tls, running_slapd
 
 SEED = seed_ldif(
     SUFFIX,
-    [User("alice", 2001, 3000, ("research",), ("ssh-ed25519 AAAA alice",)),
-     User("bob", 2002, 2002)],
+    [
+        User("alice", 2001, 3000, ("research",), ("ssh-ed25519 AAAA alice",)),
+        User("bob", 2002, 2002),
+    ],
     [Group("research", 3000)],
 )
 
 
 def _settings(uris, **extra):
-    ldap = {"uris": uris, "userBase": f"ou=people,{SUFFIX}", "groupBase": f"ou=groups,{SUFFIX}",
-            "timeoutSeconds": 2, **extra}
+    ldap = {
+        "uris": uris,
+        "userBase": f"ou=people,{SUFFIX}",
+        "groupBase": f"ou=groups,{SUFFIX}",
+        "timeoutSeconds": 2,
+        **extra,
+    }
     return parse_spec({"clusterName": "x", "release": "r", "ldap": ldap}).ldap
 
 
@@ -48,14 +55,14 @@ def test_plain_ldap_with_failover_past_a_dead_server(tls_slapd):
 
 
 def test_ldaps_with_the_ca_from_a_secret(tls_slapd):
-    settings = _settings([tls_slapd.ldaps_uri], tls="ldaps",
-                         caFile=str(tls_slapd.directory.tls.ca))
+    settings = _settings([tls_slapd.ldaps_uri], tls="ldaps", caFile=str(tls_slapd.directory.tls.ca))
     assert len(read_directory(settings).users) == 2
 
 
 def test_starttls(tls_slapd):
-    settings = _settings([tls_slapd.ldap_uri], tls="starttls",
-                         caFile=str(tls_slapd.directory.tls.ca))
+    settings = _settings(
+        [tls_slapd.ldap_uri], tls="starttls", caFile=str(tls_slapd.directory.tls.ca)
+    )
     assert len(read_directory(settings).users) == 2
 
 
@@ -68,15 +75,17 @@ def test_a_wrong_ca_fails_closed(tls_slapd, tmp_path):
 
 def test_a_missing_ca_file_is_named(tls_slapd, tmp_path):
     with pytest.raises(DirectoryError, match=r"ca\.crt: CA certificate missing"):
-        read_directory(_settings([tls_slapd.ldaps_uri], tls="ldaps",
-                                 caFile=str(tmp_path / "ca.crt")))
+        read_directory(
+            _settings([tls_slapd.ldaps_uri], tls="ldaps", caFile=str(tmp_path / "ca.crt"))
+        )
 
 
 def test_bind_with_a_password_file(tls_slapd, tmp_path):
     password = tmp_path / "password"
     password.write_text("test-admin\n")
-    settings = _settings([tls_slapd.ldap_uri], bindDN=tls_slapd.directory.admin_dn,
-                         bindPasswordFile=str(password))
+    settings = _settings(
+        [tls_slapd.ldap_uri], bindDN=tls_slapd.directory.admin_dn, bindPasswordFile=str(password)
+    )
     assert len(read_directory(settings).users) == 2
     password.write_text("wrong\n")
     with pytest.raises(DirectoryError, match=r"LDAPInvalidCredentialsResult"):
@@ -97,10 +106,20 @@ INJECTED_HOME = "/home/x\nrootkit::0:0::/root"
 
 
 def _ldif(name: str, uid: int, gid: int, *extra: str) -> str:
-    return "\n".join([
-        f"dn: uid={name},ou=people,{SUFFIX}", "objectClass: inetOrgPerson",
-        "objectClass: posixAccount", f"uid: {name}", f"cn: {name}", f"sn: {name}",
-        f"uidNumber: {uid}", f"gidNumber: {gid}", *extra, ""])
+    return "\n".join(
+        [
+            f"dn: uid={name},ou=people,{SUFFIX}",
+            "objectClass: inetOrgPerson",
+            "objectClass: posixAccount",
+            f"uid: {name}",
+            f"cn: {name}",
+            f"sn: {name}",
+            f"uidNumber: {uid}",
+            f"gidNumber: {gid}",
+            *extra,
+            "",
+        ]
+    )
 
 
 @pytest.fixture
@@ -115,17 +134,34 @@ def node(tmp_path):
 
 def test_hostile_entries_from_slapd_write_no_line(tmp_path, node):
     with running_slapd(tmp_path / "slapd", SEED) as server:
-        spec = parse_spec({"clusterName": "x", "release": "r", "ldap": {
-            "uris": [server.ldap_uri], "userBase": f"ou=people,{SUFFIX}",
-            "groupBase": f"ou=groups,{SUFFIX}"}})
+        spec = parse_spec(
+            {
+                "clusterName": "x",
+                "release": "r",
+                "ldap": {
+                    "uris": [server.ldap_uri],
+                    "userBase": f"ou=people,{SUFFIX}",
+                    "groupBase": f"ou=groups,{SUFFIX}",
+                },
+            }
+        )
         sync(spec, node)  # alice holds 2001 from here on
         encoded = base64.b64encode(INJECTED_HOME.encode()).decode()
-        server.add("\n".join([
-            _ldif("mallory", 2101, 2101, f"homeDirectory:: {encoded}"),
-            _ldif("oscar", 2102, 0, "homeDirectory: /home/oscar"),
-            _ldif("aaron", 2001, 3000, "homeDirectory: /home/aaron"),  # alice's uid
-            f"dn: cn=wheel,ou=groups,{SUFFIX}", "objectClass: posixGroup", "cn: wheel",
-            "gidNumber: 42", "memberUid: alice", ""]))
+        server.add(
+            "\n".join(
+                [
+                    _ldif("mallory", 2101, 2101, f"homeDirectory:: {encoded}"),
+                    _ldif("oscar", 2102, 0, "homeDirectory: /home/oscar"),
+                    _ldif("aaron", 2001, 3000, "homeDirectory: /home/aaron"),  # alice's uid
+                    f"dn: cn=wheel,ou=groups,{SUFFIX}",
+                    "objectClass: posixGroup",
+                    "cn: wheel",
+                    "gidNumber: 42",
+                    "memberUid: alice",
+                    "",
+                ]
+            )
+        )
         settings = _settings([server.ldap_uri])
         directory = read_directory(settings)
         mallory = next(u for u in directory.users if u["uid"] == ["mallory"])
@@ -136,17 +172,24 @@ def test_hostile_entries_from_slapd_write_no_line(tmp_path, node):
     for name in ("passwd", "group", "shadow"):
         image = Path(f"/etc/{name}").read_text()
         assert (node.etc / name).read_text().startswith(image)
-    added = (node.etc / "passwd").read_text()[len(Path("/etc/passwd").read_text()):]
-    assert added.splitlines() == ["alice:x:2001:3000::/home/alice:/bin/bash",
-                                  "bob:x:2002:2002::/home/bob:/bin/bash"]
+    added = (node.etc / "passwd").read_text()[len(Path("/etc/passwd").read_text()) :]
+    assert added.splitlines() == [
+        "alice:x:2001:3000::/home/alice:/bin/bash",
+        "bob:x:2002:2002::/home/bob:/bin/bash",
+    ]
 
 
 def test_the_dev_seed_loads_hostile_values_as_values(tmp_path):
     """The development directory's seed, through slapadd: a value never becomes an attribute
     or an entry of its own."""
-    eve = User("eve", 2003, 2003, shell="/bin/sh\nuidNumber: 0",
-               home="/home/eve\n\ndn: cn=x,dc=slonk,dc=test\nobjectClass: organizationalRole",
-               ssh_keys=("ssh-ed25519 A a\nsshPublicKey: ssh-ed25519 EVE eve",))
+    eve = User(
+        "eve",
+        2003,
+        2003,
+        shell="/bin/sh\nuidNumber: 0",
+        home="/home/eve\n\ndn: cn=x,dc=slonk,dc=test\nobjectClass: organizationalRole",
+        ssh_keys=("ssh-ed25519 A a\nsshPublicKey: ssh-ed25519 EVE eve",),
+    )
     with running_slapd(tmp_path, seed_ldif(SUFFIX, [eve], [])) as server:
         directory = read_directory(_settings([server.ldap_uri]))
     (entry,) = directory.users

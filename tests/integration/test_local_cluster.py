@@ -28,14 +28,18 @@ def test_up_brings_every_node_to_idle(cluster: LocalCluster):
 
 
 def test_pods_run_their_daemons_under_s6_as_pid_1(cluster: LocalCluster):
-    for pod, daemon in [("slonk-controller-0", "slurmctld"), ("slonk-cpu-0", "slurmd"),
-                        ("slonk-login-0", "sshd")]:
+    for pod, daemon in [
+        ("slonk-controller-0", "slurmctld"),
+        ("slonk-cpu-0", "slurmd"),
+        ("slonk-login-0", "sshd"),
+    ]:
         host = cluster.pod(pod)
         assert host.check_output("cat /proc/1/comm") == "s6-svscan"
         for service in (daemon, "munged"):
             pid = service_pid(host, service)
             assert pid and host.check_output(f"cat /proc/{pid}/status").startswith(
-                f"Name:\t{service}"), f"{service} not running in {pod}"
+                f"Name:\t{service}"
+            ), f"{service} not running in {pod}"
         assert host.check_output("hostname") == pod
 
 
@@ -192,11 +196,14 @@ def test_a_broken_configmap_is_refused_and_jobs_keep_running(
     offsets = {pod: healthy.log_offset(pod) for pod in PODS}
     try:
         project(configmap, {"cluster.yaml": yaml.safe_dump(spec).encode()})
-        message = "refused cluster.yaml change, running configuration kept: " \
-                  f"/etc/slonk/cluster.yaml: {reason}"
+        message = (
+            "refused cluster.yaml change, running configuration kept: "
+            f"/etc/slonk/cluster.yaml: {reason}"
+        )
         for pod in PODS:
-            wait_for(f"{pod} to refuse the change",
-                     lambda p=pod: message in healthy.log(p, offsets[p]))
+            wait_for(
+                f"{pod} to refuse the change", lambda p=pod: message in healthy.log(p, offsets[p])
+            )
         assert controller.file("/etc/slurm/slurmctld/slurm.conf").content_string == conf_before
         assert "evil" not in conf_before
         assert healthy.jobs() == {job: "RUNNING"}
@@ -208,6 +215,7 @@ def test_a_broken_configmap_is_refused_and_jobs_keep_running(
 def test_a_valid_change_is_applied_everywhere(healthy: LocalCluster, tmp_path: Path):
     values = tmp_path / "values.yaml"
     values.write_text(yaml.safe_dump({"partitions": {"short": {"pools": ["cpu"], "maxTime": 10}}}))
+
     def partitions() -> list[str]:
         return healthy.user().check_output("sinfo --noheader --format=%P").split()
 
@@ -216,8 +224,10 @@ def test_a_valid_change_is_applied_everywhere(healthy: LocalCluster, tmp_path: P
         wait_for("partition short", lambda: "short" in partitions())
         # Configless: the worker runs what slurmctld sends it (slurmd's cache).
         worker = healthy.pod("slonk-cpu-1").file("/run/slurm/conf/slurm.conf")
-        wait_for("the worker's slurmd to get it", lambda: "PartitionName=short" in (
-            worker.content_string))
+        wait_for(
+            "the worker's slurmd to get it",
+            lambda: "PartitionName=short" in (worker.content_string),
+        )
         worker_conf = worker.content_string
         assert "Prolog=/run/slonk/bin/prolog" in worker_conf  # up's values are kept
     finally:
@@ -237,8 +247,11 @@ def _leftovers(state_dir: Path, prefix: str) -> list[str]:
                 continue
             if str(state_dir) in cmdline:
                 found.append(f"process {proc.name}: {cmdline}")
-    found += [f"mount {line}" for line in Path("/proc/self/mounts").read_text().splitlines()
-              if str(state_dir) in line or prefix in line]
+    found += [
+        f"mount {line}"
+        for line in Path("/proc/self/mounts").read_text().splitlines()
+        if str(state_dir) in line or prefix in line
+    ]
     found += [f"netns {p.name}" for p in Path("/run/netns").glob(f"{prefix}-*")]
     return found
 
@@ -249,10 +262,14 @@ def test_a_second_cluster_runs_beside_and_leaves_nothing(cluster: LocalCluster, 
 
     state_dir = tmp_path / "second"
     values = tmp_path / "values.yaml"
-    values.write_text(yaml.safe_dump({
-        "nodepools": {"cpu": {"replicas": 1, "cpus": 2, "memoryMiB": 512}},
-        "login": {"replicas": 0},
-    }))
+    values.write_text(
+        yaml.safe_dump(
+            {
+                "nodepools": {"cpu": {"replicas": 1, "cpus": 2, "memoryMiB": 512}},
+                "login": {"replicas": 0},
+            }
+        )
+    )
     second = LocalCluster(state_dir)
     prefix = Network.for_state_dir(state_dir).prefix
     try:
@@ -275,9 +292,15 @@ def test_down_after_a_partial_up(tmp_path: Path):
 
     state_dir = tmp_path / "broken"
     values = tmp_path / "values.yaml"
-    values.write_text(yaml.safe_dump({"nodepools": {
-        "cpu": {"replicas": 1, "cpus": 1, "memoryMiB": 256}}, "login": {"replicas": 0},
-        "munge": {"existingSecret": "not-there"}}))
+    values.write_text(
+        yaml.safe_dump(
+            {
+                "nodepools": {"cpu": {"replicas": 1, "cpus": 1, "memoryMiB": 256}},
+                "login": {"replicas": 0},
+                "munge": {"existingSecret": "not-there"},
+            }
+        )
+    )
     try:
         result = slonk("local", "up", "-f", str(values), "--state-dir", str(state_dir), check=False)
         assert result.returncode == 1
@@ -293,11 +316,17 @@ def test_up_refuses_hostile_values_before_making_anything(tmp_path: Path):
 
     state_dir = tmp_path / "hostile"
     values = tmp_path / "values.yaml"
-    values.write_text(yaml.safe_dump({"partitions": {
-        "main": {"pools": ["cpu"], "maxTime": "INFINITE\nNodeName=evil CPUs=1"}}}))
+    values.write_text(
+        yaml.safe_dump(
+            {
+                "partitions": {
+                    "main": {"pools": ["cpu"], "maxTime": "INFINITE\nNodeName=evil CPUs=1"}
+                }
+            }
+        )
+    )
     try:
-        result = slonk("local", "up", "-f", str(values), "--state-dir", str(state_dir),
-                       check=False)
+        result = slonk("local", "up", "-f", str(values), "--state-dir", str(state_dir), check=False)
         assert result.returncode == 1
         assert "at '/partitions/main/maxTime'" in result.stderr
         assert "Traceback" not in result.stderr

@@ -37,15 +37,19 @@ class Faults:
 
     def full_scratch(self, pod: str = BAD) -> None:
         # A small scratch filesystem in the pod, filled up.
-        self.inject(pod, f"mount -t tmpfs -o size=4m scratch {SCRATCH} && "
-                         f"fallocate -l 4m {SCRATCH}/fill", f"umount {SCRATCH}")
+        self.inject(
+            pod,
+            f"mount -t tmpfs -o size=4m scratch {SCRATCH} && fallocate -l 4m {SCRATCH}/fill",
+            f"umount {SCRATCH}",
+        )
 
     def gpu(self, scenario: str, pod: str = BAD, via: str | None = None) -> None:
         """The fake nvidia-smi's state lives in the shared /home: it outlives pod restarts,
         and is written from `via` (default: `pod`) while `pod` is stopped."""
         state = f"/home/.fake-gpu/{pod}"
-        self.inject(via or pod, f"mkdir -p /home/.fake-gpu && echo {scenario} > {state}",
-                    f"rm -f {state}")
+        self.inject(
+            via or pod, f"mkdir -p /home/.fake-gpu && echo {scenario} > {state}", f"rm -f {state}"
+        )
 
     def heal(self) -> None:
         while self.undo:
@@ -68,8 +72,13 @@ def faults(healthy: LocalCluster) -> Iterator[Faults]:
 
 
 def _drained_with(cluster: LocalCluster, node: str, reason: str) -> None:
-    wait_for(f"{node} drained for {reason!r}", lambda: cluster.nodes()[node][1].startswith(
-        reason) and "drain" in cluster.nodes()[node][0].split("+"))
+    wait_for(
+        f"{node} drained for {reason!r}",
+        lambda: (
+            cluster.nodes()[node][1].startswith(reason)
+            and "drain" in cluster.nodes()[node][0].split("+")
+        ),
+    )
 
 
 def _health_log_offset(cluster: LocalCluster, pod: str) -> int:
@@ -84,12 +93,16 @@ def _health_log(cluster: LocalCluster, pod: str, since: int) -> str:
     return out.stdout if out.rc == 0 else ""
 
 
-def _wait_health_logged(cluster: LocalCluster, pod: str, since: int, what: str,
-                        *fragments: str) -> None:
+def _wait_health_logged(
+    cluster: LocalCluster, pod: str, since: int, what: str, *fragments: str
+) -> None:
     """Until one line the pod's health runs logged past `since` holds every fragment."""
+
     def logged() -> bool:
-        return any(all(f in line for f in fragments)
-                   for line in _health_log(cluster, pod, since).splitlines())
+        return any(
+            all(f in line for f in fragments)
+            for line in _health_log(cluster, pod, since).splitlines()
+        )
 
     try:
         wait_for(what, logged)
@@ -130,19 +143,25 @@ def _deletes(cluster: LocalCluster, pod: str, since: int) -> int:
 
 
 def _hosts_of_new_jobs(cluster: LocalCluster, count: int) -> set[str]:
-    jobs = [cluster.submit("--output=/dev/null", "--wrap", "hostname > $HOME/ran-$SLURM_JOB_ID")
-            for _ in range(count)]
+    jobs = [
+        cluster.submit("--output=/dev/null", "--wrap", "hostname > $HOME/ran-$SLURM_JOB_ID")
+        for _ in range(count)
+    ]
     wait_for("the jobs to finish", lambda: not set(jobs) & set(cluster.jobs()))
     user = cluster.user("demo")
     return {user.check_output(f"cat ran-{job}").strip() for job in jobs}
 
 
-@pytest.mark.parametrize(("inject", "reason"), [
-    pytest.param(Faults.read_only_home, "slonk:storage: /home is mounted read-only", id="home"),
-    pytest.param(Faults.full_scratch, f"slonk:scratch: {SCRATCH} 0.0% free, below 5%",
-                 id="scratch"),
-    pytest.param(lambda f: f.gpu("ecc"), ECC, id="gpu"),
-])
+@pytest.mark.parametrize(
+    ("inject", "reason"),
+    [
+        pytest.param(Faults.read_only_home, "slonk:storage: /home is mounted read-only", id="home"),
+        pytest.param(
+            Faults.full_scratch, f"slonk:scratch: {SCRATCH} 0.0% free, below 5%", id="scratch"
+        ),
+        pytest.param(lambda f: f.gpu("ecc"), ECC, id="gpu"),
+    ],
+)
 def test_a_fault_drains_its_node_and_healing_returns_it(faults: Faults, inject, reason: str):
     offset = _health_log_offset(faults.cluster, BAD)
     inject(faults)
@@ -150,17 +169,22 @@ def test_a_fault_drains_its_node_and_healing_returns_it(faults: Faults, inject, 
     assert _hosts_of_new_jobs(faults.cluster, 4) == {GOOD}
     faults.heal()
     # The health run logs the resume once Slurm took it.
-    _wait_health_logged(faults.cluster, BAD, offset, f"{BAD} resumed by its health check",
-                        f"resumed (was: {reason}")
+    _wait_health_logged(
+        faults.cluster, BAD, offset, f"{BAD} resumed by its health check", f"resumed (was: {reason}"
+    )
     faults.cluster.wait_idle()
 
 
 def test_a_job_running_when_a_fault_appears_finishes(faults: Faults):
     cluster = faults.cluster
     # The job runs until the test releases it: the fault surely appears while it runs.
-    job = cluster.submit(f"--nodelist={BAD}", "--output=/dev/null", "--wrap",
-                         "until [ -e $HOME/release-$SLURM_JOB_ID ]; do sleep 0.2; done; "
-                         "echo done > $HOME/survived-$SLURM_JOB_ID")
+    job = cluster.submit(
+        f"--nodelist={BAD}",
+        "--output=/dev/null",
+        "--wrap",
+        "until [ -e $HOME/release-$SLURM_JOB_ID ]; do sleep 0.2; done; "
+        "echo done > $HOME/survived-$SLURM_JOB_ID",
+    )
     wait_for(f"job {job} running", lambda: cluster.jobs().get(job) == "RUNNING")
     faults.gpu("xid")
     _drained_with(cluster, BAD, "slonk:gpu: XID 79 on PCI:0000:2a:00")
@@ -187,9 +211,14 @@ def test_a_persons_drain_survives_every_check_and_recycle(faults: Faults):
     offset = _health_log_offset(cluster, GOOD)
     faults.gpu("ecc", pod=GOOD)
     left = "left idle+drain ('maintenance', set by 'root')"
-    _wait_health_logged(cluster, GOOD, offset,
-                        f"{GOOD}'s health check to see the fault and leave the drain",
-                        f"interval: {ECC}", f"; {left}")
+    _wait_health_logged(
+        cluster,
+        GOOD,
+        offset,
+        f"{GOOD}'s health check to see the fault and leave the drain",
+        f"interval: {ECC}",
+        f"; {left}",
+    )
     _recycle_pass(cluster)
     assert cluster.nodes()[GOOD] == ("idle+drain", "maintenance")
     faults.heal()
@@ -216,8 +245,11 @@ def test_a_node_failing_boot_checks_registers_drained_then_is_recycled_then_quar
 
     def registered_drained() -> bool:
         node = cluster.node_states().get(BAD)
-        return node is not None and node.slurmd_started not in ("", "0", started) and (
-            node.label, node.reason) == ("idle+drain", reason)
+        return (
+            node is not None
+            and node.slurmd_started not in ("", "0", started)
+            and (node.label, node.reason) == ("idle+drain", reason)
+        )
 
     wait_for(f"a new slurmd on {BAD} registered drained", registered_drained)
     deletes = _deletes_offset(cluster)
@@ -227,7 +259,8 @@ def test_a_node_failing_boot_checks_registers_drained_then_is_recycled_then_quar
     assert _deletes(cluster, BAD, deletes) == 2
     node = json.loads((cluster.state_dir / "apiserver" / "nodes" / "local.json").read_text())
     assert {"key": "slonk.io/quarantine", "value": BAD, "effect": "NoSchedule"} in node["spec"][
-        "taints"]
+        "taints"
+    ]
     assert node["metadata"]["annotations"]["slonk.io/quarantine-reason"] == quarantine
     # Neither a healed GPU nor a new pod lifts a quarantine: that is the person's who
     # replaces the node (the fixture resumes it).
@@ -235,8 +268,9 @@ def test_a_node_failing_boot_checks_registers_drained_then_is_recycled_then_quar
     started = cluster.slurmd_started(BAD)
     cluster.slonk("restart", BAD)
     # slurmd runs its first health run (the boot checks' say) before it registers.
-    wait_for(f"a new slurmd on {BAD}",
-             lambda: cluster.slurmd_started(BAD) not in ("", "0", started))
+    wait_for(
+        f"a new slurmd on {BAD}", lambda: cluster.slurmd_started(BAD) not in ("", "0", started)
+    )
     assert cluster.nodes()[BAD] == ("idle+drain", quarantine)
     assert f"node: left idle+drain ({quarantine!a}, set by " in _health_run_by_hand(cluster, BAD)
     _recycle_pass(cluster)

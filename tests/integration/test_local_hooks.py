@@ -18,8 +18,10 @@ def _status(cluster: LocalCluster, worker: str) -> str:
 
 
 def _active_everywhere(cluster: LocalCluster, commit: str) -> None:
-    wait_for(f"revision {commit[:12]} active on every worker", lambda: all(
-        f"active:  {commit}" in _status(cluster, w) for w in WORKERS))
+    wait_for(
+        f"revision {commit[:12]} active on every worker",
+        lambda: all(f"active:  {commit}" in _status(cluster, w) for w in WORKERS),
+    )
 
 
 def _hook_log(cluster: LocalCluster, worker: str, job: str) -> str:
@@ -45,7 +47,8 @@ def hooks(healthy: LocalCluster) -> Iterator[LocalCluster]:
     for node, (_, reason) in healthy.nodes().items():
         if reason.startswith("slonk:hook:"):
             healthy.pod("slonk-controller-0").check_output(
-                f"scontrol update nodename={node} state=resume")
+                f"scontrol update nodename={node} state=resume"
+            )
 
 
 def test_a_pushed_prolog_runs_on_every_worker(hooks: LocalCluster):
@@ -56,7 +59,8 @@ def test_a_pushed_prolog_runs_on_every_worker(hooks: LocalCluster):
         assert f"marked {worker}" in _hook_log(hooks, worker, job)
         # Hook logs hold jobs' environments: root's alone.
         modes = hooks.pod(worker).check_output(
-            f"stat -c '%a %U' /var/log/slonk/hooks /var/log/slonk/hooks/{job}.log")
+            f"stat -c '%a %U' /var/log/slonk/hooks /var/log/slonk/hooks/{job}.log"
+        )
         assert modes.splitlines() == ["700 root", "600 root"]
 
 
@@ -64,8 +68,10 @@ def test_a_broken_push_is_refused_and_the_last_good_prolog_keeps_running(hooks: 
     good = hooks.hooks.push({"prolog.d/10-mark": "#!/bin/sh\necho still good\n"})
     _active_everywhere(hooks, good)
     bad = hooks.hooks.push({"prolog.d/20-typo": "#!/bin/bash\nif [ -f x ]; then echo\n"})
-    wait_for("the refusal on every worker", lambda: all(
-        f"refused: {bad}" in _status(hooks, w) for w in WORKERS))
+    wait_for(
+        "the refusal on every worker",
+        lambda: all(f"refused: {bad}" in _status(hooks, w) for w in WORKERS),
+    )
     status = _status(hooks, "slonk-cpu-0")
     assert f"active:  {good}" in status
     assert "prolog.d/20-typo: line 3: syntax error" in status
@@ -94,31 +100,46 @@ def test_a_failing_prolog_drains_its_node_and_the_job_is_requeued(hooks: LocalCl
 
 
 def test_the_epilog_sees_the_jobs_environment(hooks: LocalCluster):
-    commit = hooks.hooks.push({
-        "epilog.d/10-env": "#!/bin/sh\necho epilog job=$SLURM_JOB_ID user=$SLURM_JOB_USER\n"})
+    commit = hooks.hooks.push(
+        {"epilog.d/10-env": "#!/bin/sh\necho epilog job=$SLURM_JOB_ID user=$SLURM_JOB_USER\n"}
+    )
     _active_everywhere(hooks, commit)
     job = _run_on_both(hooks)
-    wait_for("the epilog's output", lambda: f"epilog job={job} user=demo" in _hook_log(
-        hooks, "slonk-cpu-0", job))
+    wait_for(
+        "the epilog's output",
+        lambda: f"epilog job={job} user=demo" in _hook_log(hooks, "slonk-cpu-0", job),
+    )
 
 
-@pytest.mark.parametrize(("name", "script", "problem"), [
-    ("20-bad", "#!/bin/bash\r\necho hi\r\n", "#! line ends in a carriage return (CRLF line ends?)"),
-    ("20-bad", "#!/usr/bin/env no-such-interpreter\necho hi\n",
-     "#! interpreter no-such-interpreter is not on the jobs' PATH"),
-    # The pod's /bin/sh is dash: bash syntax there fails on every node.
-    ("20-bad", "#!/bin/sh\narr=(1 2 3)\n", '2: Syntax error: "(" unexpected'),
-    # A name that would end a line in the drain reason (and crash-loop the recycler).
-    ("20-x\u2028y", "#!/bin/sh\nexit 1\n", "name is not printable ASCII"),
-])
+@pytest.mark.parametrize(
+    ("name", "script", "problem"),
+    [
+        (
+            "20-bad",
+            "#!/bin/bash\r\necho hi\r\n",
+            "#! line ends in a carriage return (CRLF line ends?)",
+        ),
+        (
+            "20-bad",
+            "#!/usr/bin/env no-such-interpreter\necho hi\n",
+            "#! interpreter no-such-interpreter is not on the jobs' PATH",
+        ),
+        # The pod's /bin/sh is dash: bash syntax there fails on every node.
+        ("20-bad", "#!/bin/sh\narr=(1 2 3)\n", '2: Syntax error: "(" unexpected'),
+        # A name that would end a line in the drain reason (and crash-loop the recycler).
+        ("20-x\u2028y", "#!/bin/sh\nexit 1\n", "name is not printable ASCII"),
+    ],
+)
 def test_a_script_no_job_could_run_is_refused(
     hooks: LocalCluster, name: str, script: str, problem: str
 ):
     good = hooks.hooks.push({"prolog.d/10-mark": "#!/bin/sh\necho still good\n"})
     _active_everywhere(hooks, good)
     bad = hooks.hooks.push({f"prolog.d/{name}": script})
-    wait_for("the refusal on every worker", lambda: all(
-        f"refused: {bad}" in _status(hooks, w) for w in WORKERS))
+    wait_for(
+        "the refusal on every worker",
+        lambda: all(f"refused: {bad}" in _status(hooks, w) for w in WORKERS),
+    )
     shown = name.encode("unicode_escape").decode()
     assert f"prolog.d/{shown}: {problem}" in _status(hooks, "slonk-cpu-0")
     job = _run_on_both(hooks)
@@ -152,13 +173,16 @@ def test_a_node_a_hook_drained_is_not_recycled(recycling: LocalCluster):
     _active_everywhere(cluster, failing)
     cluster.submit("--nodelist=slonk-cpu-0", "--output=/dev/null", "--wrap", "true")
     reason = "slonk:hook:prolog:10-broken: exit 1"
-    wait_for("slonk-cpu-0 drained by the hook",
-             lambda: cluster.nodes()["slonk-cpu-0"] == ("idle+drain", reason))
+    wait_for(
+        "slonk-cpu-0 drained by the hook",
+        lambda: cluster.nodes()["slonk-cpu-0"] == ("idle+drain", reason),
+    )
     before, recycled = _deletes(cluster, "slonk-cpu-0"), _deletes(cluster, "slonk-cpu-1")
     # A machine fault on the other node: once the loop recycles it, it has passed over
     # slonk-cpu-0 (idle, drained by slonk) too.
     cluster.pod("slonk-cpu-1").check_output(
-        "mkdir -p /home/.fake-gpu && echo ecc > /home/.fake-gpu/slonk-cpu-1")
+        "mkdir -p /home/.fake-gpu && echo ecc > /home/.fake-gpu/slonk-cpu-1"
+    )
     wait_for("slonk-cpu-1 recycled", lambda: _deletes(cluster, "slonk-cpu-1") > recycled)
     assert _deletes(cluster, "slonk-cpu-0") == before
     assert cluster.nodes()["slonk-cpu-0"] == ("idle+drain", reason)

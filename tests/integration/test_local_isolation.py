@@ -26,8 +26,16 @@ CHECKOUT = Path(__file__).parents[2]
 
 @pytest.mark.parametrize("state_dir", [CHECKOUT, CHECKOUT / ".state"])
 def test_a_state_dir_a_pod_would_see_through_the_checkout_is_refused(state_dir: Path):
-    pod = Pod("slonk-cpu-0", "worker", {}, ("true",), {},
-              (Mount("claim", "hooks", "/var/lib/slonk/git"),), "slonk", image=image("worker"))
+    pod = Pod(
+        "slonk-cpu-0",
+        "worker",
+        {},
+        ("true",),
+        {},
+        (Mount("claim", "hooks", "/var/lib/slonk/git"),),
+        "slonk",
+        image=image("worker"),
+    )
     with pytest.raises(LocalModeError, match=f"state dir {state_dir} lies in /"):
         pod_spec(Cluster(state_dir), pod, "", "host")
     pod_spec(Cluster(state_dir), pod, "", "podman")  # sees only its volumes: fine
@@ -53,10 +61,13 @@ def _token(cluster: LocalCluster) -> str:
 def test_a_user_sees_nothing_of_the_state_dir(exposed: LocalCluster):
     user, state = exposed.user("demo"), exposed.state_dir
     for where in (state, DEFAULT_STATE_DIR):
-        for listing in (user.run(f"ls -A {where}"),  # on the login pod, and in a job
-                        user.run(f"srun --nodes=1 ls -A {where} </dev/null")):
+        for listing in (
+            user.run(f"ls -A {where}"),  # on the login pod, and in a job
+            user.run(f"srun --nodes=1 ls -A {where} </dev/null"),
+        ):
             assert listing.stdout == "" and (
-                listing.rc == 0 or "No such file or directory" in listing.stderr), listing
+                listing.rc == 0 or "No such file or directory" in listing.stderr
+            ), listing
     # Nor anywhere a token could otherwise be read: the login pod mounts none.
     found = user.run(f"grep -rlsF {_token(exposed)} /var/lib/slonk /var/run /run /etc /tmp")
     assert found.stdout == ""
@@ -90,8 +101,10 @@ def test_root_in_a_pod_still_gets_its_mounts_and_not_the_rest(exposed: LocalClus
 def test_a_pod_runs_the_images_userland_not_the_hosts(exposed: LocalCluster):
     worker = exposed.pod("slonk-cpu-0")
     assert worker.check_output("slurmd -V").startswith("slurm-wlm 24.11")
-    accounts = dict(line.split(":") for line in
-                    worker.check_output("getent passwd | cut -d: -f1,3").splitlines())
+    accounts = dict(
+        line.split(":")
+        for line in worker.check_output("getent passwd | cut -d: -f1,3").splitlines()
+    )
     # A fresh machine's uid 1000 user (and any other of the host's people) is the host's only.
     host = [e.split(":") for e in Path("/etc/passwd").read_text().splitlines()]
     people = {e[0] for e in host if 1000 <= int(e[2]) < 60000}  # Debian: its users

@@ -15,35 +15,62 @@ LOGIN = "slonk-login-0"
 
 def _ldapadd(cluster: LocalCluster, ldif: str) -> None:
     pod = cluster.pod("slonk-ldap-0")
-    command = (f"ldapadd -x -H ldap://localhost -D cn=admin,{SUFFIX} "
-               "-w \"$(cat /var/run/secrets/slonk/ldap-admin/password)\" <<'LDIF'\n"
-               f"{ldif}\nLDIF")
+    command = (
+        f"ldapadd -x -H ldap://localhost -D cn=admin,{SUFFIX} "
+        "-w \"$(cat /var/run/secrets/slonk/ldap-admin/password)\" <<'LDIF'\n"
+        f"{ldif}\nLDIF"
+    )
     pod.check_output(command)
 
 
 def _ldapdelete(cluster: LocalCluster, *dns: str) -> None:
     cluster.pod("slonk-ldap-0").check_output(
         f"ldapdelete -x -H ldap://localhost -D cn=admin,{SUFFIX} "
-        "-w \"$(cat /var/run/secrets/slonk/ldap-admin/password)\" "
-        + " ".join(f"'{dn}'" for dn in dns))
+        '-w "$(cat /var/run/secrets/slonk/ldap-admin/password)" '
+        + " ".join(f"'{dn}'" for dn in dns)
+    )
 
 
-def _person(cluster: LocalCluster, name: str, uid: int, gid: int = 5100,
-            shell: str = "/bin/bash", home: str | None = None) -> str:
+def _person(
+    cluster: LocalCluster,
+    name: str,
+    uid: int,
+    gid: int = 5100,
+    shell: str = "/bin/bash",
+    home: str | None = None,
+) -> str:
     """An entry with the local client key; `home` is its homeDirectory line, as written."""
     key = (cluster.state_dir / "ssh" / "id_ed25519.pub").read_text().strip()
-    return "\n".join([
-        f"dn: uid={name},ou=people,{SUFFIX}", "objectClass: inetOrgPerson",
-        "objectClass: posixAccount", "objectClass: ldapPublicKey", f"uid: {name}", f"cn: {name}",
-        f"sn: {name}", f"uidNumber: {uid}", f"gidNumber: {gid}",
-        home or f"homeDirectory: /home/{name}", f"loginShell: {shell}", f"sshPublicKey: {key}",
-        ""])
+    return "\n".join(
+        [
+            f"dn: uid={name},ou=people,{SUFFIX}",
+            "objectClass: inetOrgPerson",
+            "objectClass: posixAccount",
+            "objectClass: ldapPublicKey",
+            f"uid: {name}",
+            f"cn: {name}",
+            f"sn: {name}",
+            f"uidNumber: {uid}",
+            f"gidNumber: {gid}",
+            home or f"homeDirectory: /home/{name}",
+            f"loginShell: {shell}",
+            f"sshPublicKey: {key}",
+            "",
+        ]
+    )
 
 
 def _posix_group(name: str, gid: int, *members: str) -> str:
-    return "\n".join([f"dn: cn={name},ou=groups,{SUFFIX}", "objectClass: posixGroup",
-                      f"cn: {name}", f"gidNumber: {gid}", *(f"memberUid: {m}" for m in members),
-                      ""])
+    return "\n".join(
+        [
+            f"dn: cn={name},ou=groups,{SUFFIX}",
+            "objectClass: posixGroup",
+            f"cn: {name}",
+            f"gidNumber: {gid}",
+            *(f"memberUid: {m}" for m in members),
+            "",
+        ]
+    )
 
 
 def _can_log_in(cluster: LocalCluster, name: str) -> bool:
@@ -55,29 +82,39 @@ SLURM_PODS = ("slonk-login-0", "slonk-cpu-0", "slonk-cpu-1", "slonk-controller-0
 
 def _wait_on_every_pod(cluster: LocalCluster, name: str) -> None:
     """Each pod syncs on its own clock, every ldap.syncIntervalSeconds."""
-    wait_for(f"{name} on every pod", lambda: all(
-        cluster.pod(p).run(f"getent passwd {name}").rc == 0 for p in SLURM_PODS))
+    wait_for(
+        f"{name} on every pod",
+        lambda: all(cluster.pod(p).run(f"getent passwd {name}").rc == 0 for p in SLURM_PODS),
+    )
 
 
 def _wait_logged(cluster: LocalCluster, since: int, *lines: str) -> None:
     """The login pod's sync says what it skipped once its files are written: a user who
     logs in does not mean the lines are there yet."""
-    wait_for(f"{LOGIN} to log {lines}", lambda: all(
-        line in cluster.log(LOGIN, since) for line in lines))
+    wait_for(
+        f"{LOGIN} to log {lines}", lambda: all(line in cluster.log(LOGIN, since) for line in lines)
+    )
 
 
 def _added_lines(pod, name: str) -> list[list[str]]:
     """The lines of /etc/`name` after the image's, which must be there as they were."""
     base = pod.file(f"/var/lib/slonk/users-base/{name}").content_string.splitlines()
     lines = pod.file(f"/etc/{name}").content_string.splitlines()
-    assert lines[:len(base)] == base, f"{name}: the image's lines changed"
-    return [line.split(":") for line in lines[len(base):]]
+    assert lines[: len(base)] == base, f"{name}: the image's lines changed"
+    return [line.split(":") for line in lines[len(base) :]]
 
 
 @pytest.fixture
 def directory(healthy: LocalCluster) -> LocalCluster:
-    wait_for("the directory", lambda: healthy.pod("slonk-ldap-0").run(
-        f"ldapsearch -x -H ldap://localhost -b {SUFFIX} -s base").rc == 0)
+    wait_for(
+        "the directory",
+        lambda: (
+            healthy.pod("slonk-ldap-0")
+            .run(f"ldapsearch -x -H ldap://localhost -b {SUFFIX} -s base")
+            .rc
+            == 0
+        ),
+    )
     return healthy
 
 
@@ -93,18 +130,25 @@ def test_a_user_added_to_ldap_logs_in_and_runs_everywhere(directory: LocalCluste
 
 def test_bad_entries_are_skipped_with_a_warning_and_the_rest_sync(directory: LocalCluster):
     offset = directory.log_offset(LOGIN)
-    _ldapadd(directory, "\n".join([
-        _person(directory, "dave", 5202),
-        _person(directory, "eve", 5202),                          # dave's uid
-        _person(directory, "frank", 5203, shell="/bin/nologin-x"),  # no such shell
-        _person(directory, "heidi", 5204),
-    ]))
+    _ldapadd(
+        directory,
+        "\n".join(
+            [
+                _person(directory, "dave", 5202),
+                _person(directory, "eve", 5202),  # dave's uid
+                _person(directory, "frank", 5203, shell="/bin/nologin-x"),  # no such shell
+                _person(directory, "heidi", 5204),
+            ]
+        ),
+    )
     wait_for("heidi", lambda: _can_log_in(directory, "heidi"))
     assert _can_log_in(directory, "dave")
-    _wait_logged(directory, offset,
-                 f"skipped user uid=eve,ou=people,{SUFFIX}: uid 5202 is dave's",
-                 f"skipped user uid=frank,ou=people,{SUFFIX}: shell /bin/nologin-x is not in "
-                 "/etc/shells")
+    _wait_logged(
+        directory,
+        offset,
+        f"skipped user uid=eve,ou=people,{SUFFIX}: uid 5202 is dave's",
+        f"skipped user uid=frank,ou=people,{SUFFIX}: shell /bin/nologin-x is not in /etc/shells",
+    )
     for name in ("eve", "frank"):
         assert directory.pod(LOGIN).run(f"getent passwd {name}").rc != 0
 
@@ -115,16 +159,24 @@ def test_users_stay_while_the_directory_is_down(directory: LocalCluster):
     offset = directory.log_offset(LOGIN)
     directory.slonk("stop", "slonk-ldap-0")
     try:
-        wait_for("a sync that fails", lambda: "no LDAP server answered" in directory.log(
-            LOGIN, offset))
+        wait_for(
+            "a sync that fails", lambda: "no LDAP server answered" in directory.log(LOGIN, offset)
+        )
         assert _can_log_in(directory, "ivan")
         assert directory.user("ivan").check_output("srun --nodes=2 hostname </dev/null")
         assert directory.pod("slonk-cpu-1").run("getent passwd demo ivan").rc == 0
     finally:
         directory.slonk("restart", "slonk-ldap-0")
     # The directory kept its data (a volume): new entries flow again.
-    wait_for("the directory", lambda: directory.pod("slonk-ldap-0").run(
-        f"ldapsearch -x -H ldap://localhost -b {SUFFIX} -s base").rc == 0)
+    wait_for(
+        "the directory",
+        lambda: (
+            directory.pod("slonk-ldap-0")
+            .run(f"ldapsearch -x -H ldap://localhost -b {SUFFIX} -s base")
+            .rc
+            == 0
+        ),
+    )
     _ldapadd(directory, _person(directory, "grace", 5206))
     wait_for("grace", lambda: _can_log_in(directory, "grace"))
 
@@ -134,13 +186,18 @@ def test_hostile_entries_write_no_line_and_join_no_system_group(directory: Local
     user, groups with root's and shadow's gids listing demo."""
     offset = directory.log_offset(LOGIN)
     injected = base64.b64encode(b"/home/x\nrootkit::0:0::/root").decode()
-    _ldapadd(directory, "\n".join([
-        _person(directory, "mallory", 5301, home=f"homeDirectory:: {injected}"),
-        _person(directory, "oscar", 5302, gid=0),
-        _posix_group("wheel", 0, "demo"),
-        _posix_group("shadowy", 42, "demo"),
-        _person(directory, "trent", 5303),  # a good entry in the same change: the sync ran
-    ]))
+    _ldapadd(
+        directory,
+        "\n".join(
+            [
+                _person(directory, "mallory", 5301, home=f"homeDirectory:: {injected}"),
+                _person(directory, "oscar", 5302, gid=0),
+                _posix_group("wheel", 0, "demo"),
+                _posix_group("shadowy", 42, "demo"),
+                _person(directory, "trent", 5303),  # a good entry in the same change: the sync ran
+            ]
+        ),
+    )
     try:
         _wait_on_every_pod(directory, "trent")
         for name in SLURM_PODS:
@@ -151,28 +208,38 @@ def test_hostile_entries_write_no_line_and_join_no_system_group(directory: Local
                 assert len(fields) == 7 and int(fields[2]) >= 1000, (name, fields)
             assert [g[0] for g in _added_lines(pod, "group")].count("wheel") == 0
             assert set(pod.check_output("id -G demo").split()).isdisjoint({"0", "42"}), name
-        _wait_logged(directory, offset,
-                     f"skipped user uid=mallory,ou=people,{SUFFIX}: home "
-                     "'/home/x\\nrootkit::0:0::/root' is not an absolute",
-                     f"skipped user uid=oscar,ou=people,{SUFFIX}: gid 0 is outside")
+        _wait_logged(
+            directory,
+            offset,
+            f"skipped user uid=mallory,ou=people,{SUFFIX}: home "
+            "'/home/x\\nrootkit::0:0::/root' is not an absolute",
+            f"skipped user uid=oscar,ou=people,{SUFFIX}: gid 0 is outside",
+        )
     finally:
-        _ldapdelete(directory, f"uid=mallory,ou=people,{SUFFIX}", f"uid=oscar,ou=people,{SUFFIX}",
-                    f"cn=wheel,ou=groups,{SUFFIX}", f"cn=shadowy,ou=groups,{SUFFIX}")
+        _ldapdelete(
+            directory,
+            f"uid=mallory,ou=people,{SUFFIX}",
+            f"uid=oscar,ou=people,{SUFFIX}",
+            f"cn=wheel,ou=groups,{SUFFIX}",
+            f"cn=shadowy,ou=groups,{SUFFIX}",
+        )
 
 
 def test_a_newcomer_with_demos_uid_does_not_lock_demo_out(directory: LocalCluster):
     """uid=aaron sorts before uid=demo: DN order alone would hand demo's uid to aaron."""
     offset = directory.log_offset(LOGIN)
-    _ldapadd(directory, "\n".join([_person(directory, "aaron", 5000),
-                                   _person(directory, "trudy", 5304)]))
+    _ldapadd(
+        directory, "\n".join([_person(directory, "aaron", 5000), _person(directory, "trudy", 5304)])
+    )
     try:
         _wait_on_every_pod(directory, "trudy")
         for name in SLURM_PODS:
             assert directory.pod(name).check_output("getent passwd 5000").startswith("demo:")
         assert _can_log_in(directory, "demo")
         assert not _can_log_in(directory, "aaron")
-        _wait_logged(directory, offset,
-                     f"skipped user uid=aaron,ou=people,{SUFFIX}: uid 5000 is demo's")
+        _wait_logged(
+            directory, offset, f"skipped user uid=aaron,ou=people,{SUFFIX}: uid 5000 is demo's"
+        )
     finally:
         _ldapdelete(directory, f"uid=aaron,ou=people,{SUFFIX}")
 
@@ -180,7 +247,8 @@ def test_a_newcomer_with_demos_uid_does_not_lock_demo_out(directory: LocalCluste
 def test_a_pod_started_while_the_directory_is_down_has_its_users(directory: LocalCluster):
     login = directory.pod(LOGIN)
     assert login.check_output("stat -c '%U %a' /home/.slonk /home/.slonk/users.json") == (
-        "root 700\nroot 600")
+        "root 700\nroot 600"
+    )
     directory.slonk("stop", "slonk-ldap-0")
     try:
         offset = directory.log_offset(LOGIN)
@@ -192,5 +260,12 @@ def test_a_pod_started_while_the_directory_is_down_has_its_users(directory: Loca
         assert directory.pod(LOGIN).run("getent passwd demo").rc == 0
     finally:
         directory.slonk("restart", "slonk-ldap-0")
-    wait_for("the directory", lambda: directory.pod("slonk-ldap-0").run(
-        f"ldapsearch -x -H ldap://localhost -b {SUFFIX} -s base").rc == 0)
+    wait_for(
+        "the directory",
+        lambda: (
+            directory.pod("slonk-ldap-0")
+            .run(f"ldapsearch -x -H ldap://localhost -b {SUFFIX} -s base")
+            .rc
+            == 0
+        ),
+    )

@@ -49,8 +49,10 @@ class Lifecycle(LocalCluster):
     def hold(self, *sbatch_args: str) -> str:
         """A job that runs until release(job) is called."""
         wait = "until [ -e /home/release-$SLURM_JOB_ID ]; do sleep 0.1; done"
-        return self.run(f"sbatch --parsable --output=/dev/null {shlex.join(sbatch_args)} "
-                        f"--wrap {shlex.quote(wait)}").strip()
+        return self.run(
+            f"sbatch --parsable --output=/dev/null {shlex.join(sbatch_args)} "
+            f"--wrap {shlex.quote(wait)}"
+        ).strip()
 
     def release(self, job: str) -> None:
         self.run(f"touch /home/release-{job}")
@@ -65,8 +67,9 @@ class Lifecycle(LocalCluster):
                 "BatchHost": found[0].batch_host} if found else {}  # fmt: skip
 
     def wait_running(self, job: str) -> dict[str, str]:
-        return wait_for(f"job {job} running",
-                        lambda: (f := self.job(job)).get("JobState") == "RUNNING" and f)
+        return wait_for(
+            f"job {job} running", lambda: (f := self.job(job)).get("JobState") == "RUNNING" and f
+        )
 
     def finish(self, job: str) -> None:
         self.release(job)
@@ -127,11 +130,11 @@ def test_upgrades_compose_like_reuse_values(lifecycle: Lifecycle):
     assert "extra" in lifecycle.partitions()
 
     # And back: null drops a partition and a setting, as with Helm.
-    lifecycle.upgrade("back", {"partitions": {"extra": None},
-                               "slurm": {"slurmConf": {"MessageTimeout": None}}})
+    lifecycle.upgrade(
+        "back", {"partitions": {"extra": None}, "slurm": {"slurmConf": {"MessageTimeout": None}}}
+    )
     assert lifecycle.partitions() == ["main"]
     assert not re.search(r"MessageTimeout\s*= 20 sec", lifecycle.run("scontrol show config"))
-
 
 
 def test_scale_up_starts_a_pod_and_keeps_jobs(lifecycle: Lifecycle):
@@ -146,8 +149,10 @@ def test_scale_up_starts_a_pod_and_keeps_jobs(lifecycle: Lifecycle):
     assert new not in {p["address"] for p in before.values()}
     lifecycle.wait_idle(("slonk-cpu-1", "slonk-cpu-2"))
     for pod in (CONTROLLER, "slonk-cpu-0"):  # cluster DNS answers for the new Service
-        assert lifecycle.run("getent hosts slonk-cpu-2.default.svc.cluster.local", pod).split()[0] \
+        assert (
+            lifecycle.run("getent hosts slonk-cpu-2.default.svc.cluster.local", pod).split()[0]
             == new
+        )
     fields = lifecycle.job(job)
     assert (fields["JobState"], fields["Restarts"]) == ("RUNNING", "0")
     on_new = lifecycle.hold("--nodelist=slonk-cpu-2")
@@ -223,8 +228,9 @@ def test_down_with_jobs_running_then_up_leaves_no_ghost(lifecycle: Lifecycle):
     lifecycle.pod(CONTROLLER).run(f"scontrol update jobid={wide} starttime=now")
     lifecycle.release(queued)
     lifecycle.finish(wide)
-    wait_for(f"job {queued} completed",
-             lambda: lifecycle.job(queued).get("JobState") == "COMPLETED")
+    wait_for(
+        f"job {queued} completed", lambda: lifecycle.job(queued).get("JobState") == "COMPLETED"
+    )
 
 
 def test_a_node_running_a_job_counts_as_up(lifecycle: Lifecycle):

@@ -15,8 +15,11 @@ BLOCKS = {"b1": ["slonk-a-0", "slonk-a-1"], "b2": ["slonk-b-0", "slonk-b-1"]}
 POOL = {"replicas": 2, "cpus": 2, "memoryMiB": 512}
 VALUES = {
     "slurm": {"topology": "block"},
-    "nodepools": {"cpu": None, "a": {**POOL, "topology": {"block": "b1"}},
-                  "b": {**POOL, "topology": {"block": "b2"}}},
+    "nodepools": {
+        "cpu": None,
+        "a": {**POOL, "topology": {"block": "b1"}},
+        "b": {**POOL, "topology": {"block": "b2"}},
+    },
     "partitions": {"main": {"pools": ["a", "b"]}},
 }
 NODES = tuple(node for nodes in BLOCKS.values() for node in nodes)
@@ -37,8 +40,11 @@ def _fields(line: str) -> dict[str, str]:
 
 def test_slurmctld_shows_both_blocks(blocks: LocalCluster) -> None:
     out = blocks.pod(CONTROLLER).check_output("scontrol show topology")
-    shown = {f["BlockName"]: hostlist.expand_hostlist(f["Nodes"])
-             for f in map(_fields, out.splitlines()) if "BlockName" in f}
+    shown = {
+        f["BlockName"]: hostlist.expand_hostlist(f["Nodes"])
+        for f in map(_fields, out.splitlines())
+        if "BlockName" in f
+    }
     assert shown == BLOCKS, out
 
 
@@ -50,11 +56,17 @@ def _node_list(cluster: LocalCluster, job: str) -> list[str]:
 
 def test_a_job_asking_for_a_segment_lands_within_one_block(blocks: LocalCluster) -> None:
     """Two whole-node jobs of one 2-node segment each: each gets one block, all of it."""
-    jobs = [blocks.submit("--nodes=2", "--segment=2", "--exclusive", "--output=/dev/null",
-                          "--wrap", "sleep 600") for _ in range(2)]
+    jobs = [
+        blocks.submit(
+            "--nodes=2", "--segment=2", "--exclusive", "--output=/dev/null", "--wrap", "sleep 600"
+        )
+        for _ in range(2)
+    ]
     try:
-        placed = {job: wait_for(f"job {job} running", lambda job=job: _node_list(blocks, job))
-                  for job in jobs}
+        placed = {
+            job: wait_for(f"job {job} running", lambda job=job: _node_list(blocks, job))
+            for job in jobs
+        }
         assert sorted(sorted(nodes) for nodes in placed.values()) == sorted(BLOCKS.values())
     finally:
         blocks.pod(CONTROLLER).run(f"scancel {' '.join(jobs)}")
@@ -71,4 +83,6 @@ def test_tree_topology_is_shown_too(healthy: LocalCluster) -> None:
     out = healthy.pod(CONTROLLER).check_output("scontrol show topology")
     (leaf,) = [f for f in map(_fields, out.splitlines()) if "SwitchName" in f]
     assert (leaf["SwitchName"], hostlist.expand_hostlist(leaf["Nodes"])) == (
-        "cpu", ["slonk-cpu-0", "slonk-cpu-1"]), out
+        "cpu",
+        ["slonk-cpu-0", "slonk-cpu-1"],
+    ), out

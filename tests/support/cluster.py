@@ -38,15 +38,17 @@ SCRATCH = "/var/tmp"  # in a pod's own writable layer
 VERSION = yaml.safe_load((paths.chart_dir() / "Chart.yaml").read_text())["appVersion"]
 ROLES = ("base", "controller", "worker", "login")
 
+
 def image(role: str) -> str:
     """The image the chart names for a role, as scripts/build-images tags it."""
     return f"localhost/slonk/{role}:{VERSION}"
 
 
 def image_exists(name: str) -> bool:
-    return shutil.which("podman") is not None and subprocess.run(
-        ["podman", "image", "exists", name], check=False
-    ).returncode == 0
+    return (
+        shutil.which("podman") is not None
+        and subprocess.run(["podman", "image", "exists", name], check=False).returncode == 0
+    )
 
 
 def slonk(*args: str, check: bool = True, timeout: float = 180) -> subprocess.CompletedProcess[str]:
@@ -97,8 +99,17 @@ class PodBackend(_SlonkBackend):
     NAME = "slonk-pod"
 
     def prefix(self) -> list[str]:
-        return [*SLONK, "local", "exec", self.target, "--state-dir", str(self.state_dir),
-                "--", "/bin/sh", "-c"]
+        return [
+            *SLONK,
+            "local",
+            "exec",
+            self.target,
+            "--state-dir",
+            str(self.state_dir),
+            "--",
+            "/bin/sh",
+            "-c",
+        ]
 
 
 class UserBackend(_SlonkBackend):
@@ -137,7 +148,10 @@ class HooksRepo:
     def git(self, *args: str) -> str:
         return subprocess.run(
             ["git", "-C", str(self.path), "-c", "user.name=test", "-c", "user.email=t@t", *args],
-            check=True, capture_output=True, text=True).stdout.strip()
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
 
     def push(self, files: dict[str, str | None]) -> str:
         """Write (or, for None, delete) files as executables and commit; returns the commit."""
@@ -240,9 +254,14 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
             "intervalSeconds": HEALTH_INTERVAL,
             # Both workers "have" two GPUs: a fake nvidia-smi (tests/fakes) answers for them.
             # Scratch off /tmp: a test fills it, and a CI checkout under /tmp must stay seen.
-            "checks": {"gpu": {"expectedCount": 2, "nvidiaSmi": f"{FAKE_GPU} nvidia-smi",
-                               "dmesg": f"{FAKE_GPU} dmesg"},
-                       "scratch": {"path": SCRATCH}},
+            "checks": {
+                "gpu": {
+                    "expectedCount": 2,
+                    "nvidiaSmi": f"{FAKE_GPU} nvidia-smi",
+                    "dmesg": f"{FAKE_GPU} dmesg",
+                },
+                "scratch": {"path": SCRATCH},
+            },
             # Recycling is as good as off, but for the tests that turn it on.
             "recycle": {"idleSeconds": 3600, "periodSeconds": 1},
         },

@@ -43,20 +43,34 @@ def test_health_is_off_unless_enabled():
     assert settings.recycle.idle_seconds == 300
 
 
-@pytest.mark.parametrize(("health", "error"), [
-    ({"enabled": True, "checks": {"gpuu": {}}}, "health.checks.gpuu: unknown key"),
-    # slurmd start times are whole seconds: a node recycled at once could not be told from
-    # its successor.
-    ({"enabled": True, "recycle": {"idleSeconds": 0}},
-     "health.recycle.idleSeconds: must be >= 1, got 0"),
-    ({"enabled": True, "checks": {"gpu": {"xids": ["79"]}}},
-     "health.checks.gpu.xids[0]: expected an integer"),
-    ({"enabled": True, "checks": {"scratch": {"minFreePercent": -1}}},
-     "health.checks.scratch.minFreePercent: must be >= 0"),
-    ({"enabled": True, "checks": {"dns": {"phases": ["always"]}}},
-     "health.checks.dns.phases[0]: must be one of boot, prolog, epilog, interval"),
-    ({"enabled": True, "recycle": {"maxRecycles": 0}}, "health.recycle.maxRecycles: must be >= 1"),
-])
+@pytest.mark.parametrize(
+    ("health", "error"),
+    [
+        ({"enabled": True, "checks": {"gpuu": {}}}, "health.checks.gpuu: unknown key"),
+        # slurmd start times are whole seconds: a node recycled at once could not be told from
+        # its successor.
+        (
+            {"enabled": True, "recycle": {"idleSeconds": 0}},
+            "health.recycle.idleSeconds: must be >= 1, got 0",
+        ),
+        (
+            {"enabled": True, "checks": {"gpu": {"xids": ["79"]}}},
+            "health.checks.gpu.xids[0]: expected an integer",
+        ),
+        (
+            {"enabled": True, "checks": {"scratch": {"minFreePercent": -1}}},
+            "health.checks.scratch.minFreePercent: must be >= 0",
+        ),
+        (
+            {"enabled": True, "checks": {"dns": {"phases": ["always"]}}},
+            "health.checks.dns.phases[0]: must be one of boot, prolog, epilog, interval",
+        ),
+        (
+            {"enabled": True, "recycle": {"maxRecycles": 0}},
+            "health.recycle.maxRecycles: must be >= 1",
+        ),
+    ],
+)
 def test_bad_settings_name_the_key(health, error):
     with pytest.raises(SpecError, match=error.replace("[", r"\[").replace("]", r"\]")):
         _health(health)
@@ -77,18 +91,33 @@ def gpu_state(tmp_path, monkeypatch):
     return state
 
 
-@pytest.mark.parametrize(("scenario", "phase", "problem"), [
-    ("healthy", "epilog", None),
-    ("ecc", "prolog", "GPU 1 (00000000:2A:00.0): 2 uncorrectable ECC errors; "
-                      "GPU 1 (00000000:2A:00.0): row remap pending, needs a reset"),
-    ("remap", "interval", "GPU 0 (00000000:18:00.0): row remap failed"),
-    ("missing", "boot", "1 of 2 GPUs visible"),
-    ("lost", "boot", "Unable to determine the device handle for GPU0000:2A:00.0: Unknown Error"),
-    ("xid", "interval", "XID 79 on PCI:0000:2a:00 (x1)"),
-    ("leftover", "prolog", None),  # memory in use is a problem only after a job
-    ("leftover", "epilog", "GPU 0 (00000000:18:00.0): 40960 MiB still in use; "
-                           "process 48213 (python) left on a GPU with 40958 MiB"),
-])
+@pytest.mark.parametrize(
+    ("scenario", "phase", "problem"),
+    [
+        ("healthy", "epilog", None),
+        (
+            "ecc",
+            "prolog",
+            "GPU 1 (00000000:2A:00.0): 2 uncorrectable ECC errors; "
+            "GPU 1 (00000000:2A:00.0): row remap pending, needs a reset",
+        ),
+        ("remap", "interval", "GPU 0 (00000000:18:00.0): row remap failed"),
+        ("missing", "boot", "1 of 2 GPUs visible"),
+        (
+            "lost",
+            "boot",
+            "Unable to determine the device handle for GPU0000:2A:00.0: Unknown Error",
+        ),
+        ("xid", "interval", "XID 79 on PCI:0000:2a:00 (x1)"),
+        ("leftover", "prolog", None),  # memory in use is a problem only after a job
+        (
+            "leftover",
+            "epilog",
+            "GPU 0 (00000000:18:00.0): 40960 MiB still in use; "
+            "process 48213 (python) left on a GPU with 40958 MiB",
+        ),
+    ],
+)
 def test_gpu_check_reads_nvidia_smi_and_the_kernel_log(gpu_state, scenario, phase, problem):
     gpu_state.write_text(scenario)
     if problem is None:
@@ -101,8 +130,11 @@ def test_gpu_check_reads_nvidia_smi_and_the_kernel_log(gpu_state, scenario, phas
 
 def test_an_unreadable_kernel_log_fails_loudly(gpu_state):
     with pytest.raises(Unhealthy, match="cannot read the kernel log for XIDs"):
-        gpu.xids("sh -c 'echo dmesg: read kernel buffer failed: Operation not permitted; exit 1'",
-                 {79}, 5)
+        gpu.xids(
+            "sh -c 'echo dmesg: read kernel buffer failed: Operation not permitted; exit 1'",
+            {79},
+            5,
+        )
 
 
 def test_a_hung_probe_is_abandoned_at_its_timeout():
@@ -114,12 +146,19 @@ def test_a_hung_probe_is_abandoned_at_its_timeout():
 
 def test_a_hung_check_times_out_and_the_others_still_report(monkeypatch):
     monkeypatch.setitem(checks.CHECKS, "dns", lambda *a: time.sleep(30))
-    plan = runner.CheckPlan(NODE, True, {
-        "dns": {"phases": ["interval"], "timeoutSeconds": 0.1, "options": {}},
-        "interfaces": {"phases": ["interval"], "timeoutSeconds": 5,
-                       "options": {"names": ["lo"], "rdmaDevices": []}},
-        "munge": {"phases": ["boot"], "timeoutSeconds": 5, "options": {}},
-    })
+    plan = runner.CheckPlan(
+        NODE,
+        True,
+        {
+            "dns": {"phases": ["interval"], "timeoutSeconds": 0.1, "options": {}},
+            "interfaces": {
+                "phases": ["interval"],
+                "timeoutSeconds": 5,
+                "options": {"names": ["lo"], "rdmaDevices": []},
+            },
+            "munge": {"phases": ["boot"], "timeoutSeconds": 5, "options": {}},
+        },
+    )
     dns, interfaces = runner.run(plan, "interval")
     assert (dns.ok, dns.detail) == (False, "timed out after 0.1 s")
     assert interfaces.check == "interfaces"  # lo has no global address
@@ -131,7 +170,8 @@ def test_storage_and_scratch_checks(tmp_path, monkeypatch):
     mountinfo.write_text(
         f"1 0 8:1 / / rw,relatime - ext4 /dev/sda1 rw\n"
         f"2 1 0:5 / {tmp_path} rw,nosuid - tmpfs tmpfs rw\n"
-        f"3 1 0:6 / /shared ro,nosuid - nfs4 server:/export rw\n")
+        f"3 1 0:6 / /shared ro,nosuid - nfs4 server:/export rw\n"
+    )
     monkeypatch.setattr(checks, "MOUNTINFO", mountinfo)
     assert checks.check_storage(NODE, {"paths": [str(tmp_path)]}, "boot", 5).endswith("writable")
     assert not list(tmp_path.glob(".slonk-health-*"))
@@ -167,29 +207,35 @@ def _result(check, ok, detail="bad"):
     return runner.Result(check, ok, detail, 0.0)
 
 
-@pytest.mark.parametrize(("current", "results", "expected"), [
-    (_node(drained=False), [_result("gpu", False, "XID 79")], ("drain", "slonk:gpu: XID 79")),
-    (_node(drained=False), [_result("gpu", True)], None),
-    # a person's drain is theirs, whatever the checks say
-    (_node("maintenance"), [_result("gpu", False)], None),
-    (_node("maintenance"), [_result("gpu", True)], None),
-    # slonk's own drain: kept while its check fails, lifted once it passes
-    (_node("slonk:gpu: XID 79"), [_result("gpu", False)], None),
-    (_node("slonk:gpu: XID 79"), [_result("gpu", True)], ("resume", "slonk:gpu: XID 79")),
-    (_node("slonk:gpu: XID 79"), [_result("gpu", True), _result("scratch", False, "full")],
-     ("drain", "slonk:scratch: full")),
-    # a check that did not run this time neither keeps nor lifts another's drain
-    (_node("slonk:gpu: XID 79"), [_result("scratch", True)], None),
-    # hooks' and the recycler's drains are not health's to lift, nor to replace
-    (_node("slonk:hook:prolog:10-x: exit 1"), [_result("gpu", True)], None),
-    (_node("slonk:hook:prolog:10-x: exit 1"), [_result("gpu", False)], None),
-    (_node("slonk:prolog:10-x: exit 1"), [_result("gpu", True)], None),  # before `hook:`
-    (_node("slonk:quarantine: recycled 3 times"), [_result("gpu", True)], None),
-    (_node("slonk:quarantine: recycled 3 times"), [_result("gpu", False)], None),
-    # what only looks like slonk's is a person's
-    (_node("slonk:gpu:typed by hand"), [_result("gpu", True)], None),
-    (_node("slonk: broken"), [_result("gpu", False)], None),
-])
+@pytest.mark.parametrize(
+    ("current", "results", "expected"),
+    [
+        (_node(drained=False), [_result("gpu", False, "XID 79")], ("drain", "slonk:gpu: XID 79")),
+        (_node(drained=False), [_result("gpu", True)], None),
+        # a person's drain is theirs, whatever the checks say
+        (_node("maintenance"), [_result("gpu", False)], None),
+        (_node("maintenance"), [_result("gpu", True)], None),
+        # slonk's own drain: kept while its check fails, lifted once it passes
+        (_node("slonk:gpu: XID 79"), [_result("gpu", False)], None),
+        (_node("slonk:gpu: XID 79"), [_result("gpu", True)], ("resume", "slonk:gpu: XID 79")),
+        (
+            _node("slonk:gpu: XID 79"),
+            [_result("gpu", True), _result("scratch", False, "full")],
+            ("drain", "slonk:scratch: full"),
+        ),
+        # a check that did not run this time neither keeps nor lifts another's drain
+        (_node("slonk:gpu: XID 79"), [_result("scratch", True)], None),
+        # hooks' and the recycler's drains are not health's to lift, nor to replace
+        (_node("slonk:hook:prolog:10-x: exit 1"), [_result("gpu", True)], None),
+        (_node("slonk:hook:prolog:10-x: exit 1"), [_result("gpu", False)], None),
+        (_node("slonk:prolog:10-x: exit 1"), [_result("gpu", True)], None),  # before `hook:`
+        (_node("slonk:quarantine: recycled 3 times"), [_result("gpu", True)], None),
+        (_node("slonk:quarantine: recycled 3 times"), [_result("gpu", False)], None),
+        # what only looks like slonk's is a person's
+        (_node("slonk:gpu:typed by hand"), [_result("gpu", True)], None),
+        (_node("slonk: broken"), [_result("gpu", False)], None),
+    ],
+)
 def test_drain_and_resume_rules(current, results, expected):
     assert drains.decide(current, results, undrain=True) == expected
 
@@ -198,8 +244,9 @@ def test_undrain_can_be_turned_off():
     assert drains.decide(_node("slonk:gpu: XID 79"), [_result("gpu", True)], undrain=False) is None
 
 
-SETTINGS = RecycleSettings(idle_seconds=60, period_seconds=1, max_recycles=2, window_seconds=600,
-                           taint_nodes=True)
+SETTINGS = RecycleSettings(
+    idle_seconds=60, period_seconds=1, max_recycles=2, window_seconds=600, taint_nodes=True
+)
 
 
 def test_recycling_waits_for_idle_then_for_the_new_pod_then_quarantines():
@@ -231,17 +278,20 @@ def test_recycling_waits_for_idle_then_for_the_new_pod_then_quarantines():
     assert due(newer_pod, 1060 + 600) == [("recycle", 1)]
 
 
-@pytest.mark.parametrize("current", [
-    _node("maintenance"),
-    _node("slonk:gpu: XID 79", state="mixed"),  # still draining its jobs
-    _node("slonk:quarantine: recycled 2 times"),
-    _node(drained=False),
-    # a failing script is fixed in git: recycling machines for it would quarantine them all
-    _node("slonk:hook:prolog:10-x: exit 1"),
-    _node("slonk:hook:epilog:10-x: timed out after 30 s"),
-    _node("slonk:prolog:10-x: exit 1"),
-    _node("slonk:pod: stopping"),
-])
+@pytest.mark.parametrize(
+    "current",
+    [
+        _node("maintenance"),
+        _node("slonk:gpu: XID 79", state="mixed"),  # still draining its jobs
+        _node("slonk:quarantine: recycled 2 times"),
+        _node(drained=False),
+        # a failing script is fixed in git: recycling machines for it would quarantine them all
+        _node("slonk:hook:prolog:10-x: exit 1"),
+        _node("slonk:hook:epilog:10-x: timed out after 30 s"),
+        _node("slonk:prolog:10-x: exit 1"),
+        _node("slonk:pod: stopping"),
+    ],
+)
 def test_recycling_leaves_busy_healthy_quarantined_hooks_and_peoples_nodes_alone(current):
     history = recycle.History()
     assert list(recycle.due([current], history, SETTINGS, now=0)) == []
@@ -283,22 +333,25 @@ def test_a_taint_that_failed_is_tried_again():
     assert kube.tainted == ["refused", "n"] and history.untainted == {}
 
 
-@pytest.mark.parametrize(("reason", "cause"), [
-    ("slonk:gpu: 1 of 2 GPUs visible", ("health", "gpu")),
-    ("slonk:hook:prolog:10-x: exit 1", ("hook", "prolog:10-x")),
-    ("slonk:hook:epilog:a: b: c: exit 2", ("hook", "epilog:a")),
-    ("slonk:prolog:10-x: exit 1", ("hook", "prolog:10-x")),
-    ("slonk:quarantine: recycled 2 times", ("quarantine", "quarantine")),
-    ("slonk:pod: stopping", ("pod", "pod")),
-    ("slonk:scale-down: pod leaving", ("scale-down", "scale-down")),  # never recycled
-    ("maintenance", None),
-    ("", None),
-    ("slonk:", None),
-    ("slonk: gpu: x", None),
-    ("slonk:GPU: x", None),
-    ("slonk:gpu:x", None),
-    ("Slonk:gpu: x", None),
-])
+@pytest.mark.parametrize(
+    ("reason", "cause"),
+    [
+        ("slonk:gpu: 1 of 2 GPUs visible", ("health", "gpu")),
+        ("slonk:hook:prolog:10-x: exit 1", ("hook", "prolog:10-x")),
+        ("slonk:hook:epilog:a: b: c: exit 2", ("hook", "epilog:a")),
+        ("slonk:prolog:10-x: exit 1", ("hook", "prolog:10-x")),
+        ("slonk:quarantine: recycled 2 times", ("quarantine", "quarantine")),
+        ("slonk:pod: stopping", ("pod", "pod")),
+        ("slonk:scale-down: pod leaving", ("scale-down", "scale-down")),  # never recycled
+        ("maintenance", None),
+        ("", None),
+        ("slonk:", None),
+        ("slonk: gpu: x", None),
+        ("slonk:GPU: x", None),
+        ("slonk:gpu:x", None),
+        ("Slonk:gpu: x", None),
+    ],
+)
 def test_one_classifier_reads_every_reason(reason, cause):
     found = reasons.classify(reason)
     assert (found and (found.kind, found.name)) == cause if cause else found is None
@@ -307,7 +360,8 @@ def test_one_classifier_reads_every_reason(reason, cause):
 def test_every_writer_is_read_back_as_its_kind():
     for check in checks.CHECKS:
         assert reasons.classify(runner.Result(check, False, "x", 0).reason) == reasons.Cause(
-            reasons.HEALTH, check)
+            reasons.HEALTH, check
+        )
         assert check not in reasons.RESERVED
     assert reasons.classify(reasons.hook("prolog", "10-x", "exit 1")).kind == reasons.HOOK
     assert reasons.classify(reasons.quarantine("recycled")).kind == reasons.QUARANTINE

@@ -29,8 +29,9 @@ from slonk.local import gitsync
 from slonk.local.gitsync import sync_once
 from slonk.paths import DEFAULT_PATH
 
-SETTINGS = HookSettings(phases={"prolog": "prolog.d", "epilog": "epilog.d"}, timeout_seconds=2,
-                        max_file_bytes=200)
+SETTINGS = HookSettings(
+    phases={"prolog": "prolog.d", "epilog": "epilog.d"}, timeout_seconds=2, max_file_bytes=200
+)
 GOOD, BAD = "a" * 40, "b" * 40  # revisions are commit ids
 
 
@@ -55,58 +56,84 @@ def test_a_good_tree_passes(tmp_path):
     assert problems(tmp_path, SETTINGS) == []
 
 
-@pytest.mark.parametrize(("name", "text", "mode", "problem"), [
-    ("a", "#!/bin/sh\necho\n", 0o644, "prolog.d/a: not executable"),
-    ("b", "echo no interpreter\n", 0o755, "prolog.d/b: no #! line"),
-    ("c", "#!/bin/bash\nif then fi\n", 0o755,
-     "prolog.d/c: line 2: syntax error near unexpected token `then'"),
-    ("d", "#!/usr/bin/python3\ndef f(:\n", 0o755, "prolog.d/d: line 2: invalid syntax"),
-    ("e", "#!/bin/sh\n" + "#" * 300 + "\n", 0o755, "prolog.d/e: larger than 200 bytes"),
-    # A script no job could run: it would fail every prolog and drain every node.
-    ("f", "#!/bin/bash\r\necho hi\r\n", 0o755,
-     "prolog.d/f: #! line ends in a carriage return (CRLF line ends?)"),
-    ("g", "#!/usr/bin/no-such-shell\necho\n", 0o755,
-     "prolog.d/g: #! interpreter /usr/bin/no-such-shell does not exist in this image"),
-    ("h", "#!/usr/bin/env no-such-shell\necho\n", 0o755,
-     "prolog.d/h: #! interpreter no-such-shell is not on the jobs' PATH"),
-    ("i", "#!/usr/bin/python3\nx = 1\0\n", 0o755,
-     "prolog.d/i: "),  # Python's words for NUL bytes vary: what counts is no crash
-])
+@pytest.mark.parametrize(
+    ("name", "text", "mode", "problem"),
+    [
+        ("a", "#!/bin/sh\necho\n", 0o644, "prolog.d/a: not executable"),
+        ("b", "echo no interpreter\n", 0o755, "prolog.d/b: no #! line"),
+        (
+            "c",
+            "#!/bin/bash\nif then fi\n",
+            0o755,
+            "prolog.d/c: line 2: syntax error near unexpected token `then'",
+        ),
+        ("d", "#!/usr/bin/python3\ndef f(:\n", 0o755, "prolog.d/d: line 2: invalid syntax"),
+        ("e", "#!/bin/sh\n" + "#" * 300 + "\n", 0o755, "prolog.d/e: larger than 200 bytes"),
+        # A script no job could run: it would fail every prolog and drain every node.
+        (
+            "f",
+            "#!/bin/bash\r\necho hi\r\n",
+            0o755,
+            "prolog.d/f: #! line ends in a carriage return (CRLF line ends?)",
+        ),
+        (
+            "g",
+            "#!/usr/bin/no-such-shell\necho\n",
+            0o755,
+            "prolog.d/g: #! interpreter /usr/bin/no-such-shell does not exist in this image",
+        ),
+        (
+            "h",
+            "#!/usr/bin/env no-such-shell\necho\n",
+            0o755,
+            "prolog.d/h: #! interpreter no-such-shell is not on the jobs' PATH",
+        ),
+        (
+            "i",
+            "#!/usr/bin/python3\nx = 1\0\n",
+            0o755,
+            "prolog.d/i: ",
+        ),  # Python's words for NUL bytes vary: what counts is no crash
+    ],
+)
 def test_bad_scripts_are_named(tmp_path, name, text, mode, problem):
     _script(tmp_path / "prolog.d", name, text, mode)
     (found,) = problems(tmp_path, SETTINGS)
     assert found.startswith(problem)
 
 
-@pytest.mark.parametrize(("head", "problem"), [
-    (b"#!/bin/bash\r\n", "#! line ends in a carriage return (CRLF line ends?)"),
-    (b"#!/bin/bash\r", "#! line ends in a carriage return"),
-    (b"#!\n", "#! line names no interpreter"),
-    (b"#!  \t\n", "#! line names no interpreter"),
-    (b"#!bash\n", "#! interpreter bash is not an absolute path"),
-    (b"#!../../bin/sh\n", "#! interpreter ../../bin/sh is not an absolute path"),
-    (b"#!/etc/passwd\n", "#! interpreter /etc/passwd is not an executable file"),
-    (b"#!/usr/bin\n", "#! interpreter /usr/bin is not an executable file"),
-    (b"#!/bin/sh\x1b[2J\n", "#! line has a control character: /bin/sh\\x1b[2J"),
-    (b"#!/bin/sh\x00\n", "#! line has a control character"),
-    (b"#!/bin/\xff\n", "#! line is not UTF-8"),
-    (b"#!/bin/sh" + b" " * 300 + b"\n", "#! line longer than 255 bytes"),
-    (b"#!/usr/bin/env\n", "#! env: name the program to run first"),
-    (b"#!/usr/bin/env python3 -u\n", "#! env is given 'python3 -u' as one name"),
-    (b"#!/usr/bin/env -i sh\n", "#! env: name the program to run first"),
-    (b"#!/usr/bin/env FOO=1 sh\n", "#! env: name the program to run first"),
-    (b"#!/usr/bin/env -S\n", "#! env: name the program to run first"),
-    (b"#!/usr/bin/env ./x\n", "#! interpreter ./x is not an absolute path"),
-    (b"#!/usr/bin/env -S bash -c 'x'\n", "#! env -S with quotes, escapes, variables"),
-    (b"#!/usr/bin/env -S bash $X\n", "#! env -S with quotes, escapes, variables"),
-    (b"#!/bin/sh\xe2\x80\xa8x\n", "#! line has a control character: /bin/sh\\u2028x"),
-    (b"#!/usr/bin/env bash\n", [shutil.which("bash", path=DEFAULT_PATH)]),
-    (b"#!/usr/bin/env -S python3 -u\n", [shutil.which("python3", path=DEFAULT_PATH), "-u"]),
-    (b"#!/bin/sh", ["/bin/sh"]),  # no newline: the whole file is the line
-    # The kernel hands the rest of the line, blanks trimmed, to the interpreter as one word.
-    (b"#! /bin/bash  -e -u \t\n", ["/bin/bash", "-e -u"]),
-    (b"#!/bin/bash\t--no-such-option\n", ["/bin/bash", "--no-such-option"]),
-])
+@pytest.mark.parametrize(
+    ("head", "problem"),
+    [
+        (b"#!/bin/bash\r\n", "#! line ends in a carriage return (CRLF line ends?)"),
+        (b"#!/bin/bash\r", "#! line ends in a carriage return"),
+        (b"#!\n", "#! line names no interpreter"),
+        (b"#!  \t\n", "#! line names no interpreter"),
+        (b"#!bash\n", "#! interpreter bash is not an absolute path"),
+        (b"#!../../bin/sh\n", "#! interpreter ../../bin/sh is not an absolute path"),
+        (b"#!/etc/passwd\n", "#! interpreter /etc/passwd is not an executable file"),
+        (b"#!/usr/bin\n", "#! interpreter /usr/bin is not an executable file"),
+        (b"#!/bin/sh\x1b[2J\n", "#! line has a control character: /bin/sh\\x1b[2J"),
+        (b"#!/bin/sh\x00\n", "#! line has a control character"),
+        (b"#!/bin/\xff\n", "#! line is not UTF-8"),
+        (b"#!/bin/sh" + b" " * 300 + b"\n", "#! line longer than 255 bytes"),
+        (b"#!/usr/bin/env\n", "#! env: name the program to run first"),
+        (b"#!/usr/bin/env python3 -u\n", "#! env is given 'python3 -u' as one name"),
+        (b"#!/usr/bin/env -i sh\n", "#! env: name the program to run first"),
+        (b"#!/usr/bin/env FOO=1 sh\n", "#! env: name the program to run first"),
+        (b"#!/usr/bin/env -S\n", "#! env: name the program to run first"),
+        (b"#!/usr/bin/env ./x\n", "#! interpreter ./x is not an absolute path"),
+        (b"#!/usr/bin/env -S bash -c 'x'\n", "#! env -S with quotes, escapes, variables"),
+        (b"#!/usr/bin/env -S bash $X\n", "#! env -S with quotes, escapes, variables"),
+        (b"#!/bin/sh\xe2\x80\xa8x\n", "#! line has a control character: /bin/sh\\u2028x"),
+        (b"#!/usr/bin/env bash\n", [shutil.which("bash", path=DEFAULT_PATH)]),
+        (b"#!/usr/bin/env -S python3 -u\n", [shutil.which("python3", path=DEFAULT_PATH), "-u"]),
+        (b"#!/bin/sh", ["/bin/sh"]),  # no newline: the whole file is the line
+        # The kernel hands the rest of the line, blanks trimmed, to the interpreter as one word.
+        (b"#! /bin/bash  -e -u \t\n", ["/bin/bash", "-e -u"]),
+        (b"#!/bin/bash\t--no-such-option\n", ["/bin/bash", "--no-such-option"]),
+    ],
+)
 def test_the_interpreter_must_be_there_to_run_the_script(head, problem):
     if isinstance(problem, list):
         assert interpreter(head) == problem
@@ -127,40 +154,45 @@ def test_env_looks_names_up_on_the_jobs_path(tmp_path):
 MARK = "touch {mark}\n"  # a script that leaves a mark if the check ever runs it
 
 
-@pytest.mark.parametrize(("text", "problem"), [
-    # /bin/sh is dash: bash's syntax passes `bash -n` and fails on every node.
-    ("#!/bin/sh\narr=(1 2 3)\n", '2: Syntax error: "(" unexpected'),
-    ("#!/usr/bin/env sh\n[[ -n x ]] && echo\n", None),  # `[[` is a command to dash: no fault
-    # The #! argument: what the shell itself refuses, and what the check cannot vouch for.
-    ("#!/bin/sh -k\necho\n", "/bin/sh: 0: Illegal option -k"),
-    ("#!/bin/sh --login\necho\n", "/bin/sh: 0: Illegal option --"),
-    ("#!/bin/bash -k\necho\n", None),
-    ("#!/bin/bash --no-such-option\necho\n",
-     "#! argument '--no-such-option': not one bash's syntax check can vouch for"),
-    ("#!/bin/sh -Z\necho\n", "#! argument '-Z': not one sh's syntax check can vouch for"),
-    # The kernel passes one argument: `-e -u` is a word bash cannot read.
-    ("#!/bin/bash -e -u\necho\n", "#! argument '-e -u': not one bash's"),
-    ("#!/bin/bash -o pipefail\necho\n", "#! argument '-o pipefail': not one bash's"),
-    ("#!/usr/bin/env -S bash -o pipefail\necho\n", "#! argument '-o': not one bash's"),
-    # Arguments that would make `SHELL ARG -n SCRIPT` run the script or leave it unread.
-    ("#!/bin/bash --rcfile\n" + MARK + "if then\n", "#! argument '--rcfile': not one bash's"),
-    ("#!/bin/bash --init-file\n" + MARK, "#! argument '--init-file': not one bash's"),
-    ("#!/bin/bash -c\n" + MARK + "if then\n", "#! argument '-c': not one bash's"),
-    ("#!/bin/bash -s\nif then\n", "#! argument '-s': not one bash's"),
-    ("#!/bin/bash -t\necho\nif then\n", "#! argument '-t': not one bash's"),
-    ("#!/bin/sh -i\n" + MARK, "#! argument '-i': not one sh's"),
-    ("#!/bin/bash --\n" + MARK, "#! argument '--': not one bash's"),
-    ("#!/bin/bash -ex\n" + MARK + "if then\n", "line 3: syntax error"),
-    ("#!/bin/bash -l\n" + MARK, None),
-    ("#!/bin/bash --login\n" + MARK, None),
-    ("#!/bin/sh +x\n" + MARK, None),
-    ("#!/usr/bin/env -S bash -e -u\n" + MARK, None),
-    ("#!/usr/bin/env -S bash -e -u\n" + MARK + "fi\n", "line 3: syntax error"),
-    ("#!/usr/bin/python3 -u\nprint('hi')\n", None),
-    ("#!/usr/bin/python3 -u\nprint 'hi'\n", "line 2: Missing parentheses in call to 'print'"),
-    ("#!/usr/bin/python3 -c\nimport os\n", "#! argument '-c': not one python3's"),
-    ("#!/usr/bin/python3 -mhttp.server\n", "#! argument '-mhttp.server': not one python3's"),
-])
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        # /bin/sh is dash: bash's syntax passes `bash -n` and fails on every node.
+        ("#!/bin/sh\narr=(1 2 3)\n", '2: Syntax error: "(" unexpected'),
+        ("#!/usr/bin/env sh\n[[ -n x ]] && echo\n", None),  # `[[` is a command to dash: no fault
+        # The #! argument: what the shell itself refuses, and what the check cannot vouch for.
+        ("#!/bin/sh -k\necho\n", "/bin/sh: 0: Illegal option -k"),
+        ("#!/bin/sh --login\necho\n", "/bin/sh: 0: Illegal option --"),
+        ("#!/bin/bash -k\necho\n", None),
+        (
+            "#!/bin/bash --no-such-option\necho\n",
+            "#! argument '--no-such-option': not one bash's syntax check can vouch for",
+        ),
+        ("#!/bin/sh -Z\necho\n", "#! argument '-Z': not one sh's syntax check can vouch for"),
+        # The kernel passes one argument: `-e -u` is a word bash cannot read.
+        ("#!/bin/bash -e -u\necho\n", "#! argument '-e -u': not one bash's"),
+        ("#!/bin/bash -o pipefail\necho\n", "#! argument '-o pipefail': not one bash's"),
+        ("#!/usr/bin/env -S bash -o pipefail\necho\n", "#! argument '-o': not one bash's"),
+        # Arguments that would make `SHELL ARG -n SCRIPT` run the script or leave it unread.
+        ("#!/bin/bash --rcfile\n" + MARK + "if then\n", "#! argument '--rcfile': not one bash's"),
+        ("#!/bin/bash --init-file\n" + MARK, "#! argument '--init-file': not one bash's"),
+        ("#!/bin/bash -c\n" + MARK + "if then\n", "#! argument '-c': not one bash's"),
+        ("#!/bin/bash -s\nif then\n", "#! argument '-s': not one bash's"),
+        ("#!/bin/bash -t\necho\nif then\n", "#! argument '-t': not one bash's"),
+        ("#!/bin/sh -i\n" + MARK, "#! argument '-i': not one sh's"),
+        ("#!/bin/bash --\n" + MARK, "#! argument '--': not one bash's"),
+        ("#!/bin/bash -ex\n" + MARK + "if then\n", "line 3: syntax error"),
+        ("#!/bin/bash -l\n" + MARK, None),
+        ("#!/bin/bash --login\n" + MARK, None),
+        ("#!/bin/sh +x\n" + MARK, None),
+        ("#!/usr/bin/env -S bash -e -u\n" + MARK, None),
+        ("#!/usr/bin/env -S bash -e -u\n" + MARK + "fi\n", "line 3: syntax error"),
+        ("#!/usr/bin/python3 -u\nprint('hi')\n", None),
+        ("#!/usr/bin/python3 -u\nprint 'hi'\n", "line 2: Missing parentheses in call to 'print'"),
+        ("#!/usr/bin/python3 -c\nimport os\n", "#! argument '-c': not one python3's"),
+        ("#!/usr/bin/python3 -mhttp.server\n", "#! argument '-mhttp.server': not one python3's"),
+    ],
+)
 def test_scripts_are_checked_by_their_own_interpreter_and_arguments(tmp_path, text, problem):
     """The check runs what every node will run, on the script, and never runs the script."""
     mark = tmp_path / "ran"
@@ -178,8 +210,11 @@ def test_the_check_gets_the_interpreters_own_command_line(tmp_path):
     """Interpreter, #! argument, -n, the script's absolute path, stdin from /dev/null, the
     jobs' environment: what is checked is what slurmd will run."""
     record = tmp_path / "argv"
-    _script(tmp_path / "bin", "bash",
-            f'#!/bin/sh\nprintf "%s\\n" "$@" "$PATH" "$BASH_ENV" > {record}\ncat >> {record}\n')
+    _script(
+        tmp_path / "bin",
+        "bash",
+        f'#!/bin/sh\nprintf "%s\\n" "$@" "$PATH" "$BASH_ENV" > {record}\ncat >> {record}\n',
+    )
     _script(tmp_path / "tree" / "prolog.d", "10-x", f"#!{tmp_path}/bin/bash -e\n")
     os.environ["BASH_ENV"] = "/the/watchers"
     try:
@@ -201,13 +236,17 @@ def test_python_is_compiled_by_the_scripts_own_python(tmp_path):
 def test_other_interpreters_run_unchecked_and_the_status_says_so(tmp_path, monkeypatch, capsys):
     """`perl -c` runs BEGIN blocks: no check at all rather than one that runs the script."""
     mark, state = tmp_path / "ran", tmp_path / "state"
-    _script(tmp_path / "tree" / "prolog.d", "10-perl",
-            f'#!/usr/bin/perl\nBEGIN {{ open(my $f, ">", "{mark}") }}\nprint "hi\\n";\n')
+    _script(
+        tmp_path / "tree" / "prolog.d",
+        "10-perl",
+        f'#!/usr/bin/perl\nBEGIN {{ open(my $f, ">", "{mark}") }}\nprint "hi\\n";\n',
+    )
     _script(tmp_path / "tree" / "prolog.d", "20-sh", "#!/bin/sh\necho\n")
     assert consider(tmp_path / "tree", GOOD, SETTINGS, state)
     assert not mark.exists()
     assert read_status(state)["active"]["unchecked"] == [
-        "prolog.d/10-perl: syntax not checked: perl has no check that runs nothing"]
+        "prolog.d/10-perl: syntax not checked: perl has no check that runs nothing"
+    ]
     monkeypatch.setattr(revision, "read_status", lambda: read_status(state))
     assert cli.main(["hooks", "status"]) == 0
     assert "unchecked: prolog.d/10-perl: syntax not checked" in capsys.readouterr().out
@@ -221,54 +260,91 @@ def _special(kind, path):
             sock.bind(str(path))
 
 
-@pytest.mark.parametrize(("make", "problem"), [
-    # Names reach Slurm's drain reasons and the logs: printable ASCII, or no line stays one.
-    (lambda d: _script(d, "10-ok\r", "#!/bin/sh\n"), "prolog.d/10-ok\\x0d: name is not printable"),
-    (lambda d: _script(d, "10\nx", "#!/bin/sh\n"), "prolog.d/10\\x0ax: name is not printable"),
-    (lambda d: _script(d, "\x1b]0;hi\x07", "#!/bin/sh\n"), "prolog.d/\\x1b]0;hi\\x07: name is"),
-    (lambda d: _script(d, "30-x\u2028y", "#!/bin/sh\nexit 1\n"),
-     "prolog.d/30-x\\u2028y: name is not printable ASCII"),
-    (lambda d: _script(d, "30-x\x85y", "#!/bin/sh\n"), "prolog.d/30-x\\x85y: name is not"),
-    (lambda d: _script(d, "30-x\x1cy", "#!/bin/sh\n"), "prolog.d/30-x\\x1cy: name is not"),
-    (lambda d: _script(d, "30-x\x0by", "#!/bin/sh\n"), "prolog.d/30-x\\x0by: name is not"),
-    (lambda d: _script(d, "30-caf\u00e9", "#!/bin/sh\n"), "prolog.d/30-café: name is not"),
-    (lambda d: _script(d / ".lib\u2029", "x", ""), "prolog.d/.lib\\u2029: name is not printable"),
-    (lambda d: (d / ".x").symlink_to(".y\u2028"), "prolog.d/.x: symlink target is not printable"),
-    (lambda d: _script(d, "-rf", "#!/bin/sh\n"), "prolog.d/-rf: name starts with '-'"),
-    # `bash -n +x` reads +x as an option and the script from stdin: never checked.
-    (lambda d: _script(d, "+x", "#!/bin/bash\nif then\n"), "prolog.d/+x: name starts with '+'"),
-    (lambda d: _script(d / ".lib", "+O", ""), "prolog.d/.lib/+O: name starts with '+'"),
-    (lambda d: _script(d, ".-x", "#!/bin/sh\n"), None),  # a dash later in a name is fine
-    (lambda d: _script(d, "10 a:b,c=d", "#!/bin/sh\n"), None),  # printable ASCII is fine
-    (lambda d: os.close(os.open(bytes(d / "10-") + b"\xff", os.O_CREAT, 0o755)),
-     "prolog.d/10-\\xff: name is not printable ASCII"),
-    # Git checks out files; a hard link could bring in a file from elsewhere on the volume.
-    (lambda d: (_script(d, ".a", ""), os.link(d / ".a", d / ".b")), "prolog.d/.a: a hard link"),
-    (lambda d: (d / ".x").symlink_to("/etc/shadow"),
-     "prolog.d/.x: symlink to /etc/shadow points outside its directory"),
-    (lambda d: (d / ".x").symlink_to("/dev/sda"),
-     "prolog.d/.x: symlink to /dev/sda points outside its directory"),
-    (lambda d: (d / ".x").symlink_to("../../../../../../etc/passwd"),
-     "prolog.d/.x: symlink to ../../../../../../etc/passwd points outside its directory"),
-    (lambda d: (d / ".x").symlink_to(".nothing"), "prolog.d/.x: symlink to .nothing points to"),
-    (lambda d: (d / ".x").symlink_to(".x"), "prolog.d/.x: symlink to .x points to nothing"),
-    (lambda d: (_special("fifo", d / ".f"), (d / ".x").symlink_to(".f")),
-     "prolog.d/.x: symlink to .f points to a special file"),
-    (lambda d: (_script(d, ".t", "#!/bin/sh\n"), (d / "10-x").symlink_to(".t")),
-     "prolog.d/10-x: not a regular file"),
-    (lambda d: _special("fifo", d / ".fifo"),
-     "prolog.d/.fifo: not a regular file, directory or symlink"),
-    (lambda d: _special("socket", d / ".s"), "prolog.d/.s: not a regular file, directory"),
-    (lambda d: _script(d, "10-suid", "#!/bin/sh\n", 0o4755), "prolog.d/10-suid: setuid or setgid"),
-    (lambda d: _script(d / ".lib", "x", "", 0o2755), "prolog.d/.lib/x: setuid or setgid bit"),
-    (lambda d: (d / "10-dir").mkdir(), "prolog.d/10-dir: not a regular file"),
-    (lambda d: [_script(d / ".many", f"{i}", "") for i in range(MAX_ENTRIES + 1)],
-     f"prolog.d: more than {MAX_ENTRIES} entries"),
-    (lambda d: (d / "/".join(".d" for _ in range(MAX_DEPTH + 1))).mkdir(parents=True),
-     f"directories nested deeper than {MAX_DEPTH}"),
-    (lambda d: [_script(d, f".{i}", "#" * 200) for i in range(9)],
-     "prolog.d: more than 1600 bytes in all"),
-])
+@pytest.mark.parametrize(
+    ("make", "problem"),
+    [
+        # Names reach Slurm's drain reasons and the logs: printable ASCII, or no line stays one.
+        (
+            lambda d: _script(d, "10-ok\r", "#!/bin/sh\n"),
+            "prolog.d/10-ok\\x0d: name is not printable",
+        ),
+        (lambda d: _script(d, "10\nx", "#!/bin/sh\n"), "prolog.d/10\\x0ax: name is not printable"),
+        (lambda d: _script(d, "\x1b]0;hi\x07", "#!/bin/sh\n"), "prolog.d/\\x1b]0;hi\\x07: name is"),
+        (
+            lambda d: _script(d, "30-x\u2028y", "#!/bin/sh\nexit 1\n"),
+            "prolog.d/30-x\\u2028y: name is not printable ASCII",
+        ),
+        (lambda d: _script(d, "30-x\x85y", "#!/bin/sh\n"), "prolog.d/30-x\\x85y: name is not"),
+        (lambda d: _script(d, "30-x\x1cy", "#!/bin/sh\n"), "prolog.d/30-x\\x1cy: name is not"),
+        (lambda d: _script(d, "30-x\x0by", "#!/bin/sh\n"), "prolog.d/30-x\\x0by: name is not"),
+        (lambda d: _script(d, "30-caf\u00e9", "#!/bin/sh\n"), "prolog.d/30-café: name is not"),
+        (
+            lambda d: _script(d / ".lib\u2029", "x", ""),
+            "prolog.d/.lib\\u2029: name is not printable",
+        ),
+        (
+            lambda d: (d / ".x").symlink_to(".y\u2028"),
+            "prolog.d/.x: symlink target is not printable",
+        ),
+        (lambda d: _script(d, "-rf", "#!/bin/sh\n"), "prolog.d/-rf: name starts with '-'"),
+        # `bash -n +x` reads +x as an option and the script from stdin: never checked.
+        (lambda d: _script(d, "+x", "#!/bin/bash\nif then\n"), "prolog.d/+x: name starts with '+'"),
+        (lambda d: _script(d / ".lib", "+O", ""), "prolog.d/.lib/+O: name starts with '+'"),
+        (lambda d: _script(d, ".-x", "#!/bin/sh\n"), None),  # a dash later in a name is fine
+        (lambda d: _script(d, "10 a:b,c=d", "#!/bin/sh\n"), None),  # printable ASCII is fine
+        (
+            lambda d: os.close(os.open(bytes(d / "10-") + b"\xff", os.O_CREAT, 0o755)),
+            "prolog.d/10-\\xff: name is not printable ASCII",
+        ),
+        # Git checks out files; a hard link could bring in a file from elsewhere on the volume.
+        (lambda d: (_script(d, ".a", ""), os.link(d / ".a", d / ".b")), "prolog.d/.a: a hard link"),
+        (
+            lambda d: (d / ".x").symlink_to("/etc/shadow"),
+            "prolog.d/.x: symlink to /etc/shadow points outside its directory",
+        ),
+        (
+            lambda d: (d / ".x").symlink_to("/dev/sda"),
+            "prolog.d/.x: symlink to /dev/sda points outside its directory",
+        ),
+        (
+            lambda d: (d / ".x").symlink_to("../../../../../../etc/passwd"),
+            "prolog.d/.x: symlink to ../../../../../../etc/passwd points outside its directory",
+        ),
+        (lambda d: (d / ".x").symlink_to(".nothing"), "prolog.d/.x: symlink to .nothing points to"),
+        (lambda d: (d / ".x").symlink_to(".x"), "prolog.d/.x: symlink to .x points to nothing"),
+        (
+            lambda d: (_special("fifo", d / ".f"), (d / ".x").symlink_to(".f")),
+            "prolog.d/.x: symlink to .f points to a special file",
+        ),
+        (
+            lambda d: (_script(d, ".t", "#!/bin/sh\n"), (d / "10-x").symlink_to(".t")),
+            "prolog.d/10-x: not a regular file",
+        ),
+        (
+            lambda d: _special("fifo", d / ".fifo"),
+            "prolog.d/.fifo: not a regular file, directory or symlink",
+        ),
+        (lambda d: _special("socket", d / ".s"), "prolog.d/.s: not a regular file, directory"),
+        (
+            lambda d: _script(d, "10-suid", "#!/bin/sh\n", 0o4755),
+            "prolog.d/10-suid: setuid or setgid",
+        ),
+        (lambda d: _script(d / ".lib", "x", "", 0o2755), "prolog.d/.lib/x: setuid or setgid bit"),
+        (lambda d: (d / "10-dir").mkdir(), "prolog.d/10-dir: not a regular file"),
+        (
+            lambda d: [_script(d / ".many", f"{i}", "") for i in range(MAX_ENTRIES + 1)],
+            f"prolog.d: more than {MAX_ENTRIES} entries",
+        ),
+        (
+            lambda d: (d / "/".join(".d" for _ in range(MAX_DEPTH + 1))).mkdir(parents=True),
+            f"directories nested deeper than {MAX_DEPTH}",
+        ),
+        (
+            lambda d: [_script(d, f".{i}", "#" * 200) for i in range(9)],
+            "prolog.d: more than 1600 bytes in all",
+        ),
+    ],
+)
 def test_what_git_content_may_hold(tmp_path, make, problem):
     """Each entry of a phase's directory, helpers too: the copy in slonk's store runs."""
     (tmp_path / "prolog.d").mkdir()
@@ -319,13 +395,16 @@ def _leaked(state):
     return [p for p in files if any(s in p.read_bytes() for s in (b"SECRET", b"of-a-secret"))]
 
 
-@pytest.mark.parametrize(("swap", "what"), [
-    (_swap_dir_for_link, ".lib"),
-    (_swap_dir_for_dir, ".lib"),
-    (_swap_file_for_link, ".lib/common.sh"),
-    (_swap_file_for_file, ".lib/common.sh"),
-    (_swap_file_for_file, "10-ok"),
-])
+@pytest.mark.parametrize(
+    ("swap", "what"),
+    [
+        (_swap_dir_for_link, ".lib"),
+        (_swap_dir_for_dir, ".lib"),
+        (_swap_file_for_link, ".lib/common.sh"),
+        (_swap_file_for_file, ".lib/common.sh"),
+        (_swap_file_for_file, "10-ok"),
+    ],
+)
 def test_an_entry_swapped_between_walk_and_copy_is_refused_not_copied(
     tmp_path, monkeypatch, racy_tree, swap, what
 ):
@@ -403,7 +482,8 @@ def test_a_bad_revision_is_refused_and_the_good_one_stays(tmp_path):
     assert status["active"]["revision"] == GOOD
     assert status["refused"]["revision"] == BAD
     assert status["refused"]["reason"] == (
-        "prolog.d/10-ok: #! line ends in a carriage return (CRLF line ends?)")
+        "prolog.d/10-ok: #! line ends in a carriage return (CRLF line ends?)"
+    )
     assert (state / "active" / "prolog" / "10-ok").read_text() == "#!/bin/sh\necho ok\n"
     assert [p.name for p in (state / "revisions").iterdir()] == [GOOD]  # no staging left
     good.rename(tmp_path / "gone")  # git-sync removes old worktrees: the store keeps a copy
@@ -441,7 +521,8 @@ def test_a_link_out_of_git_syncs_root_is_refused(tmp_path, target):
     assert revision == target
     assert not consider(tree, revision, SETTINGS, state)
     assert read_status(state)["refused"]["reason"] == (
-        f"{target}: not a commit's worktree in git-sync's root")
+        f"{target}: not a commit's worktree in git-sync's root"
+    )
 
 
 def test_a_revision_name_is_a_commit_id(tmp_path):
@@ -464,11 +545,15 @@ def _run(tmp_path, monkeypatch, scripts, phase="prolog", job="42"):
 
 
 def test_dispatcher_runs_in_order_logs_and_fails_on_the_first_error(tmp_path, monkeypatch):
-    code, drained = _run(tmp_path, monkeypatch, {
-        "10-first": "#!/bin/sh\necho first $SLURM_JOB_ID\n",
-        "20-fails": "#!/bin/sh\necho oops >&2\nexit 3\n",
-        "30-never": "#!/bin/sh\necho never\n",
-    })
+    code, drained = _run(
+        tmp_path,
+        monkeypatch,
+        {
+            "10-first": "#!/bin/sh\necho first $SLURM_JOB_ID\n",
+            "20-fails": "#!/bin/sh\necho oops >&2\nexit 3\n",
+            "30-never": "#!/bin/sh\necho never\n",
+        },
+    )
     assert code == 1
     log = (tmp_path / "logs" / "42.log").read_text()
     assert "first 42" in log and "oops" in log and "never" not in log
@@ -505,10 +590,24 @@ def test_dispatcher_times_out_a_script(tmp_path, monkeypatch):
 def _commit(repo, name, text):
     (repo / name).write_text(text)
     subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True)
-    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t",
-                    "commit", "-qm", name], check=True)
-    return subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], check=True,
-                          capture_output=True, text=True).stdout.strip()
+    subprocess.run(
+        [
+            "git",
+            "-C",
+            str(repo),
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-qm",
+            name,
+        ],
+        check=True,
+    )
+    return subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "HEAD"], check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 def test_local_git_sync_keeps_git_syncs_contract(tmp_path):
@@ -525,26 +624,29 @@ def test_local_git_sync_keeps_git_syncs_contract(tmp_path):
     assert sync_once(str(repo), first, root, "hooks", 0) == first  # a path, a commit, no depth
 
 
-@pytest.mark.parametrize(("repo", "ref", "link", "refused"), [
-    ("ext::sh -c touch% {pwned}", "HEAD", "hooks", "GITSYNC_REPO"),
-    ("ext::sh -c 'touch {pwned}'", "HEAD", "hooks", "GITSYNC_REPO"),
-    ("fd::3", "HEAD", "hooks", "GITSYNC_REPO"),
-    ("--upload-pack=touch {pwned}", "HEAD", "hooks", "GITSYNC_REPO"),
-    ("-u", "HEAD", "hooks", "GITSYNC_REPO"),
-    ("ssh://-oProxyCommand=touch%20{pwned}/x", "HEAD", "hooks", "GITSYNC_REPO"),
-    ("-oProxyCommand=x:repo", "HEAD", "hooks", "GITSYNC_REPO"),
-    ("gopher://example.org/repo", "HEAD", "hooks", "GITSYNC_REPO"),
-    ("file://{repo}\n", "HEAD", "hooks", "GITSYNC_REPO"),
-    ("relative/path", "HEAD", "hooks", "GITSYNC_REPO"),
-    ("file://{repo}", "--upload-pack=touch {pwned}", "hooks", "GITSYNC_REF"),
-    ("file://{repo}", "-h", "hooks", "GITSYNC_REF"),
-    ("file://{repo}", "main:refs/heads/x", "hooks", "GITSYNC_REF"),
-    ("file://{repo}", "+main", "hooks", "GITSYNC_REF"),
-    ("file://{repo}", "main..x", "hooks", "GITSYNC_REF"),
-    ("file://{repo}", "HEAD\n", "hooks", "GITSYNC_REF"),
-    ("file://{repo}", "HEAD", "../../etc", "GITSYNC_LINK"),
-    ("file://{repo}", "HEAD", "-x", "GITSYNC_LINK"),
-])
+@pytest.mark.parametrize(
+    ("repo", "ref", "link", "refused"),
+    [
+        ("ext::sh -c touch% {pwned}", "HEAD", "hooks", "GITSYNC_REPO"),
+        ("ext::sh -c 'touch {pwned}'", "HEAD", "hooks", "GITSYNC_REPO"),
+        ("fd::3", "HEAD", "hooks", "GITSYNC_REPO"),
+        ("--upload-pack=touch {pwned}", "HEAD", "hooks", "GITSYNC_REPO"),
+        ("-u", "HEAD", "hooks", "GITSYNC_REPO"),
+        ("ssh://-oProxyCommand=touch%20{pwned}/x", "HEAD", "hooks", "GITSYNC_REPO"),
+        ("-oProxyCommand=x:repo", "HEAD", "hooks", "GITSYNC_REPO"),
+        ("gopher://example.org/repo", "HEAD", "hooks", "GITSYNC_REPO"),
+        ("file://{repo}\n", "HEAD", "hooks", "GITSYNC_REPO"),
+        ("relative/path", "HEAD", "hooks", "GITSYNC_REPO"),
+        ("file://{repo}", "--upload-pack=touch {pwned}", "hooks", "GITSYNC_REF"),
+        ("file://{repo}", "-h", "hooks", "GITSYNC_REF"),
+        ("file://{repo}", "main:refs/heads/x", "hooks", "GITSYNC_REF"),
+        ("file://{repo}", "+main", "hooks", "GITSYNC_REF"),
+        ("file://{repo}", "main..x", "hooks", "GITSYNC_REF"),
+        ("file://{repo}", "HEAD\n", "hooks", "GITSYNC_REF"),
+        ("file://{repo}", "HEAD", "../../etc", "GITSYNC_LINK"),
+        ("file://{repo}", "HEAD", "-x", "GITSYNC_LINK"),
+    ],
+)
 def test_local_git_sync_refuses_what_git_would_read_as_an_option_or_a_command(
     tmp_path, repo, ref, link, refused
 ):
@@ -552,8 +654,13 @@ def test_local_git_sync_refuses_what_git_would_read_as_an_option_or_a_command(
     subprocess.run(["git", "init", "-q", str(source)], check=True)
     _commit(source, "a", "1")
     with pytest.raises(gitsync.Refused, match=refused):
-        sync_once(repo.format(repo=source, pwned=pwned), ref.format(pwned=pwned),
-                  tmp_path / "root", link, 1)
+        sync_once(
+            repo.format(repo=source, pwned=pwned),
+            ref.format(pwned=pwned),
+            tmp_path / "root",
+            link,
+            1,
+        )
     assert not pwned.exists()
 
 

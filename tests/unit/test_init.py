@@ -94,5 +94,7 @@ def test_only_the_controller_has_slurm_files(tmp_path, monkeypatch, demo_spec, r
         assert said.startswith("wrote ")
     else:
         assert written == []
-        assert said == "slurmd and clients fetch it from slurmctld at " \
+        assert (
+            said == "slurmd and clients fetch it from slurmctld at "
             "slonk-controller.hpc.svc.cluster.local:6817"
+        )

@@ -27,11 +27,22 @@ def test_pods_carry_their_capabilities_and_no_new_privs():
 
 
 def test_a_pod_that_drops_all_keeps_only_what_it_adds():
-    spec = {"capabilities": ["KILL", "SETUID"], "dropCapabilities": ["ALL"],
-            "noNewPrivileges": True}
+    spec = {
+        "capabilities": ["KILL", "SETUID"],
+        "dropCapabilities": ["ALL"],
+        "noNewPrivileges": True,
+    }
     assert confined(["slonk", "init"], spec) == [
-        "setpriv", "--bounding-set", "-all,+kill,+setuid", "--inh-caps", "-all",
-        "--no-new-privs", "--", "slonk", "init"]
+        "setpriv",
+        "--bounding-set",
+        "-all,+kill,+setuid",
+        "--inh-caps",
+        "-all",
+        "--no-new-privs",
+        "--",
+        "slonk",
+        "init",
+    ]
 
 
 def test_a_pod_that_drops_nothing_keeps_roots_capabilities():

@@ -65,20 +65,40 @@ def test_a_log_tail_reads_whole_lines_from_its_offset(tmp_path):
 
 
 def test_down_stops_the_controller_last():
-    roles = {"slonk-controller-0": "controller", "slonk-login-0": "login",
-             "slonk-ldap-0": "ldap", "slonk-cpu-0": "worker", "slonk-cpu-1": "worker"}
+    roles = {
+        "slonk-controller-0": "controller",
+        "slonk-login-0": "login",
+        "slonk-ldap-0": "ldap",
+        "slonk-cpu-0": "worker",
+        "slonk-cpu-1": "worker",
+    }
     assert local.stop_order(roles) == [
-        ["slonk-login-0", "slonk-ldap-0", "slonk-cpu-0", "slonk-cpu-1"], ["slonk-controller-0"]]
+        ["slonk-login-0", "slonk-ldap-0", "slonk-cpu-0", "slonk-cpu-1"],
+        ["slonk-controller-0"],
+    ]
     assert local.stop_order({}) == []
 
 
 @pytest.mark.parametrize(
     ("state", "up"),
-    [("IDLE", True), ("ALLOCATED", True), ("MIXED", True), ("IDLE+COMPLETING", True),
-     ("IDLE+DRAIN", True), ("MIXED+DRAIN", True), ("IDLE+CLOUD", True), ("IDLE+PLANNED", True),
-     ("IDLE+NOT_RESPONDING", False), ("DOWN", False), ("DOWN+NOT_RESPONDING", False),
-     ("UNKNOWN", False), ("UNKNOWN+NOT_RESPONDING", False), ("FUTURE", False),
-     ("IDLE+DRAIN+NOT_RESPONDING", False), ("ALLOCATED+NOT_RESPONDING", False)],
+    [
+        ("IDLE", True),
+        ("ALLOCATED", True),
+        ("MIXED", True),
+        ("IDLE+COMPLETING", True),
+        ("IDLE+DRAIN", True),
+        ("MIXED+DRAIN", True),
+        ("IDLE+CLOUD", True),
+        ("IDLE+PLANNED", True),
+        ("IDLE+NOT_RESPONDING", False),
+        ("DOWN", False),
+        ("DOWN+NOT_RESPONDING", False),
+        ("UNKNOWN", False),
+        ("UNKNOWN+NOT_RESPONDING", False),
+        ("FUTURE", False),
+        ("IDLE+DRAIN+NOT_RESPONDING", False),
+        ("ALLOCATED+NOT_RESPONDING", False),
+    ],
 )
 def test_a_node_is_up_when_registered_and_answering_whatever_it_runs(state, up):
     (node,) = parse_nodes(slurm_json.nodes(slurm_json.node("n", state.split("+"))))
@@ -92,8 +112,9 @@ class FakeController:
     def __init__(self, monkeypatch, nodes: str, queue: str) -> None:
         self.nodes, self.queue, self.asked = nodes, queue, []
         monkeypatch.setattr(upgrade, "_slurm", self.slurm)
-        monkeypatch.setattr(upgrade, "node_states",
-                            lambda cluster: {n.name: n for n in parse_nodes(self.nodes)})
+        monkeypatch.setattr(
+            upgrade, "node_states", lambda cluster: {n.name: n for n in parse_nodes(self.nodes)}
+        )
 
     def slurm(self, cluster, *command):
         self.asked.append(command)
@@ -142,9 +163,7 @@ def test_a_leaving_drain_is_put_back_only_while_it_is_ours(monkeypatch, state, r
         (b"- a list\n", "expected a mapping"),
     ],
 )
-def test_a_cluster_yaml_the_pods_would_refuse_is_refused_before_anything_changes(
-    document, error
-):
+def test_a_cluster_yaml_the_pods_would_refuse_is_refused_before_anything_changes(document, error):
     objects = Plan("default", configmaps={"slonk-cluster": {"cluster.yaml": document}})
     where = "ConfigMap slonk-cluster, cluster.yaml: "
     with pytest.raises(SpecError, match=f"^{re.escape(where)}.*{re.escape(error)}"):

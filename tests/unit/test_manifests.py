@@ -17,12 +17,17 @@ def _plan(values: dict | None = None):
 def test_every_replica_is_a_pod_with_its_role_and_mounts():
     objects = _plan()
     assert [(p.name, p.role) for p in objects.pods] == [
-        ("slonk-controller-0", "controller"), ("slonk-login-0", "login"),
-        ("slonk-cpu-0", "worker"), ("slonk-cpu-1", "worker")]
+        ("slonk-controller-0", "controller"),
+        ("slonk-login-0", "login"),
+        ("slonk-cpu-0", "worker"),
+        ("slonk-cpu-1", "worker"),
+    ]
     controller = objects.pod("slonk-controller-0")
     assert controller.env == {
-        "POD_NAME": "slonk-controller-0", "POD_NAMESPACE": "default",
-        "SLURM_CONF_SERVER": "slonk-controller.default.svc.cluster.local:6817"}
+        "POD_NAME": "slonk-controller-0",
+        "POD_NAMESPACE": "default",
+        "SLURM_CONF_SERVER": "slonk-controller.default.svc.cluster.local:6817",
+    }
     mounts = {m.target: (m.kind, m.name, m.read_only) for m in controller.mounts}
     assert mounts == {
         "/etc/slonk": ("configmap", "slonk-cluster", True),
@@ -43,15 +48,20 @@ def test_hosts_file_answers_like_cluster_dns():
     objects = _plan()
     addresses = {p.name: f"10.0.0.{i}" for i, p in enumerate(objects.pods)}
     hosts = dict(
-        (line.split()[0], line.split()[1:]) for line in hosts_file(
-            objects, addresses, "cluster.local").splitlines()
+        (line.split()[0], line.split()[1:])
+        for line in hosts_file(objects, addresses, "cluster.local").splitlines()
     )
     assert hosts["10.0.0.0"] == [
-        "slonk-controller-0", "slonk-controller-0.slonk-pods.default.svc.cluster.local",
-        "slonk-controller", "slonk-controller.default.svc.cluster.local"]
+        "slonk-controller-0",
+        "slonk-controller-0.slonk-pods.default.svc.cluster.local",
+        "slonk-controller",
+        "slonk-controller.default.svc.cluster.local",
+    ]
     assert hosts["10.0.0.2"] == [
-        "slonk-cpu-0", "slonk-cpu-0.slonk-pods.default.svc.cluster.local",
-        "slonk-cpu-0.default.svc.cluster.local"]
+        "slonk-cpu-0",
+        "slonk-cpu-0.slonk-pods.default.svc.cluster.local",
+        "slonk-cpu-0.default.svc.cluster.local",
+    ]
 
 
 def test_unknown_pod():
@@ -63,26 +73,43 @@ def test_pods_keep_their_addresses_when_the_pod_set_changes():
     from slonk.local.network import pod_addresses
 
     first = pod_addresses(["slonk-controller-0", "slonk-cpu-0", "slonk-cpu-1"], {})
-    assert first == {"slonk-controller-0": "10.73.0.10", "slonk-cpu-0": "10.73.0.11",
-                     "slonk-cpu-1": "10.73.0.12"}
+    assert first == {
+        "slonk-controller-0": "10.73.0.10",
+        "slonk-cpu-0": "10.73.0.11",
+        "slonk-cpu-1": "10.73.0.12",
+    }
     # A pool that renders before the others, and one node gone: no running pod moves, and
     # the new ones take the free addresses, the one slonk-cpu-0 left first.
     kept = {n: a for n, a in first.items() if n != "slonk-cpu-0"}
     second = pod_addresses(["slonk-controller-0", "slonk-a-0", "slonk-a-1", "slonk-cpu-1"], kept)
-    assert second == {"slonk-controller-0": "10.73.0.10", "slonk-a-0": "10.73.0.11",
-                      "slonk-a-1": "10.73.0.13", "slonk-cpu-1": "10.73.0.12"}
+    assert second == {
+        "slonk-controller-0": "10.73.0.10",
+        "slonk-a-0": "10.73.0.11",
+        "slonk-a-1": "10.73.0.13",
+        "slonk-cpu-1": "10.73.0.12",
+    }
 
 
 def test_hosts_file_answers_for_every_pod_of_a_scaled_pool():
     objects = _plan({"nodepools": {"cpu": {"replicas": 3, "cpus": 1, "memoryMiB": 256}}})
     addresses = {p.name: f"10.0.0.{i}" for i, p in enumerate(objects.pods)}
     hosts = hosts_file(objects, addresses, "cluster.local")
-    assert "10.0.0.4\tslonk-cpu-2 slonk-cpu-2.slonk-pods.default.svc.cluster.local " \
-           "slonk-cpu-2.default.svc.cluster.local\n" in hosts
+    assert (
+        "10.0.0.4\tslonk-cpu-2 slonk-cpu-2.slonk-pods.default.svc.cluster.local "
+        "slonk-cpu-2.default.svc.cluster.local\n" in hosts
+    )
 
 
-@pytest.mark.parametrize("image", ["--privileged", "-f json", "localhost/slonk/worker:0.2.0\n",
-                                   "localhost/slonk/worker --rm", ""])
+@pytest.mark.parametrize(
+    "image",
+    [
+        "--privileged",
+        "-f json",
+        "localhost/slonk/worker:0.2.0\n",
+        "localhost/slonk/worker --rm",
+        "",
+    ],
+)
 def test_an_object_whose_image_is_no_reference_is_refused(image):
     """Rendered objects are checked again: podman's command line would read `-…` as an
     option."""

@@ -22,7 +22,8 @@ def test_an_update_swaps_data_and_drops_old_files(tmp_path):
     assert os.readlink(tmp_path / DATA_LINK) != first
     assert not (tmp_path / first).exists()
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("..")) == [
-        "cluster.yaml"]
+        "cluster.yaml"
+    ]
 
 
 def test_secret_mode(tmp_path):

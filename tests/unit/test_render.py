@@ -28,8 +28,11 @@ def _conf(demo_spec, name="slurm.conf") -> list[str]:
 
 
 def test_overrides_replace_and_drop_defaults(demo_spec):
-    demo_spec["slurmConf"] = {"SelectTypeParameters": "CR_Core_Memory", "MpiDefault": None,
-                              "DefMemPerCPU": 2048}
+    demo_spec["slurmConf"] = {
+        "SelectTypeParameters": "CR_Core_Memory",
+        "MpiDefault": None,
+        "DefMemPerCPU": 2048,
+    }
     lines = _conf(demo_spec)
     assert "SelectTypeParameters=CR_Core_Memory" in lines
     assert "DefMemPerCPU=2048" in lines
@@ -44,19 +47,21 @@ def test_an_override_in_another_case_replaces_the_default(demo_spec):
     ]
 
 
-@pytest.mark.parametrize(("override", "rendered"), [
-    ("idle_on_node_suspend", "idle_on_node_suspend,enable_configless"),
-    (None, "enable_configless"),
-    ("enable_configless,reboot_from_controller", "enable_configless,reboot_from_controller"),
-])
-def test_slurmctld_serves_the_configuration_whatever_slurm_conf_says(
-    demo_spec, override, rendered
-):
+@pytest.mark.parametrize(
+    ("override", "rendered"),
+    [
+        ("idle_on_node_suspend", "idle_on_node_suspend,enable_configless"),
+        (None, "enable_configless"),
+        ("enable_configless,reboot_from_controller", "enable_configless,reboot_from_controller"),
+    ],
+)
+def test_slurmctld_serves_the_configuration_whatever_slurm_conf_says(demo_spec, override, rendered):
     """slurmd and clients fetch the configuration from slurmctld (configless)."""
     demo_spec["slurmConf"] = {"SlurmctldParameters": override}
     lines = _conf(demo_spec)
     assert [line for line in lines if line.startswith("SlurmctldParameters=")] == [
-        f"SlurmctldParameters={rendered}"]
+        f"SlurmctldParameters={rendered}"
+    ]
 
 
 def test_no_confinement_uses_plugins_that_need_no_cgroups(demo_spec):

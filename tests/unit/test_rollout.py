@@ -26,8 +26,10 @@ from slonk.watch import Controller, Follower, NotApplied, NotNow, fingerprint, s
 VERSION = "slurm-wlm 24.11.5"
 FATAL = "fatal: Can't find plugin for select/bogus"
 # What `scontrol reconfigure` printed on a file with BogusKey=1 (exit 1), as slonk says it.
-PARSE = ("error: _parse_next_key: Parsing error at unrecognized key: BogusKey; "
-         "fatal: Unable to process configuration file")
+PARSE = (
+    "error: _parse_next_key: Parsing error at unrecognized key: BogusKey; "
+    "fatal: Unable to process configuration file"
+)
 
 
 @dataclass
@@ -98,10 +100,12 @@ def test_a_change_is_applied_by_a_reconfigure_which_reaches_the_slurmds(controll
     assert controller.apply(_spec(demo_spec)) == "no change to the Slurm configuration"
     demo_spec["partitions"]["gpu"]["maxTime"] = 60
     assert controller.apply(_spec(demo_spec)) == (
-        "rewrote slurm.conf; slurmctld runs it; sent it to the slurmds")
+        "rewrote slurm.conf; slurmctld runs it; sent it to the slurmds"
+    )
     demo_spec["nodepools"]["cpu"]["replicas"] = 3
     assert controller.apply(_spec(demo_spec)) == (
-        "rewrote slurm.conf, topology.conf; slurmctld runs it; sent it to the slurmds")
+        "rewrote slurm.conf, topology.conf; slurmctld runs it; sent it to the slurmds"
+    )
     # Nothing to reconfigure at first: a start, then a push. A reconfigure sends the files
     # to every slurmd itself (measured: each slurmd re-reads them).
     assert controller.daemon.calls == ["restarted", "push", "reconfigured", "reconfigured"]
@@ -112,19 +116,22 @@ def test_settings_only_a_restart_applies_restart_slurmctld(controller, demo_spec
     controller.apply(_spec(demo_spec))
     demo_spec["slurmctldPort"] = 6900
     assert controller.apply(_spec(demo_spec)) == (
-        "rewrote slurm.conf; slurmctld runs it; sent it to the slurmds")
+        "rewrote slurm.conf; slurmctld runs it; sent it to the slurmds"
+    )
     controller.apply(_spec(demo_spec, AuthType="auth/slurm"))
     assert controller.daemon.calls == ["restarted", "push"] * 3
 
 
 def test_what_needs_a_restart():
-    old = ("SlurmctldPort=6817\nAuthType=auth/munge\nNodeName=a CPUs=1\n"
-           "SelectType=select/cons_tres\n")
+    old = (
+        "SlurmctldPort=6817\nAuthType=auth/munge\nNodeName=a CPUs=1\nSelectType=select/cons_tres\n"
+    )
     assert needs_restart(old, old.replace("CPUs=1", "CPUs=2")) == []
     assert needs_restart(old, old.replace("cons_tres", "linear")) == []
     assert needs_restart(old, old.replace("6817", "6900")) == ["slurmctldport"]
     assert needs_restart(old, old.replace("AuthType", "authtype").replace("munge", "slurm")) == [
-        "authtype"]
+        "authtype"
+    ]
     assert needs_restart(old, old + "SlurmUser=root\n") == ["slurmuser"]
 
 
@@ -200,8 +207,10 @@ def test_a_pod_restarted_on_a_refused_configuration_starts_on_the_accepted_one(
         controller.apply(_spec(demo_spec, SelectType="select/bogus"))
     files, note = rollout.boot_files(bad, VERSION, controller.record)
     assert files == good
-    assert note == f"slurmctld refused cluster.yaml's configuration before ({FATAL}); " \
+    assert (
+        note == f"slurmctld refused cluster.yaml's configuration before ({FATAL}); "
         "starting on the last configuration it accepted"
+    )
     # Another Slurm, or other files: tried.
     assert rollout.boot_files(bad, "slurm 24.11.1", controller.record) == (bad, None)
     other = render(_spec(demo_spec, SelectType="select/linear"))
@@ -251,8 +260,9 @@ def test_at_start_files_slurmctld_runs_become_accepted(controller, demo_spec):
     demo_spec["partitions"]["gpu"]["maxTime"] = 60
     new = render(_spec(demo_spec))
     rollout.write_files(controller.conf_dir, new)  # what `slonk init` wrote
-    assert controller.settle() == "slurmctld runs cluster.yaml's configuration; " \
-        "sent it to the slurmds"
+    assert (
+        controller.settle() == "slurmctld runs cluster.yaml's configuration; sent it to the slurmds"
+    )
     assert controller.record.accepted() == new
     assert controller.settle() is None
 
@@ -261,15 +271,19 @@ def test_at_start_files_slurmctld_will_not_run_are_taken_back(controller, demo_s
     controller.apply(_spec(demo_spec))
     good = rollout.read_files(controller.conf_dir)
     rollout.write_files(controller.conf_dir, render(_spec(demo_spec, SelectType="select/bogus")))
-    assert controller.settle() == f"slurmctld refused cluster.yaml's configuration ({FATAL}); " \
+    assert (
+        controller.settle() == f"slurmctld refused cluster.yaml's configuration ({FATAL}); "
         "it runs the last configuration it accepted"
+    )
     assert rollout.read_files(controller.conf_dir) == good
 
 
 def test_at_first_start_there_is_nothing_to_take_back(controller, demo_spec):
     rollout.write_files(controller.conf_dir, render(_spec(demo_spec, SelectType="select/bogus")))
-    assert controller.settle() == f"slurmctld does not run cluster.yaml's configuration " \
+    assert (
+        controller.settle() == f"slurmctld does not run cluster.yaml's configuration "
         f"({FATAL}) and none was accepted before to fall back on"
+    )
     assert controller.record.accepted() is None
 
 
@@ -278,9 +292,7 @@ class Clock:
         self.now = 0.0
 
 
-def test_a_change_waiting_for_slurmctld_is_said_once_and_retried_with_backoff(
-    tmp_path, demo_spec
-):
+def test_a_change_waiting_for_slurmctld_is_said_once_and_retried_with_backoff(tmp_path, demo_spec):
     spec_file = tmp_path / "cluster.yaml"
     spec_file.write_text(yaml.safe_dump(demo_spec))
     tries: list[float] = []
@@ -299,9 +311,10 @@ def test_a_change_waiting_for_slurmctld_is_said_once_and_retried_with_backoff(
         if line:
             said.append(line)
         clock.now += 1.0
-    assert said == ["cluster.yaml change waits for slurmctld, will retry: "
-                    "slurmctld is not answering",
-                    "applied cluster.yaml change: rewrote slurm.conf"]
+    assert said == [
+        "cluster.yaml change waits for slurmctld, will retry: slurmctld is not answering",
+        "applied cluster.yaml change: rewrote slurm.conf",
+    ]
     assert [b - a for a, b in itertools.pairwise(tries)] == [2, 4, 8, 16, 32]
     # A new content is tried at once, and said again.
     demo_spec["partitions"]["gpu"]["maxTime"] = 60
@@ -319,33 +332,49 @@ def test_refusals_are_said_once(tmp_path, demo_spec):
     follower = Follower(apply, spec_file, interval=1.0, handled=None)
     lines = [follower.poll(float(t)) for t in range(5)]
     assert lines[0].startswith(
-        f"refused cluster.yaml change, running configuration kept: {spec_file}: ")
+        f"refused cluster.yaml change, running configuration kept: {spec_file}: "
+    )
     assert lines[1:] == [None] * 4
     spec_file.write_text(yaml.safe_dump(demo_spec))
     lines = [follower.poll(float(t)) for t in range(5)]
-    assert lines == ["refused cluster.yaml change, every node keeps the running "
-                     f"configuration: slurmctld would not run it: {FATAL}"] + [None] * 4
+    assert (
+        lines
+        == [
+            "refused cluster.yaml change, every node keeps the running "
+            f"configuration: slurmctld would not run it: {FATAL}"
+        ]
+        + [None] * 4
+    )
 
 
 def test_what_slurmctld_said_names_the_cause():
     """Lines as Slurm printed them, measured on this machine (22.05 and 24.11.5 alike)."""
-    parse = ["slurmctld: Processing Reconfiguration Request",
-             "slurmctld: error: _parse_next_key: Parsing error at unrecognized key: BogusKey",
-             "slurmctld: fatal: Unable to process configuration file"]
-    assert _what_it_said(parse) == ("error: _parse_next_key: Parsing error at unrecognized "
-                                    "key: BogusKey; fatal: Unable to process configuration file")
-    plugin = ["slurmctld: error: Could not open job state file /var/spool/slurmctld/job_state",
-              "slurmctld: No job state file (/var/spool/slurmctld/job_state.old) to recover",
-              "slurmctld: fatal: Can't find plugin for select/bogus"]
+    parse = [
+        "slurmctld: Processing Reconfiguration Request",
+        "slurmctld: error: _parse_next_key: Parsing error at unrecognized key: BogusKey",
+        "slurmctld: fatal: Unable to process configuration file",
+    ]
+    assert _what_it_said(parse) == (
+        "error: _parse_next_key: Parsing error at unrecognized "
+        "key: BogusKey; fatal: Unable to process configuration file"
+    )
+    plugin = [
+        "slurmctld: error: Could not open job state file /var/spool/slurmctld/job_state",
+        "slurmctld: No job state file (/var/spool/slurmctld/job_state.old) to recover",
+        "slurmctld: fatal: Can't find plugin for select/bogus",
+    ]
     assert _what_it_said(plugin) == FATAL
     # 24.11.5's scontrol reconfigure on a file it cannot parse (slonk drops "scontrol: ").
-    scontrol = ["error: _parse_next_key: Parsing error at unrecognized key: BogusKey",
-                "fatal: Unable to process configuration file"]
+    scontrol = [
+        "error: _parse_next_key: Parsing error at unrecognized key: BogusKey",
+        "fatal: Unable to process configuration file",
+    ]
     assert _what_it_said(scontrol) == PARSE
     assert _what_it_said(["slurmctld: error: a", "slurmctld: error: b", "info"]) == "error: b"
     assert _what_it_said(["slurmctld: started"]) == ""
     assert _what_it_said(["slurmctld: fatal: a\rb\x1b[2Jc" + "x" * 1000]) == (
-        "fatal: a?b?[2Jc" + "x" * 485)
+        "fatal: a?b?[2Jc" + "x" * 485
+    )
 
 
 def test_run_scripts_use_slonks_paths():
@@ -367,8 +396,9 @@ def test_a_change_between_init_and_the_watchs_start_is_applied(tmp_path, demo_sp
     assert started_on(spec_file, record) == fingerprint(spec_file)  # nothing came between
     demo_spec["partitions"]["gpu"]["maxTime"] = 60
     spec_file.write_text(yaml.safe_dump(demo_spec))
-    follower = Follower(lambda spec: "rewrote slurm.conf", spec_file, 1.0,
-                        handled=started_on(spec_file, record))
+    follower = Follower(
+        lambda spec: "rewrote slurm.conf", spec_file, 1.0, handled=started_on(spec_file, record)
+    )
     assert follower.poll(0.0) == "applied cluster.yaml change: rewrote slurm.conf"
     assert follower.poll(1.0) is None
     # A pod whose init recorded nothing takes what is there as what it runs.

@@ -67,8 +67,11 @@ def test_a_reason_is_slonks_only_when_it_starts_as_slonk_writes_it(reason):
 
 def test_a_reason_naming_another_node_changes_only_its_own():
     forged = "NodeName=b State=IDLE+DRAIN Reason=slonk:gpu: x\nNodeName=b State=DOWN"
-    a, b = parse_nodes(slurm_json.nodes(
-        slurm_json.node("a", ["IDLE", "DRAIN"], forged), slurm_json.node("b", ["IDLE"])))
+    a, b = parse_nodes(
+        slurm_json.nodes(
+            slurm_json.node("a", ["IDLE", "DRAIN"], forged), slurm_json.node("b", ["IDLE"])
+        )
+    )
     assert (a.name, a.reason) == ("a", forged)
     assert (b.name, b.label, b.reason, b.cause) == ("b", "idle", "", None)
 
@@ -92,8 +95,11 @@ def _broken(change) -> str:
         ("{}", "`nodes` is missing or not a list"),
         ('{"nodes": {}}', "`nodes` is missing or not a list"),
         ('{"nodes": ["bare"]}', "a record is not a JSON object"),
-        ('{"nodes": [], "errors": [{"description": "Unable to contact slurm controller",'
-         ' "error_number": 1007}]}', "Slurm reported errors: Unable to contact slurm controller"),
+        (
+            '{"nodes": [], "errors": [{"description": "Unable to contact slurm controller",'
+            ' "error_number": 1007}]}',
+            "Slurm reported errors: Unable to contact slurm controller",
+        ),
         (_broken(lambda d, n: n.pop("name")), "a node: `name` is missing or not a str"),
         (_broken(lambda d, n: n.pop("state")), "node 'bare': `state` is missing"),
         (_broken(lambda d, n: n.update(state=[])), "node 'bare': `state` is not a list of states"),
@@ -103,8 +109,10 @@ def _broken(change) -> str:
         (_broken(lambda d, n: n.update(reason=None)), "`reason` is missing or not a str"),
         (_broken(lambda d, n: n.pop("reason_set_by_user")), "`reason_set_by_user` is missing"),
         (_broken(lambda d, n: n.pop("slurmd_start_time")), "`slurmd_start_time` is missing"),
-        (_broken(lambda d, n: n["slurmd_start_time"].update(number="soon")),
-         "slurmd_start_time: `number` is missing or not a int"),
+        (
+            _broken(lambda d, n: n["slurmd_start_time"].update(number="soon")),
+            "slurmd_start_time: `number` is missing or not a int",
+        ),
         (_broken(lambda d, n: n["slurmd_start_time"].update(number=True)), "not a int"),
     ],
 )
@@ -135,10 +143,14 @@ def _broken_job(change) -> str:
         (_broken_job(lambda j: j.update(job_id="1")), "`job_id` is missing or not a int"),
         (_broken_job(lambda j: j.pop("job_state")), "job 1: `job_state` is missing"),
         (_broken_job(lambda j: j.update(job_resources=[])), "`job_resources` is not an object"),
-        (_broken_job(lambda j: j["job_resources"]["nodes"].pop("allocation")),
-         "`allocation` is missing or not a list"),
-        (_broken_job(lambda j: j["job_resources"]["nodes"]["allocation"][0].pop("name")),
-         "job 1: allocation: `name` is missing"),
+        (
+            _broken_job(lambda j: j["job_resources"]["nodes"].pop("allocation")),
+            "`allocation` is missing or not a list",
+        ),
+        (
+            _broken_job(lambda j: j["job_resources"]["nodes"]["allocation"][0].pop("name")),
+            "job 1: allocation: `name` is missing",
+        ),
     ],
 )
 def test_jobs_that_cannot_be_read_are_an_error_never_none(text, error):

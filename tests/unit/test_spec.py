@@ -34,74 +34,127 @@ def _error(data) -> str:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        (lambda s: s["partitions"]["gpu"]["pools"].append("tpu"),
-         "partitions.gpu.pools[1]: unknown nodepool 'tpu'"),
-        (lambda s: s["nodepools"].update(CPU_pool=s["nodepools"].pop("cpu")),
-         "nodepools.CPU_pool: 'CPU_pool' is not a DNS-1123 label"),
-        (lambda s: s["nodepools"].update({"x" * 60: s["nodepools"].pop("cpu")}),
-         f"nodepools.{'x' * 60}: node name 'slonk-xxx"),
-        (lambda s: s["nodepools"]["gpu"].update(gpus={"type": "h100"}),
-         "nodepools.gpu.gpus.count: GPUs declared without a count"),
-        (lambda s: s["nodepools"]["gpu"].update(gpus={"count": 0}),
-         "nodepools.gpu.gpus.count: must be >= 1, got 0"),
-        (lambda s: s["nodepools"]["cpu"].update(replicas=-1),
-         "nodepools.cpu.replicas: must be >= 0, got -1"),
-        (lambda s: s["nodepools"]["cpu"].update(replicas="2"),
-         "nodepools.cpu.replicas: expected an integer, got str"),
-        (lambda s: s["nodepools"]["cpu"].update(replicas=True),
-         "nodepools.cpu.replicas: expected an integer, got a boolean"),
-        (lambda s: s["nodepools"]["cpu"].update(replica=2),
-         "nodepools.cpu.replica: unknown key"),
-        (lambda s: s["nodepools"]["cpu"].update(name="cpu"),
-         "nodepools.cpu.name: unknown key"),
-        (lambda s: s["nodepools"]["cpu"].pop("cpus"),
-         "nodepools.cpu.cpus: required"),
-        (lambda s: s["nodepools"].update(login=s["nodepools"].pop("cpu")),
-         "nodepools.login: 'login' is reserved"),
-        (lambda s: s["nodepools"].update(cpu=None),
-         "nodepools.cpu: expected a mapping, got null"),
-        (lambda s: s["partitions"]["main"].update(default=True)
-         or s["partitions"]["gpu"].update(default=True),
-         "partitions.main.default: only one partition can be the default (gpu is)"),
-        (lambda s: s.update(nodepools=[{"name": "cpu", "replicas": 2}]),
-         'nodepools: a list, the form before chart 0.4.0; write a map keyed by name instead: '
-         'nodepools: {"cpu":{"replicas":2}}'),
-        (lambda s: s.update(partitions=[{"name": "main", "pools": ["cpu"]}]),
-         'partitions: a list, the form before chart 0.4.0; write a map keyed by name instead: '
-         'partitions: {"main":{"pools":["cpu"]}}'),
-        (lambda s: s.update(extraLines=["SchedulerType sched/backfill"]),
-         "extraLines[0]: 'SchedulerType sched/backfill' is not one 'Key=Value' slurm.conf"),
-        (lambda s: s.update(extraLines=["nodename=extra"]),
-         "extraLines[0]: nodename is set by slonk from the spec"),
-        (lambda s: s.update(extraLines=["A=1\nB=2"]),
-         "extraLines[0]: 'A=1\\nB=2' holds a control character"),
-        (lambda s: s.update(slurmConf={"ClusterName": "other"}),
-         "slurmConf.ClusterName: set by slonk from the spec"),
-        (lambda s: s.update(slurmConf={"Bad Key": "x"}),
-         "slurmConf.Bad Key: not a Slurm setting name"),
-        (lambda s: s.update(slurmConf={"SchedulerParameters": ["a"]}),
-         "slurmConf.SchedulerParameters: expected a scalar or null, got list"),
-        (lambda s: s.update(clusterName="My Cluster"),
-         "clusterName: 'My Cluster' must be lowercase"),
-        (lambda s: s.update(confinement="docker"),
-         "confinement: must be one of cgroup, none"),
-        (lambda s: s.update(version=2),
-         "version: unsupported spec version 2"),
-        (lambda s: s.update(users=[{"name": "Bob", "uid": 1, "gid": 1}]),
-         "users[0].name: 'Bob' is not a valid user name"),
-        (lambda s: s.update(users=[{"name": "bob", "uid": 2000, "gid": 2000,
-                                    "shell": "/bin/sh\nroot::0:0::/:/bin/sh"}]),
-         "users[0].shell: '/bin/sh\\nroot::0:0::/:/bin/sh' holds a control character"),
-        (lambda s: s.update(accounts={"minUid": 5}),
-         "accounts.minUid: unknown key"),
-        (lambda s: s.update(ldap={"uris": ["ldap://x"], "userBase": "a", "groupBase": "b",
-                                  "minUid": 1000}),
-         "ldap.minUid: unknown key"),
-        (lambda s: s.update(ldapServer={"suffix": "dc=x\nuserPassword: x"}),
-         "ldapServer.suffix: 'dc=x\\nuserPassword: x' holds a control character"),
-        (lambda s: s.update(ldapServer={"suffix": "dc=x", "users": [
-            {"name": "eve", "uid": 0, "gid": 2000}]}),
-         "ldapServer.users[0].uid: uid 0 is outside 1000-60000"),
+        (
+            lambda s: s["partitions"]["gpu"]["pools"].append("tpu"),
+            "partitions.gpu.pools[1]: unknown nodepool 'tpu'",
+        ),
+        (
+            lambda s: s["nodepools"].update(CPU_pool=s["nodepools"].pop("cpu")),
+            "nodepools.CPU_pool: 'CPU_pool' is not a DNS-1123 label",
+        ),
+        (
+            lambda s: s["nodepools"].update({"x" * 60: s["nodepools"].pop("cpu")}),
+            f"nodepools.{'x' * 60}: node name 'slonk-xxx",
+        ),
+        (
+            lambda s: s["nodepools"]["gpu"].update(gpus={"type": "h100"}),
+            "nodepools.gpu.gpus.count: GPUs declared without a count",
+        ),
+        (
+            lambda s: s["nodepools"]["gpu"].update(gpus={"count": 0}),
+            "nodepools.gpu.gpus.count: must be >= 1, got 0",
+        ),
+        (
+            lambda s: s["nodepools"]["cpu"].update(replicas=-1),
+            "nodepools.cpu.replicas: must be >= 0, got -1",
+        ),
+        (
+            lambda s: s["nodepools"]["cpu"].update(replicas="2"),
+            "nodepools.cpu.replicas: expected an integer, got str",
+        ),
+        (
+            lambda s: s["nodepools"]["cpu"].update(replicas=True),
+            "nodepools.cpu.replicas: expected an integer, got a boolean",
+        ),
+        (lambda s: s["nodepools"]["cpu"].update(replica=2), "nodepools.cpu.replica: unknown key"),
+        (lambda s: s["nodepools"]["cpu"].update(name="cpu"), "nodepools.cpu.name: unknown key"),
+        (lambda s: s["nodepools"]["cpu"].pop("cpus"), "nodepools.cpu.cpus: required"),
+        (
+            lambda s: s["nodepools"].update(login=s["nodepools"].pop("cpu")),
+            "nodepools.login: 'login' is reserved",
+        ),
+        (lambda s: s["nodepools"].update(cpu=None), "nodepools.cpu: expected a mapping, got null"),
+        (
+            lambda s: (
+                s["partitions"]["main"].update(default=True)
+                or s["partitions"]["gpu"].update(default=True)
+            ),
+            "partitions.main.default: only one partition can be the default (gpu is)",
+        ),
+        (
+            lambda s: s.update(nodepools=[{"name": "cpu", "replicas": 2}]),
+            "nodepools: a list, the form before chart 0.4.0; write a map keyed by name instead: "
+            'nodepools: {"cpu":{"replicas":2}}',
+        ),
+        (
+            lambda s: s.update(partitions=[{"name": "main", "pools": ["cpu"]}]),
+            "partitions: a list, the form before chart 0.4.0; write a map keyed by name instead: "
+            'partitions: {"main":{"pools":["cpu"]}}',
+        ),
+        (
+            lambda s: s.update(extraLines=["SchedulerType sched/backfill"]),
+            "extraLines[0]: 'SchedulerType sched/backfill' is not one 'Key=Value' slurm.conf",
+        ),
+        (
+            lambda s: s.update(extraLines=["nodename=extra"]),
+            "extraLines[0]: nodename is set by slonk from the spec",
+        ),
+        (
+            lambda s: s.update(extraLines=["A=1\nB=2"]),
+            "extraLines[0]: 'A=1\\nB=2' holds a control character",
+        ),
+        (
+            lambda s: s.update(slurmConf={"ClusterName": "other"}),
+            "slurmConf.ClusterName: set by slonk from the spec",
+        ),
+        (
+            lambda s: s.update(slurmConf={"Bad Key": "x"}),
+            "slurmConf.Bad Key: not a Slurm setting name",
+        ),
+        (
+            lambda s: s.update(slurmConf={"SchedulerParameters": ["a"]}),
+            "slurmConf.SchedulerParameters: expected a scalar or null, got list",
+        ),
+        (
+            lambda s: s.update(clusterName="My Cluster"),
+            "clusterName: 'My Cluster' must be lowercase",
+        ),
+        (lambda s: s.update(confinement="docker"), "confinement: must be one of cgroup, none"),
+        (lambda s: s.update(version=2), "version: unsupported spec version 2"),
+        (
+            lambda s: s.update(users=[{"name": "Bob", "uid": 1, "gid": 1}]),
+            "users[0].name: 'Bob' is not a valid user name",
+        ),
+        (
+            lambda s: s.update(
+                users=[
+                    {
+                        "name": "bob",
+                        "uid": 2000,
+                        "gid": 2000,
+                        "shell": "/bin/sh\nroot::0:0::/:/bin/sh",
+                    }
+                ]
+            ),
+            "users[0].shell: '/bin/sh\\nroot::0:0::/:/bin/sh' holds a control character",
+        ),
+        (lambda s: s.update(accounts={"minUid": 5}), "accounts.minUid: unknown key"),
+        (
+            lambda s: s.update(
+                ldap={"uris": ["ldap://x"], "userBase": "a", "groupBase": "b", "minUid": 1000}
+            ),
+            "ldap.minUid: unknown key",
+        ),
+        (
+            lambda s: s.update(ldapServer={"suffix": "dc=x\nuserPassword: x"}),
+            "ldapServer.suffix: 'dc=x\\nuserPassword: x' holds a control character",
+        ),
+        (
+            lambda s: s.update(
+                ldapServer={"suffix": "dc=x", "users": [{"name": "eve", "uid": 0, "gid": 2000}]}
+            ),
+            "ldapServer.users[0].uid: uid 0 is outside 1000-60000",
+        ),
     ],
 )
 def test_invalid_specs_name_the_key(demo_spec, change, message):
@@ -136,24 +189,42 @@ def test_extra_lines_keep_comments_and_settings(demo_spec):
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"slurmConf": {"SrunPortRange": "1-2"}, "extraLines": ["srunportrange=3-4"]},
-         "extraLines[0]: srunportrange is set by slurmConf.SrunPortRange already"),
-        ({"extraLines": ["Prolog=/a", "PROLOG=/b"]},
-         "extraLines[1]: PROLOG is set by extraLines[0] already"),
-        ({"slurmConf": {"SlurmctldAddr": "evil.example.org"}},
-         "slurmConf.SlurmctldAddr: set by slonk"),
-        ({"partitions": {"Default": {"pools": ["cpu"]}}},
-         "partitions.Default: 'Default' is Slurm's keyword"),
-        ({"partitions": {"p": {"pools": ["cpu"], "options": {"priority": 9}}}},
-         "partitions.p.options.priority: set by slonk"),
-        ({"partitions": {"p": {"pools": ["cpu"], "priorityTier": 70000}}},
-         "partitions.p.priorityTier: must be <= 65535"),
-        ({"nodepools": {"cpu": {"replicas": 1, "cpus": 70000, "memoryMiB": 1}}},
-         "nodepools.cpu.cpus: must be <= 65535"),
-        ({"nodepools": {"cpu": {"replicas": 1, "cpus": 10**20, "memoryMiB": 1}}},
-         "nodepools.cpu.cpus: 100000000000000000000 is beyond 2147483647"),
-        ({"health": {"enabled": True, "intervalSeconds": float("inf")}},
-         "health.intervalSeconds: inf is beyond 2147483647"),
+        (
+            {"slurmConf": {"SrunPortRange": "1-2"}, "extraLines": ["srunportrange=3-4"]},
+            "extraLines[0]: srunportrange is set by slurmConf.SrunPortRange already",
+        ),
+        (
+            {"extraLines": ["Prolog=/a", "PROLOG=/b"]},
+            "extraLines[1]: PROLOG is set by extraLines[0] already",
+        ),
+        (
+            {"slurmConf": {"SlurmctldAddr": "evil.example.org"}},
+            "slurmConf.SlurmctldAddr: set by slonk",
+        ),
+        (
+            {"partitions": {"Default": {"pools": ["cpu"]}}},
+            "partitions.Default: 'Default' is Slurm's keyword",
+        ),
+        (
+            {"partitions": {"p": {"pools": ["cpu"], "options": {"priority": 9}}}},
+            "partitions.p.options.priority: set by slonk",
+        ),
+        (
+            {"partitions": {"p": {"pools": ["cpu"], "priorityTier": 70000}}},
+            "partitions.p.priorityTier: must be <= 65535",
+        ),
+        (
+            {"nodepools": {"cpu": {"replicas": 1, "cpus": 70000, "memoryMiB": 1}}},
+            "nodepools.cpu.cpus: must be <= 65535",
+        ),
+        (
+            {"nodepools": {"cpu": {"replicas": 1, "cpus": 10**20, "memoryMiB": 1}}},
+            "nodepools.cpu.cpus: 100000000000000000000 is beyond 2147483647",
+        ),
+        (
+            {"health": {"enabled": True, "intervalSeconds": float("inf")}},
+            "health.intervalSeconds: inf is beyond 2147483647",
+        ),
     ],
 )
 def test_settings_are_written_once_and_within_slurms_ranges(demo_spec, change, message):
@@ -187,22 +258,31 @@ def _block_spec(demo_spec, *pools):
     """Block topology over pools given as (replicas, block or None)."""
     demo_spec["topology"] = "block"
     demo_spec["nodepools"] = {
-        f"p{i}": {"replicas": replicas, "cpus": 1, "memoryMiB": 100,
-                  **({"topology": {"block": block}} if block else {})}
-        for i, (replicas, block) in enumerate(pools)}
+        f"p{i}": {
+            "replicas": replicas,
+            "cpus": 1,
+            "memoryMiB": 100,
+            **({"topology": {"block": block}} if block else {}),
+        }
+        for i, (replicas, block) in enumerate(pools)
+    }
     demo_spec["partitions"] = {"main": {"pools": ["p0"], "default": True}}
     return demo_spec
 
 
-@pytest.mark.parametrize(("pools", "blocks"), [
-    ([(2, "b1"), (2, "b2")], ["b1 Nodes=slonk-p0-[0-1]", "b2 Nodes=slonk-p1-[0-1]"]),
-    ([(4, "b1"), (2, "b2"), (3, "b3")], ["b2 Nodes=slonk-p1-[0-1]", "b3 Nodes=slonk-p2-[0-2]",
-                                         "b1 Nodes=slonk-p0-[0-3]"]),
-    # pools sharing a block add up; a pool without a block is a block of its own
-    ([(1, "b1"), (1, "b1"), (1, None)], ["p2 Nodes=slonk-p2-0",
-                                         "b1 Nodes=slonk-p[0-1]-0"]),
-    ([(2, "b1"), (0, "b2"), (2, None)], ["b1 Nodes=slonk-p0-[0-1]", "p2 Nodes=slonk-p2-[0-1]"]),
-])
+@pytest.mark.parametrize(
+    ("pools", "blocks"),
+    [
+        ([(2, "b1"), (2, "b2")], ["b1 Nodes=slonk-p0-[0-1]", "b2 Nodes=slonk-p1-[0-1]"]),
+        (
+            [(4, "b1"), (2, "b2"), (3, "b3")],
+            ["b2 Nodes=slonk-p1-[0-1]", "b3 Nodes=slonk-p2-[0-2]", "b1 Nodes=slonk-p0-[0-3]"],
+        ),
+        # pools sharing a block add up; a pool without a block is a block of its own
+        ([(1, "b1"), (1, "b1"), (1, None)], ["p2 Nodes=slonk-p2-0", "b1 Nodes=slonk-p[0-1]-0"]),
+        ([(2, "b1"), (0, "b2"), (2, None)], ["b1 Nodes=slonk-p0-[0-1]", "p2 Nodes=slonk-p2-[0-1]"]),
+    ],
+)
 def test_blocks_are_written_smallest_first(demo_spec, pools, blocks):
     """slurmctld takes the first block's node count as the base block size and refuses to
     start on a smaller block after it (Slurm's topology/block block_record.c, measured on

@@ -41,8 +41,18 @@ def test_versions_name_their_release(text, release):
 
 
 @pytest.mark.parametrize(
-    "text", ["", "slurm", "slurm 22.06.1", "slurm 23.05.0", "24.11", "slurm 24.11.5; rm -rf /",
-             "slurm-wlm 24.11.5\nslurm 22.05.8", "x" * 10_000, "slurm \uff12\uff14.11.5"],
+    "text",
+    [
+        "",
+        "slurm",
+        "slurm 22.06.1",
+        "slurm 23.05.0",
+        "24.11",
+        "slurm 24.11.5; rm -rf /",
+        "slurm-wlm 24.11.5\nslurm 22.05.8",
+        "x" * 10_000,
+        "slurm \uff12\uff14.11.5",
+    ],
 )
 def test_anything_else_is_no_release(text):
     with pytest.raises(ValueError):
@@ -59,8 +69,15 @@ def test_release_numbers_follow_slurms_protocol():
 
 @pytest.mark.parametrize(
     "data",
-    [b"", STATE_22_05[:20], b"\x00\x00\x00\x11PROTOCOL_VERSIOX\x00\x26\x00",
-     header(0x2601), header(0x1000), header(0xFFFF), os.urandom(4096)[:3]],
+    [
+        b"",
+        STATE_22_05[:20],
+        b"\x00\x00\x00\x11PROTOCOL_VERSIOX\x00\x26\x00",
+        header(0x2601),
+        header(0x1000),
+        header(0xFFFF),
+        os.urandom(4096)[:3],
+    ],
 )
 def test_headers_that_name_no_release(data):
     with pytest.raises(ValueError):
@@ -71,7 +88,7 @@ def test_headers_that_name_no_release(data):
 DECISIONS = [
     ("24.11", "24.11", True),
     ("24.05", "24.11", True),
-    ("23.02", "24.11", True),   # measured: 24.11 recovers from 23.02 on
+    ("23.02", "24.11", True),  # measured: 24.11 recovers from 23.02 on
     ("22.05", "24.11", False),  # slonk 0.2.0 -> 0.3.0: measured, 24.11 refuses and harms it
     ("20.11", "24.11", False),
     ("24.11", "22.05", False),  # a downgrade
@@ -103,8 +120,11 @@ def test_decision_table(tmp_path, made_by, image, starts):
 
 def test_the_0_2_0_state_is_refused_by_0_3_0(tmp_path):
     directory = state(tmp_path, STATE_22_05)
-    with pytest.raises(StateError, match=r"Slurm 22\.05's state .* slurmctld is 24\.11, which "
-                       r"recovers state from 23\.02 to 24\.11 only"):
+    with pytest.raises(
+        StateError,
+        match=r"Slurm 22\.05's state .* slurmctld is 24\.11, which "
+        r"recovers state from 23\.02 to 24\.11 only",
+    ):
         check(directory, "slurm-wlm 24.11.5")
 
 

@@ -71,8 +71,10 @@ def test_a_squatter_never_gets_demos_account_while_demos_entry_is_skipped(node, 
     result = _sync(node, [broken, SQUATTER], now=NOW + DAY)
     assert "demo" not in [u.name for u in result.users]
     assert "demo" not in _keys(node)
-    assert ("skipped user uid=demo,ou=aaa,dc=x: user name demo is held by "
-            "uid=demo,ou=people,dc=x (uid 5000)") in result.warnings
+    assert (
+        "skipped user uid=demo,ou=aaa,dc=x: user name demo is held by "
+        "uid=demo,ou=people,dc=x (uid 5000)"
+    ) in result.warnings
     # Fixed a month later: demo is demo again, never locked out by the squatter.
     result = _sync(node, [DEMO, SQUATTER], now=NOW + 40 * DAY)
     _demo_is_demo(node)
@@ -84,8 +86,10 @@ def test_a_squatter_on_demos_uid_alone_is_refused_too(node):
     _sync(node, [DEMO])
     aaron = user_entry("aaron", 5000, keys=[EVE_KEY])
     result = _sync(node, [SKIPPED_DEMO["invalid loginShell"], aaron])
-    assert ("skipped user uid=aaron,ou=people,dc=x: uid 5000 is demo's "
-            "(held by uid=demo,ou=people,dc=x)") in result.warnings
+    assert (
+        "skipped user uid=aaron,ou=people,dc=x: uid 5000 is demo's "
+        "(held by uid=demo,ou=people,dc=x)"
+    ) in result.warnings
     assert "aaron" not in _keys(node)
 
 
@@ -102,13 +106,16 @@ def test_a_pod_started_from_the_snapshot_keeps_the_same_holds(node, tmp_path):
 
 # demo's entry moved, deleted or filtered out: its DN is gone.
 
+
 def test_a_move_alone_keeps_demo(node):
     _sync(node, [DEMO])
     result = _sync(node, [MOVED])
     _demo_is_demo(node)
     assert result.owners.users["demo"].dn == "uid=demo,ou=staff,dc=x"
-    assert ("user demo (uid 5000) moved from uid=demo,ou=people,dc=x to uid=demo,ou=staff,dc=x"
-            in result.warnings)
+    assert (
+        "user demo (uid 5000) moved from uid=demo,ou=people,dc=x to uid=demo,ou=staff,dc=x"
+        in result.warnings
+    )
 
 
 def test_when_several_claim_a_moved_name_none_is_admitted(node):
@@ -118,8 +125,10 @@ def test_when_several_claim_a_moved_name_none_is_admitted(node):
     assert "demo" not in [u.name for u in result.users]
     assert "demo" not in _keys(node)
     assert result.skipped["ambiguous claim"] == 2
-    assert ("skipped user uid=demo,ou=aaa,dc=x: 2 entries claim user name demo with uid 5000, "
-            "none at uid=demo,ou=people,dc=x which held it: none admitted") in result.warnings
+    assert (
+        "skipped user uid=demo,ou=aaa,dc=x: 2 entries claim user name demo with uid 5000, "
+        "none at uid=demo,ou=people,dc=x which held it: none admitted"
+    ) in result.warnings
     # Someone removes the squatter: the entry that moved is demo.
     _sync(node, [MOVED])
     _demo_is_demo(node)
@@ -128,19 +137,26 @@ def test_when_several_claim_a_moved_name_none_is_admitted(node):
 
 def test_a_missing_holders_name_and_uid_wait_a_bounded_time(node):
     _sync(node, [DEMO])
-    newcomers = [user_entry("demo", 5001, keys=[EVE_KEY], dn="uid=demo,ou=aaa,dc=x"),
-                 user_entry("aaron", 5000, keys=[EVE_KEY])]
+    newcomers = [
+        user_entry("demo", 5001, keys=[EVE_KEY], dn="uid=demo,ou=aaa,dc=x"),
+        user_entry("aaron", 5000, keys=[EVE_KEY]),
+    ]
     result = _sync(node, newcomers, now=NOW + DAY)
     assert result.skipped == {"duplicate user name": 1, "duplicate uid": 1}
     assert "demo" not in _keys(node) and "aaron" not in _keys(node)
-    assert any(w.startswith("user demo (uid 5000) kept for uid=demo,ou=people,dc=x, missing "
-                            "from the directory") for w in result.warnings)
+    assert any(
+        w.startswith(
+            "user demo (uid 5000) kept for uid=demo,ou=people,dc=x, missing from the directory"
+        )
+        for w in result.warnings
+    )
     result = _sync(node, newcomers, now=NOW + DAY + HOLD_SECONDS - 1)
     assert result.skipped == {"duplicate user name": 1, "duplicate uid": 1}
     # The hold ran out: the name and the uid are the directory's to give again.
     result = _sync(node, newcomers, now=NOW + DAY + HOLD_SECONDS)
-    assert ("user demo (uid 5000) released: uid=demo,ou=people,dc=x missing since "
-            "2023-11-15 22:13 UTC") in result.warnings
+    assert (
+        "user demo (uid 5000) released: uid=demo,ou=people,dc=x missing since 2023-11-15 22:13 UTC"
+    ) in result.warnings
     assert {"demo", "aaron"} <= {u.name for u in result.users}
 
 
@@ -173,8 +189,10 @@ def test_a_group_squatter_gets_no_members_while_the_group_is_skipped(node):
     broken = {**RESEARCH, "gidNumber": ["5100", "0"]}
     result = _sync(node, [DEMO, user_entry("mallory", 5300, gid=5300)], [broken, EVIL_RESEARCH])
     assert not any(line.startswith("research:") for line in managed_lines(node)["group"])
-    assert ("skipped group cn=research,ou=aaa,dc=x: group name research is held by "
-            "cn=research,ou=groups,dc=x (gid 5100)") in result.warnings
+    assert (
+        "skipped group cn=research,ou=aaa,dc=x: group name research is held by "
+        "cn=research,ou=groups,dc=x (gid 5100)"
+    ) in result.warnings
 
 
 def test_a_group_that_moved_keeps_its_gid_unless_contested(node):
@@ -182,16 +200,24 @@ def test_a_group_that_moved_keeps_its_gid_unless_contested(node):
     moved = group_entry("research", 5100, ["demo"], dn="cn=research,ou=teams,dc=x")
     _sync(node, [DEMO], [moved])
     assert "research:x:5100:demo" in managed_lines(node)["group"]
-    _sync(node, [DEMO], [group_entry("research", 5100, ["demo"], dn="cn=research,ou=x,dc=x"),
-                         EVIL_RESEARCH], now=NOW + DAY)
+    _sync(
+        node,
+        [DEMO],
+        [group_entry("research", 5100, ["demo"], dn="cn=research,ou=x,dc=x"), EVIL_RESEARCH],
+        now=NOW + DAY,
+    )
     assert not any(line.startswith("research:") for line in managed_lines(node)["group"])
 
 
-@pytest.mark.parametrize("group", [
-    group_entry("evilgrp", 5000, ["mallory"]),
-    group_entry("demo", 5000, ["mallory"]),
-    group_entry("demo", 5200, ["mallory"]),
-], ids=["another name", "the same name", "the name alone"])
+@pytest.mark.parametrize(
+    "group",
+    [
+        group_entry("evilgrp", 5000, ["mallory"]),
+        group_entry("demo", 5000, ["mallory"]),
+        group_entry("demo", 5200, ["mallory"]),
+    ],
+    ids=["another name", "the same name", "the name alone"],
+)
 def test_no_directory_group_takes_a_users_personal_group(node, group):
     mallory = user_entry("mallory", 5300, gid=5300)
     _sync(node, [DEMO, mallory])
@@ -204,6 +230,7 @@ def test_no_directory_group_takes_a_users_personal_group(node, group):
 
 
 # A search that returns no groups, or far fewer, is refused like one that returns no users.
+
 
 def test_an_empty_group_search_drops_no_group(node):
     sync(spec(), node, read=reader([DEMO], [RESEARCH]))
@@ -223,6 +250,7 @@ def test_the_removal_limit_counts_directory_groups_not_personal_ones(node):
 
 
 # The record of holds is root's; still, a damaged one must not crash or unlock a sync.
+
 
 @pytest.mark.parametrize("value", [1e300, float("nan"), -1, "soon", True])
 def test_a_damaged_hold_record_is_not_used(node, value):

@@ -35,8 +35,9 @@ def _owner_mode(path):
     return info.st_uid, stat.S_IMODE(info.st_mode)
 
 
-@pytest.mark.parametrize(("owner", "mode"), [(0, 0o777), (0, 0o1777), (0, 0o775),
-                                             (MALLORY, 0o755), (MALLORY, 0o700)])
+@pytest.mark.parametrize(
+    ("owner", "mode"), [(0, 0o777), (0, 0o1777), (0, 0o775), (MALLORY, 0o755), (MALLORY, 0o700)]
+)
 def test_the_root_of_home_is_made_roots_and_closed(home, owner, mode):
     os.chown(home, owner, 0)
     home.chmod(mode)
@@ -94,7 +95,8 @@ def test_homes_made_once(home):
 
 def test_a_home_that_cannot_be_made_is_reported(tmp_path):
     assert make_homes([BOB], tmp_path / "missing") == [
-        "cannot make homes in /home: No such file or directory"]
+        "cannot make homes in /home: No such file or directory"
+    ]
 
 
 def test_a_home_made_by_someone_else_is_not_given_away(home):
@@ -104,7 +106,8 @@ def test_a_home_made_by_someone_else_is_not_given_away(home):
     os.chown(home / "bob/.bashrc", MALLORY, MALLORY)
     assert make_homes([BOB], home) == [
         "home /home/bob is uid 5300's, not bob's (uid 5001): left alone; check who made it "
-        "and what it holds"]
+        "and what it holds"
+    ]
     assert _owner_mode(home / "bob")[0] == MALLORY
     assert (home / "bob/.bashrc").stat().st_uid == MALLORY
 

@@ -96,8 +96,9 @@ HOSTILE_USERS = {
     "demo's uid, DN first": user_entry("aaa", 5000),
     "demo's uid, DN last": user_entry("zzz", 5000),
     "demo's name": user_entry("demo", 5001, dn="uid=demo,ou=aaa,dc=x"),
-    "demo's name and uid, another DN": user_entry("demo", 5000, dn="uid=demo,ou=aaa,dc=x",
-                                                  keys=["ssh-ed25519 EVE eve"]),
+    "demo's name and uid, another DN": user_entry(
+        "demo", 5000, dn="uid=demo,ou=aaa,dc=x", keys=["ssh-ed25519 EVE eve"]
+    ),
 }
 
 HOSTILE_GROUPS = {
@@ -112,8 +113,9 @@ HOSTILE_GROUPS = {
     "group name with a trailing newline": group_entry("wheel\n", 5200, ["demo"]),
     "research's gid": group_entry("aaa", 5100, ["demo"]),
     "research's name": group_entry("research", 5200, ["demo"], dn="cn=research,ou=aaa,dc=x"),
-    "research's name and gid, another DN": group_entry("research", 5100, ["demo", "eve"],
-                                                       dn="cn=research,ou=aaa,dc=x"),
+    "research's name and gid, another DN": group_entry(
+        "research", 5100, ["demo", "eve"], dn="cn=research,ou=aaa,dc=x"
+    ),
     "demo's personal gid": group_entry("evilgrp", 5000, ["mallory"]),
     "demo's personal group": group_entry("demo", 5000, ["mallory"]),
     "a group without a DN (a personal group's)": {**group_entry("evilgrp", 5200), "dn": [""]},
@@ -150,7 +152,9 @@ def test_a_member_that_would_write_a_line_is_no_member(node):
     wheel = group_entry("wheel", 5200, ["demo\nroot:x:0:demo", "demo:"])
     sync(spec(), node, read=reader([DEMO], [RESEARCH, wheel]))
     assert managed_lines(node) == {
-        **EXPECTED, "group": ["research:x:5100:demo", "wheel:x:5200:", "demo:x:5000:"]}
+        **EXPECTED,
+        "group": ["research:x:5100:demo", "wheel:x:5200:", "demo:x:5000:"],
+    }
 
 
 def test_the_issues_ldif_home_never_reaches_passwd(node):
@@ -162,13 +166,20 @@ def test_the_issues_ldif_home_never_reaches_passwd(node):
     assert managed_lines(node) == EXPECTED
     assert result.warnings == [
         "skipped user uid=eve,ou=people,dc=x: home '/home/x\\nrootkit::0:0::/root' is not "
-        "an absolute, normalised path of letters, digits and ._+@-"]
+        "an absolute, normalised path of letters, digits and ._+@-"
+    ]
 
 
 def test_a_key_with_a_newline_adds_no_second_key(node):
-    entry = user_entry("demo", 5000, keys=["ssh-ed25519 GOOD demo",
-                                           "ssh-ed25519 AAAA x\nssh-ed25519 EVE eve",
-                                           "ssh-ed25519 NUL\x00x"])
+    entry = user_entry(
+        "demo",
+        5000,
+        keys=[
+            "ssh-ed25519 GOOD demo",
+            "ssh-ed25519 AAAA x\nssh-ed25519 EVE eve",
+            "ssh-ed25519 NUL\x00x",
+        ],
+    )
     result = sync(spec(), node, read=reader([entry], [RESEARCH]))
     assert managed_lines(node) == EXPECTED  # demo stays, without the bad keys
     assert (node.etc / "ssh/authorized_keys/demo").read_text() == "ssh-ed25519 GOOD demo\n"
@@ -177,8 +188,11 @@ def test_a_key_with_a_newline_adds_no_second_key(node):
 
 def test_a_later_clean_sync_restores_files_damaged_before(node):
     _first_sync(node)
-    for name, line in (("passwd", "rootkit::0:0::/root:/bin/bash"),
-                       ("group", "shadow:x:42:demo"), ("shadow", "rootkit::0:0:99999:7:::")):
+    for name, line in (
+        ("passwd", "rootkit::0:0::/root:/bin/bash"),
+        ("group", "shadow:x:42:demo"),
+        ("shadow", "rootkit::0:0:99999:7:::"),
+    ):
         path = node.etc / name
         path.write_text(path.read_text().replace("root:", "gone:", 1) + line + "\n")
     (node.etc / "ssh/authorized_keys/rootkit").write_text("ssh-ed25519 EVE eve\n")
@@ -202,33 +216,48 @@ def test_a_hostile_snapshot_passes_the_same_rules(node, tmp_path):
 STATIC = {"name": "alice", "uid": 2001, "gid": 2001}
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    ({"shell": "/bin/bash\nrootkit::0:0::/root:/bin/bash"},
-     "users[0].shell: '/bin/bash\\nrootkit::0:0::/root:/bin/bash' holds a control"),
-    ({"shell": "bash"}, "users[0].shell: shell bash is not an absolute"),
-    ({"name": "alice\n"}, "users[0].name: 'alice\\n' holds a control character"),
-    ({"name": "root:x"}, "users[0].name: 'root:x' is not a valid user name"),
-    ({"uid": 0}, "users[0].uid: uid 0 is outside 1000-60000"),
-    ({"uid": 65534}, "users[0].uid: uid 65534 is reserved for nobody"),
-    ({"uid": 65533}, "users[0].uid: uid 65533 is reserved for git-sync's user"),
-    ({"uid": 60001}, "users[0].uid: uid 60001 is outside 1000-60000"),
-    ({"gid": 42}, "users[0].gid: gid 42 is outside 1000-60000"),
-    ({"sshKeys": ["ssh-ed25519 A a\nssh-ed25519 EVE eve"]},
-     "users[0].sshKeys[0]: 'ssh-ed25519 A a\\nssh-ed25519 EVE eve' holds a control character"),
-    ({"sshKeys": ["ssh-ed25519 A a\x00"]},
-     "users[0].sshKeys[0]: 'ssh-ed25519 A a\\x00' holds a control character"),
-])
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {"shell": "/bin/bash\nrootkit::0:0::/root:/bin/bash"},
+            "users[0].shell: '/bin/bash\\nrootkit::0:0::/root:/bin/bash' holds a control",
+        ),
+        ({"shell": "bash"}, "users[0].shell: shell bash is not an absolute"),
+        ({"name": "alice\n"}, "users[0].name: 'alice\\n' holds a control character"),
+        ({"name": "root:x"}, "users[0].name: 'root:x' is not a valid user name"),
+        ({"uid": 0}, "users[0].uid: uid 0 is outside 1000-60000"),
+        ({"uid": 65534}, "users[0].uid: uid 65534 is reserved for nobody"),
+        ({"uid": 65533}, "users[0].uid: uid 65533 is reserved for git-sync's user"),
+        ({"uid": 60001}, "users[0].uid: uid 60001 is outside 1000-60000"),
+        ({"gid": 42}, "users[0].gid: gid 42 is outside 1000-60000"),
+        (
+            {"sshKeys": ["ssh-ed25519 A a\nssh-ed25519 EVE eve"]},
+            "users[0].sshKeys[0]: 'ssh-ed25519 A a\\nssh-ed25519 EVE eve' holds a control character",
+        ),
+        (
+            {"sshKeys": ["ssh-ed25519 A a\x00"]},
+            "users[0].sshKeys[0]: 'ssh-ed25519 A a\\x00' holds a control character",
+        ),
+    ],
+)
 def test_bad_static_users_are_refused_with_their_key(change, message):
     with pytest.raises(SpecError) as caught:
         spec([{**STATIC, **change}])
     assert message in str(caught.value)
 
 
-@pytest.mark.parametrize(("groups", "message"), [
-    ([{"name": "shadow\n", "gid": 5000}], "groups[0].name: 'shadow\\n' holds a control character"),
-    ([{"name": "wheel", "gid": 0}], "groups[0].gid: gid 0 is outside 1000-60000"),
-    ([{"name": "a", "gid": 5000}, {"name": "b", "gid": 5000}], "groups[1].gid: duplicate gid"),
-])
+@pytest.mark.parametrize(
+    ("groups", "message"),
+    [
+        (
+            [{"name": "shadow\n", "gid": 5000}],
+            "groups[0].name: 'shadow\\n' holds a control character",
+        ),
+        ([{"name": "wheel", "gid": 0}], "groups[0].gid: gid 0 is outside 1000-60000"),
+        ([{"name": "a", "gid": 5000}, {"name": "b", "gid": 5000}], "groups[1].gid: duplicate gid"),
+    ],
+)
 def test_bad_static_groups_are_refused_with_their_key(groups, message):
     with pytest.raises(SpecError) as caught:
         spec(static_groups=groups)
@@ -240,13 +269,18 @@ def test_static_users_may_not_share_a_uid():
         spec([STATIC, {**STATIC, "name": "bob"}])
 
 
-@pytest.mark.parametrize(("user", "reason"), [
-    ({"name": "root", "uid": 2001, "gid": 2001}, "name root is the image's"),
-    ({"name": "slurm", "uid": 2001, "gid": 2001}, "name slurm is the image's"),
-    ({"name": "staff", "uid": 2001, "gid": 2001}, "name staff is the image's"),
-    ({"name": "alice", "uid": 2001, "gid": 2001, "shell": "/bin/zsh"},
-     "shell /bin/zsh is not in /etc/shells"),
-])
+@pytest.mark.parametrize(
+    ("user", "reason"),
+    [
+        ({"name": "root", "uid": 2001, "gid": 2001}, "name root is the image's"),
+        ({"name": "slurm", "uid": 2001, "gid": 2001}, "name slurm is the image's"),
+        ({"name": "staff", "uid": 2001, "gid": 2001}, "name staff is the image's"),
+        (
+            {"name": "alice", "uid": 2001, "gid": 2001, "shell": "/bin/zsh"},
+            "shell /bin/zsh is not in /etc/shells",
+        ),
+    ],
+)
 def test_static_users_the_pod_refuses(node, user, reason):
     result = sync(spec([user]), node, read=reader([DEMO], [RESEARCH]))
     assert managed_lines(node) == EXPECTED
@@ -255,8 +289,11 @@ def test_static_users_the_pod_refuses(node, user, reason):
 
 def test_the_range_is_one_setting_for_static_and_directory_accounts(node):
     accounts = {"minId": 100, "maxId": 200000}
-    result = sync(spec([{"name": "svc", "uid": 150, "gid": 150}], accounts=accounts), node,
-                  read=reader([DEMO, user_entry("big", 150000, gid=150000)], [RESEARCH]))
+    result = sync(
+        spec([{"name": "svc", "uid": 150, "gid": 150}], accounts=accounts),
+        node,
+        read=reader([DEMO, user_entry("big", 150000, gid=150000)], [RESEARCH]),
+    )
     assert sorted(u.name for u in result.users) == ["big", "demo", "svc"]
     with pytest.raises(SpecError, match=r"users\[0\]\.uid: uid 150 is outside 1000-60000"):
         spec([{"name": "svc", "uid": 150, "gid": 150}])
@@ -273,13 +310,18 @@ def test_a_home_holding_another_users_home_is_refused(node):
     lead = user_entry("lead", 5002, homeDirectory="/home/research")  # would own alice's parent
     result = sync(spec(), node, read=reader([DEMO, alice, lead], [RESEARCH]))
     assert sorted(u.name for u in result.users) == ["alice", "demo"]
-    assert ("skipped user uid=lead,ou=people,dc=x: home /home/research holds alice's home"
-            in result.warnings)
+    assert (
+        "skipped user uid=lead,ou=people,dc=x: home /home/research holds alice's home"
+        in result.warnings
+    )
 
 
 def test_homes_under_another_root(node):
     entry = user_entry("eve", 5001, homeDirectory="/data/home/eve")
-    result = sync(spec(accounts={"homeRoots": ["/home", "/data/home"]}), node,
-                  read=reader([DEMO, entry], [RESEARCH]))
+    result = sync(
+        spec(accounts={"homeRoots": ["/home", "/data/home"]}),
+        node,
+        read=reader([DEMO, entry], [RESEARCH]),
+    )
     assert "eve:x:5001:5000::/data/home/eve:/bin/bash" in managed_lines(node)["passwd"]
     assert result.skipped == {}

@@ -18,48 +18,51 @@ from slonk.ldapdev import DevDirectory, seed_ldif
 RULES = AccountRules()
 
 
-@pytest.mark.parametrize(("check", "value"), [
-    (accounts.check_name, "root\n"),
-    (accounts.check_name, "a\rb"),
-    (accounts.check_name, "a\x00"),
-    (accounts.check_name, "a:b"),
-    (accounts.check_name, "a b"),
-    (accounts.check_name, "-a"),
-    (accounts.check_name, "Alice"),
-    (accounts.check_name, "a" * 33),
-    (accounts.check_name, ""),
-    (accounts.check_shell, "/bin/bash\n"),
-    (accounts.check_shell, "/bin/ba:sh"),
-    (accounts.check_shell, "bin/bash"),
-    (accounts.check_shell, "/bin/../bash"),
-    (accounts.check_shell, "/bin//bash"),
-    (accounts.check_shell, "/bin/bash/"),
-    (accounts.check_shell, "/"),
-    (accounts.check_shell, "/" + "a" * 4095),
-    (RULES.check_home, "/home/a\n"),
-    (RULES.check_home, "/home/a\x00"),
-    (RULES.check_home, "/home/a:b"),
-    (RULES.check_home, "/home/../etc"),
-    (RULES.check_home, "/home/.slonk"),
-    (RULES.check_home, "/home"),
-    (RULES.check_home, "/homes/a"),
-    (RULES.check_home, "/etc/a"),
-    (RULES.check_home, "//home/a"),
-    (accounts.check_key, "ssh-ed25519 A a\nssh-ed25519 B b"),
-    (accounts.check_key, "ssh-ed25519 A a\rb"),
-    (accounts.check_key, "ssh-ed25519 A\x00"),
-    (accounts.check_key, "ssh-ed25519 A \u00e9"),
-    (accounts.check_key, "   "),
-    (accounts.check_key, "ssh-rsa " + "A" * accounts.KEY_MAX_CHARS),
-    (RULES.check_id, 0),
-    (RULES.check_id, 42),
-    (RULES.check_id, 999),
-    (RULES.check_id, 60001),
-    (RULES.check_id, True),
-    (AccountRules(max_id=2**31 - 1).check_id, 65533),
-    (AccountRules(max_id=2**31 - 1).check_id, 65534),
-    (AccountRules(max_id=2**31 - 1).check_id, 65535),
-])
+@pytest.mark.parametrize(
+    ("check", "value"),
+    [
+        (accounts.check_name, "root\n"),
+        (accounts.check_name, "a\rb"),
+        (accounts.check_name, "a\x00"),
+        (accounts.check_name, "a:b"),
+        (accounts.check_name, "a b"),
+        (accounts.check_name, "-a"),
+        (accounts.check_name, "Alice"),
+        (accounts.check_name, "a" * 33),
+        (accounts.check_name, ""),
+        (accounts.check_shell, "/bin/bash\n"),
+        (accounts.check_shell, "/bin/ba:sh"),
+        (accounts.check_shell, "bin/bash"),
+        (accounts.check_shell, "/bin/../bash"),
+        (accounts.check_shell, "/bin//bash"),
+        (accounts.check_shell, "/bin/bash/"),
+        (accounts.check_shell, "/"),
+        (accounts.check_shell, "/" + "a" * 4095),
+        (RULES.check_home, "/home/a\n"),
+        (RULES.check_home, "/home/a\x00"),
+        (RULES.check_home, "/home/a:b"),
+        (RULES.check_home, "/home/../etc"),
+        (RULES.check_home, "/home/.slonk"),
+        (RULES.check_home, "/home"),
+        (RULES.check_home, "/homes/a"),
+        (RULES.check_home, "/etc/a"),
+        (RULES.check_home, "//home/a"),
+        (accounts.check_key, "ssh-ed25519 A a\nssh-ed25519 B b"),
+        (accounts.check_key, "ssh-ed25519 A a\rb"),
+        (accounts.check_key, "ssh-ed25519 A\x00"),
+        (accounts.check_key, "ssh-ed25519 A \u00e9"),
+        (accounts.check_key, "   "),
+        (accounts.check_key, "ssh-rsa " + "A" * accounts.KEY_MAX_CHARS),
+        (RULES.check_id, 0),
+        (RULES.check_id, 42),
+        (RULES.check_id, 999),
+        (RULES.check_id, 60001),
+        (RULES.check_id, True),
+        (AccountRules(max_id=2**31 - 1).check_id, 65533),
+        (AccountRules(max_id=2**31 - 1).check_id, 65534),
+        (AccountRules(max_id=2**31 - 1).check_id, 65535),
+    ],
+)
 def test_each_rule_refuses(check, value):
     with pytest.raises(AccountError):
         check(value)
@@ -82,6 +85,7 @@ def test_a_key_the_size_of_the_limit_is_checked_in_linear_time():
 
 # The chart refuses the same values: one pattern, in the schema and in Python.
 
+
 def _schema():
     return json.loads((paths.chart_dir() / "values.schema.json").read_text())
 
@@ -102,42 +106,55 @@ def test_the_schema_holds_the_same_patterns():
 
 def test_the_values_file_shows_slonks_own_defaults():
     values = yaml.safe_load((paths.chart_dir() / "values.yaml").read_text())["accounts"]
-    assert values == {"minId": accounts.MIN_ID, "maxId": accounts.MAX_ID,
-                      "homeRoots": list(accounts.HOME_ROOTS)}
+    assert values == {
+        "minId": accounts.MIN_ID,
+        "maxId": accounts.MAX_ID,
+        "homeRoots": list(accounts.HOME_ROOTS),
+    }
 
 
 def _render(values):
-    return chart.render(chart.default_chart(), chart.deep_merge(
-        chart.user_values([]), values))
+    return chart.render(chart.default_chart(), chart.deep_merge(chart.user_values([]), values))
 
 
 ALICE = {"name": "alice", "uid": 2001, "gid": 2001}
 
 
-@pytest.mark.parametrize(("values", "message"), [
-    ({"users": [{**ALICE, "name": "alice\n"}]}, "at '/users/0/name'"),
-    ({"users": [{**ALICE, "shell": "/bin/sh\nrootkit::0:0::/root:/bin/sh"}]},
-     "at '/users/0/shell'"),
-    ({"users": [{**ALICE, "sshKeys": ["ssh-ed25519 A a\nssh-ed25519 EVE eve"]}]},
-     "at '/users/0/sshKeys/0'"),
-    ({"users": [{**ALICE, "groups": ["research\n"]}]}, "at '/users/0/groups/0'"),
-    ({"users": [{**ALICE, "uid": 0}]}, "at '/users/0/uid'"),
-    ({"users": [{**ALICE, "uid": 65534}]}, "at '/users/0/uid'"),
-    ({"users": [{**ALICE, "uid": 65533}]}, "at '/users/0/uid'"),
-    ({"users": [{**ALICE, "uid": 60001}]}, "users[0].uid: uid 60001 is outside 1000-60000"),
-    ({"users": [{**ALICE, "gid": 42}]}, "users[0].gid: gid 42 is outside 1000-60000"),
-    ({"groups": [{"name": "wheel", "gid": 0}]}, "at '/groups/0/gid'"),
-    ({"groups": [{"name": "wheel", "gid": 999}]}, "groups[0].gid: gid 999 is outside"),
-    ({"ldap": {"dev": {"users": [{**ALICE, "uid": 70000}]}}},
-     "ldap.dev.users[0].uid: uid 70000 is outside 1000-60000"),
-    ({"ldap": {"dev": {"users": [{**ALICE, "name": "a\nuserPassword: x"}]}}},
-     "at '/ldap/dev/users/0/name'"),
-    ({"ldap": {"dev": {"suffix": "dc=x\nuserPassword: x"}}}, "at '/ldap/dev/suffix'"),
-    ({"ldap": {"minUid": 1000}}, "additional properties 'minUid' not allowed"),
-    ({"accounts": {"minId": 5000, "maxId": 100}}, "accounts.maxId: must be >= 5000, got 100"),
-    ({"accounts": {"homeRoots": ["/"]}}, "at '/accounts/homeRoots/0'"),
-    ({"accounts": {"maxId": 2**32}}, "at '/accounts/maxId'"),
-])
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"users": [{**ALICE, "name": "alice\n"}]}, "at '/users/0/name'"),
+        (
+            {"users": [{**ALICE, "shell": "/bin/sh\nrootkit::0:0::/root:/bin/sh"}]},
+            "at '/users/0/shell'",
+        ),
+        (
+            {"users": [{**ALICE, "sshKeys": ["ssh-ed25519 A a\nssh-ed25519 EVE eve"]}]},
+            "at '/users/0/sshKeys/0'",
+        ),
+        ({"users": [{**ALICE, "groups": ["research\n"]}]}, "at '/users/0/groups/0'"),
+        ({"users": [{**ALICE, "uid": 0}]}, "at '/users/0/uid'"),
+        ({"users": [{**ALICE, "uid": 65534}]}, "at '/users/0/uid'"),
+        ({"users": [{**ALICE, "uid": 65533}]}, "at '/users/0/uid'"),
+        ({"users": [{**ALICE, "uid": 60001}]}, "users[0].uid: uid 60001 is outside 1000-60000"),
+        ({"users": [{**ALICE, "gid": 42}]}, "users[0].gid: gid 42 is outside 1000-60000"),
+        ({"groups": [{"name": "wheel", "gid": 0}]}, "at '/groups/0/gid'"),
+        ({"groups": [{"name": "wheel", "gid": 999}]}, "groups[0].gid: gid 999 is outside"),
+        (
+            {"ldap": {"dev": {"users": [{**ALICE, "uid": 70000}]}}},
+            "ldap.dev.users[0].uid: uid 70000 is outside 1000-60000",
+        ),
+        (
+            {"ldap": {"dev": {"users": [{**ALICE, "name": "a\nuserPassword: x"}]}}},
+            "at '/ldap/dev/users/0/name'",
+        ),
+        ({"ldap": {"dev": {"suffix": "dc=x\nuserPassword: x"}}}, "at '/ldap/dev/suffix'"),
+        ({"ldap": {"minUid": 1000}}, "additional properties 'minUid' not allowed"),
+        ({"accounts": {"minId": 5000, "maxId": 100}}, "accounts.maxId: must be >= 5000, got 100"),
+        ({"accounts": {"homeRoots": ["/"]}}, "at '/accounts/homeRoots/0'"),
+        ({"accounts": {"maxId": 2**32}}, "at '/accounts/maxId'"),
+    ],
+)
 def test_the_chart_refuses_bad_accounts(values, message):
     with pytest.raises(chart.ChartError) as caught:
         _render(values)
@@ -164,9 +181,15 @@ DEV_KEYS = {"users": "ldapServer.users", "groups": "ldapServer.groups"}
 
 def _spec_error(key, value):
     """The pods' message for cluster.yaml with `key` set as the chart would write it."""
-    data = yaml.safe_load(yaml.safe_load(next(
-        t for p, t in _render({"ldap": {"dev": {"enabled": True}}}).items()
-        if p.endswith("cluster-configmap.yaml")))["data"]["cluster.yaml"])
+    data = yaml.safe_load(
+        yaml.safe_load(
+            next(
+                t
+                for p, t in _render({"ldap": {"dev": {"enabled": True}}}).items()
+                if p.endswith("cluster-configmap.yaml")
+            )
+        )["data"]["cluster.yaml"]
+    )
     *parents, last = key.split(".")
     node = data
     for part in parents:
@@ -191,8 +214,12 @@ def test_the_chart_and_the_pods_refuse_the_same_accounts_with_one_message(key, v
 
 
 def test_the_chart_passes_the_range_to_every_pod():
-    rendered = _render({"accounts": {"minId": 100, "maxId": 200000, "homeRoots": ["/data"]},
-                        "users": [{"name": "svc", "uid": 150, "gid": 150}]})
+    rendered = _render(
+        {
+            "accounts": {"minId": 100, "maxId": 200000, "homeRoots": ["/data"]},
+            "users": [{"name": "svc", "uid": 150, "gid": 150}],
+        }
+    )
     config = next(t for p, t in rendered.items() if p.endswith("cluster-configmap.yaml"))
     spec = parse_spec(yaml.safe_load(yaml.safe_load(config)["data"]["cluster.yaml"]))
     assert spec.accounts == AccountRules(100, 200000, ("/data",))
@@ -204,13 +231,15 @@ def test_git_syncs_ids_are_reserved():
     rendered = _render({"hooks": {"enabled": True, "git": {"repo": "https://git.example/h"}}})
     workers = next(t for p, t in rendered.items() if p.endswith("workers.yaml"))
     sts = next(d for d in yaml.safe_load_all(workers) if d and d["kind"] == "StatefulSet")
-    (sidecar,) = [c for c in sts["spec"]["template"]["spec"]["containers"]
-                  if c["name"] == "git-sync"]
+    (sidecar,) = [
+        c for c in sts["spec"]["template"]["spec"]["containers"] if c["name"] == "git-sync"
+    ]
     ids = sidecar["securityContext"]["runAsUser"], sidecar["securityContext"]["runAsGroup"]
     assert set(ids) <= set(accounts.RESERVED_IDS)
 
 
 # The development directory's seed: LDIF that says exactly what the values say.
+
 
 def _parse_ldif(text):
     """[{attribute: [values]}], decoding base64 values, for the checks below."""
@@ -229,13 +258,22 @@ def _parse_ldif(text):
 
 
 def test_the_seed_encodes_every_value_that_could_start_a_line():
-    hostile = User(name="eve", uid=2001, gid=2001, shell="/bin/sh\nuidNumber: 0",
-                   home="/home/eve\n\ndn: cn=admin,dc=x\nuserPassword: x",
-                   ssh_keys=("ssh-ed25519 A a\nuidNumber: 0", " lead", "trail ", ":x", "<x"))
+    hostile = User(
+        name="eve",
+        uid=2001,
+        gid=2001,
+        shell="/bin/sh\nuidNumber: 0",
+        home="/home/eve\n\ndn: cn=admin,dc=x\nuserPassword: x",
+        ssh_keys=("ssh-ed25519 A a\nuidNumber: 0", " lead", "trail ", ":x", "<x"),
+    )
     entries = _parse_ldif(seed_ldif("dc=x", [hostile], [Group("research", 3000)]))
     assert [e["dn"] for e in entries] == [
-        ["dc=x"], ["ou=people,dc=x"], ["ou=groups,dc=x"], ["uid=eve,ou=people,dc=x"],
-        ["cn=research,ou=groups,dc=x"]]
+        ["dc=x"],
+        ["ou=people,dc=x"],
+        ["ou=groups,dc=x"],
+        ["uid=eve,ou=people,dc=x"],
+        ["cn=research,ou=groups,dc=x"],
+    ]
     eve = entries[3]
     assert eve["uidNumber"] == ["2001"]
     assert eve["loginShell"] == [hostile.shell]
@@ -243,14 +281,16 @@ def test_the_seed_encodes_every_value_that_could_start_a_line():
     assert eve["sshPublicKey"] == list(hostile.ssh_keys)
 
 
-@pytest.mark.parametrize(("suffix", "password"), [
-    ("dc=x\ndatabase config", "secret"),
-    ('dc=x"', "secret"),
-    ("dc=x", "secret\nrootdn cn=evil"),
-    ("dc=x", 'se"cret'),
-    ("dc=x", "se cret"),
-])
+@pytest.mark.parametrize(
+    ("suffix", "password"),
+    [
+        ("dc=x\ndatabase config", "secret"),
+        ('dc=x"', "secret"),
+        ("dc=x", "secret\nrootdn cn=evil"),
+        ("dc=x", 'se"cret'),
+        ("dc=x", "se cret"),
+    ],
+)
 def test_the_dev_directory_refuses_what_would_add_slapd_settings(tmp_path, suffix, password):
     with pytest.raises(ValueError):
-        DevDirectory(suffix=suffix, admin_password=password, data_dir=tmp_path,
-                     conf_dir=tmp_path)
+        DevDirectory(suffix=suffix, admin_password=password, data_dir=tmp_path, conf_dir=tmp_path)

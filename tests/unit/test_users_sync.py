@@ -15,8 +15,8 @@ from slonk.users.sync import Paths, SyncRefused, last_good, sync
 LDAP = {"uris": ["ldap://directory"], "userBase": "ou=people,dc=x", "groupBase": "ou=groups,dc=x"}
 IMAGE = {
     "passwd": "root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1::/usr/sbin:/usr/sbin/nologin\n"
-              "nobody:x:65534:65534::/nonexistent:/usr/sbin/nologin\n"
-              "slurm:x:64030:64030::/nonexistent:/bin/false\n",
+    "nobody:x:65534:65534::/nonexistent:/usr/sbin/nologin\n"
+    "slurm:x:64030:64030::/nonexistent:/bin/false\n",
     "group": "root:x:0:\nshadow:x:42:\nstaff:x:50:\nnogroup:x:65534:\nslurm:x:64030:\n",
     "shadow": "root:*:19000:0:99999:7:::\nnobody:*:19000:0:99999:7:::\n",
 }
@@ -24,16 +24,25 @@ FILES = ("passwd", "group", "shadow")
 
 
 def user_entry(name, number, gid=5000, shell="/bin/bash", keys=(), dn=None, **attributes):
-    entry = {"dn": [dn or f"uid={name},ou=people,dc=x"], "uid": [name],
-             "uidNumber": [str(number)], "gidNumber": [str(gid)], "loginShell": [shell],
-             "sshPublicKey": list(keys)}
+    entry = {
+        "dn": [dn or f"uid={name},ou=people,dc=x"],
+        "uid": [name],
+        "uidNumber": [str(number)],
+        "gidNumber": [str(gid)],
+        "loginShell": [shell],
+        "sshPublicKey": list(keys),
+    }
     entry.update({k: v if isinstance(v, list) else [v] for k, v in attributes.items()})
     return entry
 
 
 def group_entry(name, gid, members=(), dn=None):
-    return {"dn": [dn or f"cn={name},ou=groups,dc=x"], "cn": [name], "gidNumber": [str(gid)],
-            "memberUid": list(members)}
+    return {
+        "dn": [dn or f"cn={name},ou=groups,dc=x"],
+        "cn": [name],
+        "gidNumber": [str(gid)],
+        "memberUid": list(members),
+    }
 
 
 def new_pod(tmp_path, home):
@@ -53,8 +62,13 @@ def node(tmp_path):
 
 
 def spec(static_users=(), static_groups=(), accounts=None, **ldap):
-    data = {"clusterName": "x", "release": "r", "users": list(static_users),
-            "groups": list(static_groups), "ldap": {**LDAP, **ldap}}
+    data = {
+        "clusterName": "x",
+        "release": "r",
+        "users": list(static_users),
+        "groups": list(static_groups),
+        "ldap": {**LDAP, **ldap},
+    }
     if accounts:
         data["accounts"] = accounts
     return parse_spec(data)
@@ -78,7 +92,7 @@ def managed_lines(node):
     for name in FILES:
         text = (node.etc / name).read_text()
         assert text.startswith(IMAGE[name]), name
-        lines[name] = text[len(IMAGE[name]):].splitlines()
+        lines[name] = text[len(IMAGE[name]) :].splitlines()
     return lines
 
 
@@ -86,17 +100,22 @@ def test_bad_entries_are_skipped_and_counted_the_rest_sync(node):
     users = [
         user_entry("alice", 2001, keys=["ssh-ed25519 AAAA alice"]),
         user_entry("Bad Name", 2002),
-        user_entry("bob", 2001),             # alice's uid
+        user_entry("bob", 2001),  # alice's uid
         user_entry("carol", 2003, shell="/bin/nope"),
-        user_entry("root", 2004),            # an image account
-        user_entry("dave", 50),              # below minId
+        user_entry("root", 2004),  # an image account
+        user_entry("dave", 50),  # below minId
         {"dn": ["uid=erin,ou=people,dc=x"], "uid": ["erin"], "gidNumber": ["1"]},  # no uidNumber
     ]
     result = sync(spec(), node, read=reader(users, [group_entry("research", 3000, ["alice"])]))
     assert [u.name for u in result.users] == ["alice"]
     assert dict(result.skipped) == {
-        "invalid user name": 1, "duplicate uid": 1, "invalid shell": 1, "image account": 1,
-        "invalid uid": 1, "no uidNumber": 1}
+        "invalid user name": 1,
+        "duplicate uid": 1,
+        "invalid shell": 1,
+        "image account": 1,
+        "invalid uid": 1,
+        "no uidNumber": 1,
+    }
     assert "skipped user uid=bob,ou=people,dc=x: uid 2001 is alice's" in result.warnings
     assert "skipped user uid=dave,ou=people,dc=x: uid 50 is outside 1000-60000" in result.warnings
     assert managed_lines(node) == {
@@ -136,8 +155,10 @@ def test_mass_removal_is_refused_unless_forced(node):
 
 
 def test_static_users_merge_and_clashes_are_skipped(node):
-    static = [{"name": "alice", "uid": 2001, "gid": 2001},
-              {"name": "svc", "uid": 3001, "gid": 3001}]
+    static = [
+        {"name": "alice", "uid": 2001, "gid": 2001},
+        {"name": "svc", "uid": 3001, "gid": 3001},
+    ]
     users = [user_entry("alice", 2999), user_entry("svc", 3001), user_entry("bob", 2002)]
     result = sync(spec(static), node, read=reader(users))
     assert sorted(u.name for u in result.users) == ["alice", "bob", "svc"]
@@ -161,17 +182,23 @@ def test_each_warning_is_reported_once(node):
     # From the second sync on, alice holds it: the message names the holder, once.
     assert sync(spec(), node, read=reader(users)).new_warnings == [
         "skipped user uid=bob,ou=people,dc=x: uid 2001 is alice's "
-        "(held by uid=alice,ou=people,dc=x)"]
+        "(held by uid=alice,ou=people,dc=x)"
+    ]
     assert sync(spec(), node, read=reader(users)).new_warnings == []
 
 
 def test_personal_groups_are_shared_and_never_take_a_groups_name(node):
-    users = [user_entry("alice", 2001, gid=7000), user_entry("bob", 2002, gid=7000),
-             user_entry("research", 2003, gid=7001)]
+    users = [
+        user_entry("alice", 2001, gid=7000),
+        user_entry("bob", 2002, gid=7000),
+        user_entry("research", 2003, gid=7001),
+    ]
     result = sync(spec(), node, read=reader(users, [group_entry("research", 3000)]))
     assert managed_lines(node)["group"] == ["research:x:3000:", "alice:x:7000:"]
-    assert ("user research: no group for its gid 7001: the group research has gid 3000"
-            in result.warnings)
+    assert (
+        "user research: no group for its gid 7001: the group research has gid 3000"
+        in result.warnings
+    )
 
 
 # The account that held a uid or a name in the last good sync keeps it.
@@ -185,8 +212,10 @@ def test_a_newcomer_with_demos_uid_does_not_push_demo_out(node, newcomer_dn, tmp
     newcomer = user_entry(newcomer_dn[4:7], 5000, keys=["ssh-ed25519 EVE eve"], dn=newcomer_dn)
     result = sync(spec(), node, read=reader([newcomer, DEMO]))
     assert [u.name for u in result.users] == ["demo"]
-    assert (f"skipped user {newcomer_dn}: uid 5000 is demo's (held by uid=demo,ou=people,dc=x)"
-            in result.warnings)
+    assert (
+        f"skipped user {newcomer_dn}: uid 5000 is demo's (held by uid=demo,ou=people,dc=x)"
+        in result.warnings
+    )
     # A pod started later, with nothing of its own: the snapshot on /home says who held it.
     later = new_pod(tmp_path / "later", node.home)
     assert [u.name for u in sync(spec(), later, read=reader([newcomer, DEMO])).users] == ["demo"]
@@ -197,8 +226,10 @@ def test_a_second_entry_with_demos_name_does_not_take_it(node):
     twin = user_entry("demo", 5000, keys=["ssh-ed25519 EVE eve"], dn="uid=demo,ou=aaa,dc=x")
     result = sync(spec(), node, read=reader([twin, DEMO]))
     assert [u.ssh_keys for u in result.users] == [("ssh-ed25519 DEMO demo",)]
-    assert ("skipped user uid=demo,ou=aaa,dc=x: user name demo is held by "
-            "uid=demo,ou=people,dc=x (uid 5000)") in result.warnings
+    assert (
+        "skipped user uid=demo,ou=aaa,dc=x: user name demo is held by "
+        "uid=demo,ou=people,dc=x (uid 5000)"
+    ) in result.warnings
 
 
 def test_with_no_sync_before_dn_order_decides_the_same_on_every_pod(node):
@@ -208,13 +239,15 @@ def test_with_no_sync_before_dn_order_decides_the_same_on_every_pod(node):
 
 # The last good sync, on /home, for pods that start while the directory is down.
 
+
 def test_the_snapshot_is_roots_alone(node):
     sync(spec(), node, read=reader([DEMO]))
     folder, file = node.snapshot.parent, node.snapshot
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
     assert stat.S_IMODE(file.stat().st_mode) == 0o600
     assert json.loads(file.read_text())["owners"]["users"] == {
-        "demo": {"id": 5000, "dn": "uid=demo,ou=people,dc=x"}}
+        "demo": {"id": 5000, "dn": "uid=demo,ou=people,dc=x"}
+    }
 
 
 def test_a_new_pod_starts_from_the_last_good_sync(node, tmp_path):
@@ -236,12 +269,15 @@ def test_a_new_pod_applies_the_removal_limit_against_the_snapshot(node, tmp_path
         sync(spec(), later, read=reader(everyone[:15]))
 
 
-@pytest.mark.parametrize("tamper", [
-    lambda p: p.parent.chmod(0o755),
-    lambda p: p.chmod(0o644),
-    lambda p: p.write_text("{not json"),
-    lambda p: (p.rename(p.with_name("elsewhere")), p.symlink_to("elsewhere")),
-])
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        lambda p: p.parent.chmod(0o755),
+        lambda p: p.chmod(0o644),
+        lambda p: p.write_text("{not json"),
+        lambda p: (p.rename(p.with_name("elsewhere")), p.symlink_to("elsewhere")),
+    ],
+)
 def test_a_snapshot_that_is_not_roots_alone_is_not_used(node, tmp_path, tamper):
     sync(spec(), node, read=reader([DEMO]))
     tamper(node.snapshot)

@@ -76,8 +76,7 @@ def check_name(value: str, what: str = "name") -> str:
 def check_path(value: str, what: str) -> str:
     if not isinstance(value, str) or len(value) > PATH_MAX_CHARS or not _PATH.fullmatch(value):
         raise AccountError(
-            f"{what} {show(value)} is not an absolute, normalised path of letters, digits "
-            "and ._+@-"
+            f"{what} {show(value)} is not an absolute, normalised path of letters, digits and ._+@-"
         )
     return value
 
@@ -123,4 +122,3 @@ class AccountRules:
         if not any(value.startswith(f"{root}/") for root in self.home_roots):
             raise AccountError(f"home {value} is not under {' or '.join(self.home_roots)}")
         return value
-

@@ -365,16 +365,18 @@ def _account_rules(data: Any, path: str) -> AccountRules:
 def _group(data: Any, path: str, rules: AccountRules) -> Group:
     r = _Reader(data, path, {"name", "gid"})
     return Group(
-        name=_checked(r, "name", lambda v: accounts.check_name(v, "group name"),
-                      r.require("name", str)),
+        name=_checked(
+            r, "name", lambda v: accounts.check_name(v, "group name"), r.require("name", str)
+        ),
         gid=_checked(r, "gid", lambda v: rules.check_id(v, "gid"), r.require("gid", int)),
     )
 
 
 def _user(data: Any, path: str, groups: set[str], rules: AccountRules) -> User:
     r = _Reader(data, path, {"name", "uid", "gid", "groups", "sshKeys", "shell"})
-    name = _checked(r, "name", lambda v: accounts.check_name(v, "user name"),
-                    r.require("name", str))
+    name = _checked(
+        r, "name", lambda v: accounts.check_name(v, "user name"), r.require("name", str)
+    )
     member_of = r.strings("groups")
     for i, group in enumerate(member_of):
         if group not in groups:
@@ -385,10 +387,12 @@ def _user(data: Any, path: str, groups: set[str], rules: AccountRules) -> User:
         uid=_checked(r, "uid", lambda v: rules.check_id(v, "uid"), r.require("uid", int)),
         gid=_checked(r, "gid", lambda v: rules.check_id(v, "gid"), r.require("gid", int)),
         groups=member_of,
-        ssh_keys=tuple(_checked(r, f"sshKeys[{i}]", accounts.check_key, k)
-                       for i, k in enumerate(keys)),
-        shell=_checked(r, "shell", accounts.check_shell,
-                       r.get("shell", str, accounts.DEFAULT_SHELL)),
+        ssh_keys=tuple(
+            _checked(r, f"sshKeys[{i}]", accounts.check_key, k) for i, k in enumerate(keys)
+        ),
+        shell=_checked(
+            r, "shell", accounts.check_shell, r.get("shell", str, accounts.DEFAULT_SHELL)
+        ),
     )
 
 
@@ -440,7 +444,8 @@ def _ldap(data: Any, path: str) -> LdapSettings | None:
         ca_file=r.get("caFile", str) or None,
         timeout_seconds=float(timeout),
         sync_interval_seconds=r.count(
-            "syncIntervalSeconds", default=default_of(LdapSettings, "sync_interval_seconds"),
+            "syncIntervalSeconds",
+            default=default_of(LdapSettings, "sync_interval_seconds"),
             minimum=1,
         ),
         max_removal_percent=percent,
@@ -471,8 +476,7 @@ def _accounts(r: _Reader, rules: AccountRules) -> tuple[list[User], list[Group]]
     _unique([g.gid for g in groups], r.at("groups"), "gid", key="gid")
     names = {g.name for g in groups}
     users = [
-        _user(u, r.at(f"users[{i}]"), names, rules)
-        for i, u in enumerate(r.get("users", list, []))
+        _user(u, r.at(f"users[{i}]"), names, rules) for i, u in enumerate(r.get("users", list, []))
     ]
     _unique([u.name for u in users], r.at("users"), "user")
     _unique([u.uid for u in users], r.at("users"), "uid", key="uid")
@@ -588,13 +592,9 @@ def _health(data: Any, path: str) -> HealthSettings | None:
             # knows a recycled node's new slurmd by it. Idle a second or more, a drained
             # node's slurmd and the one that replaces it never start in the same second.
             idle_seconds=rr.count("idleSeconds", default=recycled("idle_seconds"), minimum=1),
-            period_seconds=rr.count(
-                "periodSeconds", default=recycled("period_seconds"), minimum=1
-            ),
+            period_seconds=rr.count("periodSeconds", default=recycled("period_seconds"), minimum=1),
             max_recycles=rr.count("maxRecycles", default=recycled("max_recycles"), minimum=1),
-            window_seconds=rr.count(
-                "windowSeconds", default=recycled("window_seconds"), minimum=1
-            ),
+            window_seconds=rr.count("windowSeconds", default=recycled("window_seconds"), minimum=1),
             taint_nodes=rr.get("taintNodes", bool, recycled("taint_nodes")),
         )
     return HealthSettings(
@@ -660,8 +660,7 @@ def parse_spec(data: Any) -> ClusterSpec:
     pools = [_pool(name, p, f"nodepools.{name}", release) for name, p in _named(r, "nodepools")]
     pool_names = {p.name for p in pools}
     partitions = [
-        _partition(name, p, f"partitions.{name}", pool_names)
-        for name, p in _named(r, "partitions")
+        _partition(name, p, f"partitions.{name}", pool_names) for name, p in _named(r, "partitions")
     ]
     defaults = [p.name for p in partitions if p.default]
     if len(defaults) > 1:
@@ -686,7 +685,9 @@ def parse_spec(data: Any) -> ClusterSpec:
         namespace=_dns_label(r.get("namespace", str, spec_default("namespace")), "namespace"),
         cluster_domain=str(
             r.text(
-                "clusterDomain", patterns.DNS_NAME, "a DNS domain",
+                "clusterDomain",
+                patterns.DNS_NAME,
+                "a DNS domain",
                 default=spec_default("cluster_domain"),
             )
         ),

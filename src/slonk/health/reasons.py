@@ -42,9 +42,9 @@ def _reason(head: str, detail: str) -> str:
     logs, where a line end (U+2028, NEL, FS, VT... for Python's splitlines()) would cut them.
     Blanks become spaces, anything else a `?`."""
     text = f"{PREFIX}{head}: {detail}"
-    return "".join(
-        char if " " <= char <= "~" else " " if char.isspace() else "?" for char in text
-    )[:MAX_LENGTH]
+    return "".join(char if " " <= char <= "~" else " " if char.isspace() else "?" for char in text)[
+        :MAX_LENGTH
+    ]
 
 
 def health(check: str, detail: str) -> str:

@@ -119,12 +119,15 @@ def pass_once(spec: ClusterSpec, kube: Kubernetes, history: History, now: float)
                 kube.delete_pod(node.name)
                 history.recycles[node.name].append(now)
                 history.restarting[node.name] = node.slurmd_started
-                log(f"recycled {node.name} ({node.reason}); "
-                    f"{recent + 1} in {settings.window_seconds} s")
+                log(
+                    f"recycled {node.name} ({node.reason}); "
+                    f"{recent + 1} in {settings.window_seconds} s"
+                )
             else:
                 window = settings.window_seconds
                 reason = reasons.quarantine(
-                    f"recycled {recent} times in {window} s; last {node.reason}")
+                    f"recycled {recent} times in {window} s; last {node.reason}"
+                )
                 slurm_nodes.drain(node.name, reason)
                 log(f"quarantined {node.name}: {reason}")
                 if settings.taint_nodes:

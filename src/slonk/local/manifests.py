@@ -188,9 +188,7 @@ def plan(documents: Iterable[Mapping[str, Any]], namespace: str) -> Plan:
                         ),
                         image=_image(meta["name"], container),
                         capabilities=tuple(security.get("capabilities", {}).get("add", [])),
-                        drop_capabilities=tuple(
-                            security.get("capabilities", {}).get("drop", [])
-                        ),
+                        drop_capabilities=tuple(security.get("capabilities", {}).get("drop", [])),
                         no_new_privileges=security.get("allowPrivilegeEscalation") is False,
                     )
                 )
