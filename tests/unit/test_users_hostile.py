@@ -233,7 +233,8 @@ STATIC = {"name": "alice", "uid": 2001, "gid": 2001}
         ({"gid": 42}, "users[0].gid: gid 42 is outside 1000-60000"),
         (
             {"sshKeys": ["ssh-ed25519 A a\nssh-ed25519 EVE eve"]},
-            "users[0].sshKeys[0]: 'ssh-ed25519 A a\\nssh-ed25519 EVE eve' holds a control character",
+            "users[0].sshKeys[0]: 'ssh-ed25519 A a\\nssh-ed25519 EVE eve' "
+            "holds a control character",
         ),
         (
             {"sshKeys": ["ssh-ed25519 A a\x00"]},
