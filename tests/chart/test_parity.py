@@ -118,7 +118,8 @@ CASES: list[tuple[str, dict[str, Any], Change, Change, str]] = [
         "partitions.Default",
     ),
     (
-        "nodepools.%s: node name %q is longer than 63 characters",
+        "nodepools.%s: StatefulSet name %q is longer than 52 characters (Kubernetes would make "
+        "none of its pods)",
         BASE,
         _put({"nodepools": {LONG: POOL}}),
         _put({"nodepools": {LONG: POOL}}),
@@ -161,7 +162,8 @@ CASES: list[tuple[str, dict[str, Any], Change, Change, str]] = [
         "ldap.uris[0]",
     ),
     (
-        "release name %q: must be a DNS-1123 label (it prefixes every Slurm node name)",
+        "release name %q: must be a DNS-1123 label of at most 41 characters (it prefixes every "
+        "Slurm node name, and StatefulSet names of at most 52)",
         BASE,
         _put({}),
         _put({"release": "Slonk"}),

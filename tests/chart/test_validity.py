@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import helm_python
 import kubernetes_validate
@@ -176,19 +177,32 @@ def test_pools_and_partitions_merge_across_values_files(tmp_path):
     }
 
 
-def test_long_node_names_fail(tmp_path):
+def _one_pool(tmp_path, name: str) -> str:
     values = tmp_path / "values.yaml"
+    pool = {"replicas": 10000, "cpus": 1, "memoryMiB": 100}
     values.write_text(
-        yaml.safe_dump(
-            {
-                "nodepools": {"cpu": None, "p" * 57: {"replicas": 10, "cpus": 1, "memoryMiB": 100}},
-                "partitions": {"main": None},
-            }
-        )
+        yaml.safe_dump({"nodepools": {"cpu": None, name: pool}, "partitions": {"main": None}})
     )
+    return str(values)
+
+
+def test_a_statefulset_name_beyond_52_characters_fails(tmp_path):
+    """Kubernetes labels a StatefulSet's pods with its name and an 11-character revision
+    hash (63 at most): a longer name renders, applies, and never makes a pod."""
+    values = chart.user_values([Path(_one_pool(tmp_path, "p" * 46))])  # slonk-ppp…: 52
+    docs = yaml.safe_load_all(chart.manifest(chart.render(chart.default_chart(), values)))
+    names = {d["metadata"]["name"] for d in docs if d and d["kind"] == "StatefulSet"}
+    assert f"slonk-{'p' * 46}" in names
     assert (
-        f'nodepools.{"p" * 57}: node name "slonk-{"p" * 57}-9" is longer than 63 characters'
-        in _template_error("-f", str(values))
+        f'nodepools.{"p" * 47}: StatefulSet name "slonk-{"p" * 47}" is longer than 52 '
+        "characters" in _template_error("-f", _one_pool(tmp_path, "p" * 47))
+    )
+
+
+def test_a_release_name_beyond_41_characters_fails():
+    """The chart names the controller's StatefulSet <release>-controller."""
+    assert 'release name "' + "r" * 42 + '": must be a DNS-1123 label of at most 41' in (
+        _template_error("--name", "r" * 42)
     )
 
 

@@ -44,7 +44,7 @@ def _error(data) -> str:
         ),
         (
             lambda s: s["nodepools"].update({"x" * 60: s["nodepools"].pop("cpu")}),
-            f"nodepools.{'x' * 60}: node name 'slonk-xxx",
+            f"nodepools.{'x' * 60}: StatefulSet name 'slonk-xxx",
         ),
         (
             lambda s: s["nodepools"]["gpu"].update(gpus={"type": "h100"}),
@@ -239,10 +239,16 @@ def test_settings_are_written_once_and_within_slurms_ranges(demo_spec, change, m
         ("a: &a [x, x]\nb: &b [*a, *a]\nc: [*b, *b]\n", "YAML aliases are not allowed here"),
         # libyaml recurses in C on this and kills the process; it must be a clean refusal.
         ("[" * 100_000 + "]" * 100_000, "nested too deeply to be a cluster spec"),
+        # A complex key is no name: refused, not a TypeError that ends config-watch.
+        ("? [a, b]\n: 1\n", "found unhashable key"),
+        ("nodepools: {? {a: 1} : 1}\n", "found unhashable key"),
+        ("clusterName: a\nrelease: r\nnodepools: {123: {}}\n", "nodepools.123: expected a name"),
+        ("clusterName: a\nrelease: r\npartitions: {true: {}}\n", "partitions.True: expected a"),
+        (f"clusterName: a\nrelease: {'r' * 42}\n", f"release: '{'r' * 42}' is longer than 41"),
     ],
-    ids=["aliases", "deep"],
+    ids=["aliases", "deep", "list-key", "map-key", "number-name", "bool-name", "long-release"],
 )
-def test_hostile_yaml_is_refused_not_expanded(tmp_path, text, message):
+def test_hostile_yaml_is_refused_with_a_spec_error(tmp_path, text, message):
     path = tmp_path / "cluster.yaml"
     path.write_text(text)
     with pytest.raises(SpecError, match=message):

@@ -160,6 +160,9 @@ showing the map to write: the same text as slonk.config.spec._old_list_form. Cal
 Checks the schema cannot express. Each failure names the values key, as the schema does.
 */}}
 {{- define "slonk.validate" -}}
+{{- if or (not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$" .Release.Name)) (gt (len .Release.Name) 41) -}}
+{{- fail (printf "release name %q: must be a DNS-1123 label of at most 41 characters (it prefixes every Slurm node name, and StatefulSet names of at most 52)" .Release.Name) -}}
+{{- end -}}
 {{- include "slonk.refuseList" (dict "key" "nodepools" "value" .Values.nodepools) -}}
 {{- include "slonk.refuseList" (dict "key" "partitions" "value" .Values.partitions) -}}
 {{- $pools := dict -}}
@@ -170,9 +173,9 @@ Checks the schema cannot express. Each failure names the values key, as the sche
 {{- fail (printf "nodepools.%s: %q is reserved for slonk's own pods" $name $name) -}}
 {{- end -}}
 {{- $_ := set $pools $name true -}}
-{{- $node := printf "%s-%s-%d" $.Release.Name $name (max 0 (sub (int .replicas) 1) | int) -}}
-{{- if gt (len $node) 63 -}}
-{{- fail (printf "nodepools.%s: node name %q is longer than 63 characters" $name $node) -}}
+{{- $statefulSet := printf "%s-%s" $.Release.Name $name -}}
+{{- if gt (len $statefulSet) 52 -}}
+{{- fail (printf "nodepools.%s: StatefulSet name %q is longer than 52 characters (Kubernetes would make none of its pods)" $name $statefulSet) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
@@ -205,9 +208,6 @@ Checks the schema cannot express. Each failure names the values key, as the sche
 {{- end -}}
 {{- if and .Values.hooks.enabled (not .Values.hooks.git.repo) -}}
 {{- fail "hooks.git.repo: required when hooks.enabled is true" -}}
-{{- end -}}
-{{- if not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$" .Release.Name) -}}
-{{- fail (printf "release name %q: must be a DNS-1123 label (it prefixes every Slurm node name)" .Release.Name) -}}
 {{- end -}}
 {{- include "slonk.refuseUnsafeValues" (dict "path" "" "value" .Values) -}}
 {{- $managed := include "slonk.managedSlurmKeys" . | splitList " " -}}

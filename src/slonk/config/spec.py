@@ -95,6 +95,12 @@ MAX_UINT16 = 65535
 # Every replica is a pod, a Service and a Slurm node: the bound keeps a typo from asking the
 # chart for a hundred million Services.
 MAX_REPLICAS = 10000
+# Kubernetes labels every pod of a StatefulSet `controller-revision-hash: <name>-<hash>`, a
+# label value of at most 63 characters with an 11-character hash: a StatefulSet with a longer
+# name never makes a pod. Its pods' names (<name>-<ordinal>) then fit a DNS label too.
+STATEFULSET_NAME_MAX = 52
+# The longest StatefulSet name the chart makes from the release alone.
+RELEASE_MAX = STATEFULSET_NAME_MAX - len("-controller")
 MAX_PORT = 65535
 SPEC_KEYS = frozenset(
     "version clusterName release namespace clusterDomain slurmctldPort slurmdPort nodepools "
@@ -271,9 +277,12 @@ def _pool(name: str, data: Any, path: str, release: str) -> NodePool:
         data, path, {"replicas", "cpus", "memoryMiB", "gpus", "features", "weight", "topology"}
     )
     replicas = r.count("replicas", maximum=MAX_REPLICAS)
-    longest = f"{release}-{name}-{max(replicas - 1, 0)}"
-    if len(longest) > DNS_LABEL_MAX:
-        raise SpecError(f"{path}: node name {longest!r} is longer than 63 characters")
+    statefulset = f"{release}-{name}"
+    if len(statefulset) > STATEFULSET_NAME_MAX:
+        raise SpecError(
+            f"{path}: StatefulSet name {statefulset!r} is longer than {STATEFULSET_NAME_MAX} "
+            "characters (Kubernetes would make none of its pods)"
+        )
     features = r.strings("features")
     for i, feature in enumerate(features):
         if not matches(patterns.SLURM_NAME, feature):
@@ -638,7 +647,7 @@ def _named(r: _Reader, key: str) -> list[tuple[str, Any]]:
     items = r.get(key, dict, {})
     for name in items:
         if not isinstance(name, str):
-            raise SpecError(f"{r.at(str(name))}: expected a name, got {_kind(name)}")
+            raise SpecError(f"{r.at(key)}.{name}: expected a name, got {_kind(name)}")
     return sorted(items.items())
 
 
@@ -657,6 +666,12 @@ def parse_spec(data: Any) -> ClusterSpec:
             "(Slurm lowercases it; at most 40 characters)"
         )
     release = _dns_label(r.require("release", str), "release")
+    if len(release) > RELEASE_MAX:
+        raise SpecError(
+            f"release: {release!r} is longer than {RELEASE_MAX} characters (StatefulSet "
+            f"{release}-controller would be longer than {STATEFULSET_NAME_MAX}: Kubernetes "
+            "would make none of its pods)"
+        )
     pools = [_pool(name, p, f"nodepools.{name}", release) for name, p in _named(r, "nodepools")]
     pool_names = {p.name for p in pools}
     partitions = [
@@ -733,7 +748,9 @@ class _PlainLoader(yaml.SafeLoader):
         seen = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=True)
-            if isinstance(key, str | int) and key in seen:
+            if not isinstance(key, str | int):
+                continue  # an unhashable key: SafeLoader refuses it below
+            if key in seen:
                 mark = key_node.start_mark
                 raise yaml.YAMLError(f"line {mark.line + 1}: key {key!r} given twice")
             seen.add(key)
