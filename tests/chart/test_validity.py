@@ -208,3 +208,18 @@ def test_a_release_name_beyond_41_characters_fails():
 
 def test_unreadable_values_file():
     assert "missing.yaml: cannot read values file" in _template_error("-f", "missing.yaml")
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"nodepools": [{"name": "cpu"}, "x"]}, "at '/nodepools/1': got string, want object"),
+        ({"partitions": [3]}, "at '/partitions/0': got number, want object"),
+    ],
+)
+def test_an_old_list_holding_no_map_fails_naming_the_item(tmp_path, values, message):
+    """The list form is refused with the map to write (test_parity); an item that is no map
+    at all must not reach the templates, which would fail on it in Go's words."""
+    path = tmp_path / "values.yaml"
+    path.write_text(yaml.safe_dump(values))
+    assert message in _template_error("-f", str(path))
