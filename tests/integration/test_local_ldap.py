@@ -104,17 +104,22 @@ def _added_lines(pod, name: str) -> list[list[str]]:
     return [line.split(":") for line in lines[len(base) :]]
 
 
-@pytest.fixture
-def directory(healthy: LocalCluster) -> LocalCluster:
+def _wait_directory(cluster: LocalCluster) -> None:
+    """Until the directory pod's slapd answers a search."""
     wait_for(
         "the directory",
         lambda: (
-            healthy.pod("slonk-ldap-0")
+            cluster.pod("slonk-ldap-0")
             .run(f"ldapsearch -x -H ldap://localhost -b {SUFFIX} -s base")
             .rc
             == 0
         ),
     )
+
+
+@pytest.fixture
+def directory(healthy: LocalCluster) -> LocalCluster:
+    _wait_directory(healthy)
     return healthy
 
 
@@ -168,15 +173,7 @@ def test_users_stay_while_the_directory_is_down(directory: LocalCluster):
     finally:
         directory.slonk("restart", "slonk-ldap-0")
     # The directory kept its data (a volume): new entries flow again.
-    wait_for(
-        "the directory",
-        lambda: (
-            directory.pod("slonk-ldap-0")
-            .run(f"ldapsearch -x -H ldap://localhost -b {SUFFIX} -s base")
-            .rc
-            == 0
-        ),
-    )
+    _wait_directory(directory)
     _ldapadd(directory, _person(directory, "grace", 5206))
     wait_for("grace", lambda: _can_log_in(directory, "grace"))
 
@@ -260,12 +257,4 @@ def test_a_pod_started_while_the_directory_is_down_has_its_users(directory: Loca
         assert directory.pod(LOGIN).run("getent passwd demo").rc == 0
     finally:
         directory.slonk("restart", "slonk-ldap-0")
-    wait_for(
-        "the directory",
-        lambda: (
-            directory.pod("slonk-ldap-0")
-            .run(f"ldapsearch -x -H ldap://localhost -b {SUFFIX} -s base")
-            .rc
-            == 0
-        ),
-    )
+    _wait_directory(directory)
