@@ -70,10 +70,6 @@ class LogTail:
     offset: int = 0
     partial: bytes = b""
 
-    @classmethod
-    def at_end(cls, path: Path) -> LogTail:
-        return cls(path, path.stat().st_size if path.exists() else 0)
-
     def new_lines(self) -> list[str]:
         with open(self.path, "rb") as log:
             log.seek(self.offset)
@@ -215,7 +211,7 @@ def _project_configmaps(
 def _put_back_spec(
     cluster: Cluster, folder: Path, files: dict[str, bytes] | None, progress: Callable[[str], None]
 ) -> None:
-    tail = LogTail.at_end(_controller_log(cluster))
+    tail = _controller_tail(cluster)
     _put_back(folder, files)
     progress(f"  put back ConfigMap {SPEC_CONFIGMAP}")
     found = wait_verdict(cluster, tail, ROLLBACK_VERDICT_SECONDS)
@@ -223,8 +219,10 @@ def _put_back_spec(
         progress(f"  {cluster.pod_names('controller')[0]}: {found[1]}")
 
 
-def _controller_log(cluster: Cluster) -> Path:
-    return cluster.log_file(cluster.pod_names("controller")[0])
+def _controller_tail(cluster: Cluster) -> LogTail:
+    """The controller's log from its end now: what config-watch says from here on."""
+    controller = cluster.pod_names("controller")[0]
+    return LogTail(cluster.log_file(controller), cluster.log_offset(controller))
 
 
 def _await_controller(cluster: Cluster, tail: LogTail, progress: Callable[[str], None]) -> None:
@@ -298,7 +296,7 @@ def upgrade(
             _hold_leaving(cluster, leaving, rollback, progress)
             _make_room(cluster, record, joining, addresses, rollback)
             _update_hosts(cluster, staying, hosts, rollback)
-            tail = LogTail.at_end(_controller_log(cluster))
+            tail = _controller_tail(cluster)
             if SPEC_CONFIGMAP in _project_configmaps(
                 cluster, objects.configmaps, rollback, progress
             ):
