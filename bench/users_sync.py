@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from slonk.config.spec import Group, User, parse_spec
+from slonk.config.spec import Group, User
 from slonk.ldapdev import seed_ldif
 from slonk.users.directory import read_directory
 from slonk.users.sync import Paths, sync
@@ -55,17 +55,7 @@ def main() -> None:
         started = time.perf_counter()
         with running_slapd(work / "slapd", seed_ldif(SUFFIX, users, groups)) as server:
             seed_s = round(time.perf_counter() - started, 3)
-            spec = parse_spec(
-                {
-                    "clusterName": "bench",
-                    "release": "bench",
-                    "ldap": {
-                        "uris": [server.ldap_uri],
-                        "userBase": f"ou=people,{SUFFIX}",
-                        "groupBase": f"ou=groups,{SUFFIX}",
-                    },
-                }
-            )
+            spec = server.spec()
             etc, home = work / "etc", work / "home"
             etc.mkdir()
             home.mkdir()

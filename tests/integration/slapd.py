@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slonk import paths
+from slonk.config.spec import ClusterSpec, parse_spec
 from slonk.ldapdev import DevDirectory, Tls
 
 SUFFIX = "dc=slonk,dc=test"
@@ -115,6 +116,15 @@ class Slapd:
             check=True,
             capture_output=True,
         )
+
+    def spec(self) -> ClusterSpec:
+        """A cluster spec whose users come from this directory, with the parser's defaults."""
+        ldap = {
+            "uris": [self.ldap_uri],
+            "userBase": f"ou=people,{SUFFIX}",
+            "groupBase": f"ou=groups,{SUFFIX}",
+        }
+        return parse_spec({"clusterName": "slapd", "release": "r", "ldap": ldap})
 
 
 @dataclass(frozen=True)

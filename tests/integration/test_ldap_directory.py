@@ -134,17 +134,7 @@ def node(tmp_path):
 
 def test_hostile_entries_from_slapd_write_no_line(tmp_path, node):
     with running_slapd(tmp_path / "slapd", SEED) as server:
-        spec = parse_spec(
-            {
-                "clusterName": "x",
-                "release": "r",
-                "ldap": {
-                    "uris": [server.ldap_uri],
-                    "userBase": f"ou=people,{SUFFIX}",
-                    "groupBase": f"ou=groups,{SUFFIX}",
-                },
-            }
-        )
+        spec = server.spec()
         sync(spec, node)  # alice holds 2001 from here on
         encoded = base64.b64encode(INJECTED_HOME.encode()).decode()
         server.add(
