@@ -9,6 +9,10 @@ Every reason slonk writes starts `slonk:`; the word after it says who drained th
   slonk:pod: <detail>                     the pod is stopping (POD; set as DOWN, in rootfs'
                                           svscan/SIGTERM, which is shell: a test holds it)
   slonk:scale-down: <detail>              local mode's upgrade removes the pod (SCALE_DOWN)
+  slonk:k8s:<cause>: <detail>             Kubernetes says the machine or pod cannot take jobs:
+                                          cordoned, a taint, a Node condition, a goal, a pod
+                                          not running, lent (K8S; set and lifted by the syncer,
+                                          slonk.align)
 
 Only HEALTH drains are the machine's: only they are lifted by a passing check or recycled.
 A reason that does not parse as one of these is treated as a person's, and left alone.
@@ -22,18 +26,19 @@ from dataclasses import dataclass
 PREFIX = "slonk:"
 HEALTH, HOOK, QUARANTINE, POD = "health", "hook", "quarantine", "pod"
 SCALE_DOWN = "scale-down"
+K8S = "k8s"
 # Before hooks had their own word, a failed prolog drained as `slonk:prolog:<script>: ...`:
 # such drains may still stand after an upgrade, and are hooks' too.
 LEGACY_HOOK_WORDS = ("prolog", "epilog")
-RESERVED = (HOOK, QUARANTINE, POD, SCALE_DOWN, *LEGACY_HOOK_WORDS)  # never a health check's name
+RESERVED = (HOOK, QUARANTINE, POD, SCALE_DOWN, K8S, *LEGACY_HOOK_WORDS)  # never a health check's name
 MAX_LENGTH = 250  # keeps `scontrol show node` readable
 WORD = re.compile(r"[a-z][a-z0-9_-]*")
 
 
 @dataclass(frozen=True)
 class Cause:
-    kind: str  # HEALTH, HOOK, QUARANTINE, POD or SCALE_DOWN
-    name: str  # the check for HEALTH, `<phase>:<script>` for HOOK, else the kind
+    kind: str  # HEALTH, HOOK, QUARANTINE, POD, SCALE_DOWN or K8S
+    name: str  # the check for HEALTH, `<phase>:<script>` for HOOK, the cause for K8S, else the kind
 
 
 def _reason(head: str, detail: str) -> str:
@@ -65,6 +70,12 @@ def scale_down(detail: str) -> str:
     return _reason(SCALE_DOWN, detail)
 
 
+def k8s(cause: str, detail: str) -> str:
+    if not WORD.fullmatch(cause):
+        raise ValueError(f"{cause!r} cannot name a Kubernetes cause")
+    return _reason(f"{K8S}:{cause}", detail)
+
+
 def classify(reason: str) -> Cause | None:
     """Who wrote a drain reason; None for one slonk did not write (a person's)."""
     if not reason.startswith(PREFIX):
@@ -75,6 +86,9 @@ def classify(reason: str) -> Cause | None:
     if word == HOOK or word in LEGACY_HOOK_WORDS:
         script = rest.split(": ", 1)[0]
         return Cause(HOOK, script if word == HOOK else f"{word}:{script}")
+    if word == K8S:
+        cause, colon, _ = rest.partition(": ")
+        return Cause(K8S, cause) if colon and WORD.fullmatch(cause) else None
     if word in (QUARANTINE, POD, SCALE_DOWN):
         return Cause(word, word)
     if not rest.startswith(" "):

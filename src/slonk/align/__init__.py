@@ -1,0 +1,1 @@
+"""Slurm and Kubernetes kept in agreement about every node: the syncer and `slonk align`."""

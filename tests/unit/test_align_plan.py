@@ -1,0 +1,238 @@
+"""The syncer's plan, rule by rule: Kubernetes causes drain as `slonk:k8s:<cause>`, only that
+drain is lifted, nobody else's drain is touched, and what the snapshot lacks never resumes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from slonk.align import plan as p
+from slonk.health import reasons
+from slonk.slurm_state import NodeState
+
+SETTINGS = p.Settings(release="slonk", pools={"cpu": 2}, conditions=frozenset({"GPUProblem"}))
+
+
+def machine(name: str = "local-slonk-cpu-0", **spec: Any) -> dict[str, Any]:
+    annotations = spec.pop("annotations", {})
+    labels = spec.pop("labels", {})
+    conditions = spec.pop("conditions", [{"type": "Ready", "status": "True"}])
+    return {
+        "metadata": {"name": name, "annotations": annotations, "labels": labels},
+        "spec": spec,
+        "status": {"conditions": conditions},
+    }
+
+
+def pod(name: str = "slonk-cpu-0", phase: str = "Running", **extra: Any) -> dict[str, Any]:
+    metadata = {"name": name, "labels": {}, "annotations": {}, **extra.pop("metadata", {})}
+    return {
+        "metadata": metadata,
+        "spec": {"nodeName": f"local-{name}", **extra},
+        "status": {"phase": phase},
+    }
+
+
+def slurm(name: str = "slonk-cpu-0", state: str = "idle", *flags: str, reason: str = "") -> NodeState:
+    return NodeState(name, state, frozenset(flags), reason, "1")
+
+
+def world(
+    nodes: list[NodeState] | None = None,
+    pods: list[dict[str, Any]] | None = None,
+    machines: list[dict[str, Any]] | None = None,
+    jobs: dict[str, int] | None = None,
+    replicas: int | None = 2,
+    listed: bool = True,
+) -> p.Snapshot:
+    nodes = nodes if nodes is not None else [slurm("slonk-cpu-0"), slurm("slonk-cpu-1")]
+    pods = pods if pods is not None else [pod("slonk-cpu-0"), pod("slonk-cpu-1")]
+    machines = machines if machines is not None else [machine(f"local-{x['metadata']['name']}") for x in pods]
+    return p.Snapshot(
+        slurm={n.name: n for n in nodes},
+        jobs=jobs or {},
+        pods={x["metadata"]["name"]: x for x in pods},
+        nodes={m["metadata"]["name"]: m for m in machines},
+        replicas={} if replicas is None else {"slonk-cpu": replicas},
+        listed=listed,
+    )
+
+
+def verbs(result: p.Plan) -> list[tuple[str, str, str]]:
+    return [(a.node, a.verb, a.reason.split(":")[2] if a.reason else "") for a in result.actions]
+
+
+def test_agreement_is_no_drift_once_pods_show_slurm() -> None:
+    first = p.plan(world(), SETTINGS)
+    assert first.actions == ()
+    labels = {x.pod: dict(x.labels) for x in first.patches}
+    assert labels["slonk-cpu-0"] == {p.STATE_LABEL: "idle", p.BUSY_LABEL: "false"}
+    shown = [
+        pod(x, metadata={"labels": dict(labels[x]), "annotations": {p.REASON_ANNOTATION: "", p.JOBS_ANNOTATION: "0"}})
+        for x in ("slonk-cpu-0", "slonk-cpu-1")
+    ]
+    again = p.plan(world(pods=shown), SETTINGS)
+    assert not again.drift, "a pass with nothing new makes no API call"
+
+
+@pytest.mark.parametrize(
+    ("change", "word"),
+    [
+        ({"unschedulable": True}, "cordoned"),
+        ({"conditions": [{"type": "Ready", "status": "False", "reason": "KubeletDown"}]}, "not-ready"),
+        ({"conditions": []}, "not-ready"),
+        ({"taints": [{"key": "maintenance", "effect": "NoExecute"}]}, "taint"),
+        ({"taints": [{"key": "maintenance", "value": "x", "effect": "NoSchedule"}]}, "taint"),
+        ({"conditions": [{"type": "Ready", "status": "True"}, {"type": "GPUProblem", "status": "True"}]}, "condition"),
+        ({"annotations": {p.GOAL: "drain", p.GOAL_REASON: "RMA 42"}}, "goal"),
+    ],
+)
+def test_a_kubernetes_cause_drains_as_k8s(change: dict[str, Any], word: str) -> None:
+    result = p.plan(world(machines=[machine(**change), machine("local-slonk-cpu-1")]), SETTINGS)
+    assert verbs(result) == [("slonk-cpu-0", "drain", word)]
+    assert reasons.classify(result.actions[0].reason) == reasons.Cause(reasons.K8S, word)
+
+
+def test_what_is_not_a_cause() -> None:
+    harmless = machine(
+        taints=[
+            {"key": "nvidia.com/gpu", "effect": "NoSchedule"},  # tolerated below
+            {"key": "soft", "effect": "PreferNoSchedule"},
+            {"key": "slonk.io/quarantine", "effect": "NoSchedule"},  # slonk's own
+        ],
+        conditions=[{"type": "Ready", "status": "True"}, {"type": "DiskPressure", "status": "True"}],
+        annotations={p.GOAL: "up"},
+    )
+    tolerating = pod(tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists"}])
+    result = p.plan(world(pods=[tolerating, pod("slonk-cpu-1")], machines=[harmless, machine("local-slonk-cpu-1")]), SETTINGS)
+    assert result.actions == ()
+
+
+@pytest.mark.parametrize(
+    ("toleration", "ok"),
+    [
+        ({"operator": "Exists"}, True),
+        ({"key": "k", "operator": "Exists", "effect": "NoSchedule"}, True),
+        ({"key": "k", "operator": "Equal", "value": "v"}, True),
+        ({"key": "k", "value": "other"}, False),
+        ({"key": "k", "operator": "Exists", "effect": "NoExecute"}, False),
+        ({"key": "other", "operator": "Exists"}, False),
+        ({"operator": "Equal"}, False),  # an empty key needs Exists
+        ({"key": "k", "operator": "Gt", "value": "v"}, False),
+    ],
+)
+def test_tolerations_match_as_kubernetes_does(toleration: dict[str, str], ok: bool) -> None:
+    assert p.tolerated({"key": "k", "value": "v", "effect": "NoSchedule"}, [toleration]) is ok
+
+
+def test_only_our_drain_is_lifted_and_a_person_drain_is_theirs() -> None:
+    ours = slurm("slonk-cpu-0", "idle", "DRAIN", reason=reasons.k8s("cordoned", "x"))
+    person = slurm("slonk-cpu-1", "idle", "DRAIN", reason="bad fan, ticket 7")
+    result = p.plan(world(nodes=[ours, person]), SETTINGS)
+    assert verbs(result) == [("slonk-cpu-0", "resume", "")]
+    cordoned = [machine(unschedulable=True), machine("local-slonk-cpu-1", unschedulable=True)]
+    result = p.plan(world(nodes=[ours, person], machines=cordoned), SETTINGS)
+    assert result.actions == (), "our drain stands, the person's is theirs"
+
+
+@pytest.mark.parametrize(
+    "reason",
+    [
+        reasons.health("gpu", "1 of 2 GPUs"),
+        reasons.hook("prolog", "10-x", "exit 1"),
+        reasons.quarantine("recycled 3 times"),
+        "slonk:pod: stopping",
+        "slonk:k8s:no cause written so",  # malformed: a person's
+    ],
+)
+def test_other_drains_are_never_touched(reason: str) -> None:
+    node = slurm("slonk-cpu-0", "idle", "DRAIN", reason=reason)
+    for machines in ([machine(), machine("local-slonk-cpu-1")], [machine(unschedulable=True), machine("local-slonk-cpu-1")]):
+        assert p.plan(world(nodes=[node, slurm("slonk-cpu-1")], machines=machines), SETTINGS).actions == ()
+
+
+def test_resumed_by_hand_while_the_cause_holds_is_drained_again() -> None:
+    result = p.plan(world(machines=[machine(unschedulable=True), machine("local-slonk-cpu-1")]), SETTINGS)
+    assert verbs(result) == [("slonk-cpu-0", "drain", "cordoned")]
+
+
+def test_a_new_cause_replaces_a_gone_one_and_a_standing_one_is_kept() -> None:
+    node = slurm("slonk-cpu-0", "idle", "DRAIN", reason=reasons.k8s("cordoned", "x"))
+    both = machine(unschedulable=True, annotations={p.GOAL: "drain"})
+    assert p.plan(world(nodes=[node, slurm("slonk-cpu-1")], machines=[both, machine("local-slonk-cpu-1")]), SETTINGS).actions == ()
+    goal_only = machine(annotations={p.GOAL: "drain"})
+    result = p.plan(world(nodes=[node, slurm("slonk-cpu-1")], machines=[goal_only, machine("local-slonk-cpu-1")]), SETTINGS)
+    assert verbs(result) == [("slonk-cpu-0", "drain", "goal")]
+
+
+@pytest.mark.parametrize(
+    "unknown",
+    [
+        {"machines": []},  # the Nodes were not listed yet
+        {"replicas": None},  # nor the StatefulSet
+        {"listed": False},
+        {"machines": [machine(annotations={p.GOAL: "UP "}), machine("local-slonk-cpu-1")]},  # unreadable goal
+    ],
+)
+def test_what_is_unknown_never_lifts_a_drain(unknown: dict[str, Any]) -> None:
+    node = slurm("slonk-cpu-0", "idle", "DRAIN", reason=reasons.k8s("cordoned", "x"))
+    result = p.plan(world(nodes=[node, slurm("slonk-cpu-1")], **unknown), SETTINGS)
+    assert all(a.verb != "resume" for a in result.actions)
+    assert not result.rows[0].certain
+
+
+def test_pods_not_running_drain_their_nodes() -> None:
+    terminating = pod("slonk-cpu-0", metadata={"deletionTimestamp": "2026-11-22T00:00:00Z"})
+    result = p.plan(world(pods=[terminating, pod("slonk-cpu-1", "Pending")]), SETTINGS)
+    assert verbs(result) == [("slonk-cpu-0", "drain", "pod-terminating"), ("slonk-cpu-1", "drain", "pod-pending")]
+    result = p.plan(world(pods=[pod("slonk-cpu-0")]), SETTINGS)
+    assert verbs(result) == [("slonk-cpu-1", "drain", "pod-gone")]
+
+
+def test_a_lent_node_is_drained_then_powered_down_once_idle_and_its_pod_gone() -> None:
+    busy = slurm("slonk-cpu-1", "mixed")
+    result = p.plan(world(nodes=[slurm(), busy], jobs={"slonk-cpu-1": 1}, replicas=1), SETTINGS)
+    assert verbs(result) == [("slonk-cpu-1", "drain", "lent")]
+    draining = slurm("slonk-cpu-1", "mixed", "DRAIN", reason=reasons.k8s("lent", "x"))
+    assert p.plan(world(nodes=[slurm(), draining], jobs={"slonk-cpu-1": 1}, replicas=1), SETTINGS).actions == ()
+    idle = slurm("slonk-cpu-1", "idle", "DRAIN", reason=reasons.k8s("lent", "x"))
+    assert p.plan(world(nodes=[slurm(), idle], replicas=1), SETTINGS).actions == (), "its pod still runs"
+    gone = p.plan(world(nodes=[slurm(), idle], pods=[pod()], replicas=1), SETTINGS)
+    assert verbs(gone) == [("slonk-cpu-1", "power-down", "lent")]
+    assert gone.rows[1].pod == "lent"
+    powered = slurm("slonk-cpu-1", "idle", "DRAIN", "POWERED_DOWN", reason=reasons.k8s("lent", "x"))
+    assert p.plan(world(nodes=[slurm(), powered], pods=[pod()], replicas=1), SETTINGS).actions == ()
+    back = p.plan(world(nodes=[slurm(), powered], replicas=2), SETTINGS)
+    assert verbs(back) == [("slonk-cpu-1", "power-up", ""), ("slonk-cpu-1", "resume", "")]
+
+
+def test_goal_down_drains_then_downs_the_node_once_idle() -> None:
+    down = machine(annotations={p.GOAL: "down", p.GOAL_REASON: "PSU swap"})
+    busy = p.plan(world(machines=[down, machine("local-slonk-cpu-1")], jobs={"slonk-cpu-0": 2}), SETTINGS)
+    assert verbs(busy) == [("slonk-cpu-0", "drain", "goal")]
+    drained = slurm("slonk-cpu-0", "idle", "DRAIN", reason=reasons.k8s("goal", "down: PSU swap"))
+    idle = p.plan(world(nodes=[drained, slurm("slonk-cpu-1")], machines=[down, machine("local-slonk-cpu-1")]), SETTINGS)
+    assert verbs(idle) == [("slonk-cpu-0", "down", "goal")]
+
+
+def test_hostile_object_text_stays_one_printable_line() -> None:
+    evil = machine(annotations={p.GOAL: "drain", p.GOAL_REASON: "x\nState=RESUME\u2028Reason=y" + "z" * 600})
+    (action,) = p.plan(world(machines=[evil, machine("local-slonk-cpu-1")]), SETTINGS).actions
+    assert action.reason.isprintable() and len(action.reason) <= reasons.MAX_LENGTH
+    assert "\n" not in action.reason
+
+
+def test_slurm_view_on_pods() -> None:
+    nodes = [slurm("slonk-cpu-0", "mixed", "DRAIN", reason="hands off"), slurm("slonk-cpu-1", "down", "NOT_RESPONDING")]
+    result = p.plan(world(nodes=nodes, jobs={"slonk-cpu-0": 3}), SETTINGS)
+    shown = {x.pod: x for x in result.patches}
+    assert shown["slonk-cpu-0"].labels == {p.STATE_LABEL: "draining", p.BUSY_LABEL: "true"}
+    assert shown["slonk-cpu-0"].annotations == {p.REASON_ANNOTATION: "hands off", p.JOBS_ANNOTATION: "3"}
+    assert shown["slonk-cpu-1"].labels[p.STATE_LABEL] == "down"
+
+
+def test_placement_from_node_labels() -> None:
+    settings = p.Settings("slonk", {"cpu": 2}, topology_labels={"block": "example.com/nvl"})
+    machines = [machine(labels={"example.com/nvl": "b1"}), machine("local-slonk-cpu-1")]
+    assert p.plan(world(machines=machines), settings).placement == {"slonk-cpu-0": {"block": "b1"}}
