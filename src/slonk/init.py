@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from slonk import paths, rollout, secrets, services, statesave
+from slonk.config import placement
 from slonk.config.render import conf_server, render
 from slonk.config.spec import ClusterSpec, read_spec
 from slonk.errors import SlonkError
@@ -62,7 +63,9 @@ def prepare_slurm_config(spec: ClusterSpec, role: str) -> str:
     if role != "controller":
         return f"slurmd and clients fetch it from slurmctld at {server}"
     version = Slurmctld().version()
-    files, note = rollout.boot_files(render(spec), version, rollout.Record(paths.ROLLOUT_RECORD))
+    files, note = rollout.boot_files(
+        render(spec, placement.load()), version, rollout.Record(paths.ROLLOUT_RECORD)
+    )
     if note:
         log(note)
     rollout.write_files(paths.SLURMCTLD_CONF_DIR, files)

@@ -37,6 +37,8 @@ CLIENT_SLURM_CONF = Path("/etc/slurm/slurm.conf")
 # accepted and the last it refused.
 STATE_SAVE = Path("/var/spool/slurmctld")
 ROLLOUT_RECORD = STATE_SAVE / "slonk-config.json"
+# Where the syncer found each node's pod, by Node label (slonk.config.placement).
+PLACEMENT = STATE_SAVE / "slonk-placement.json"
 # slurmctld's output as its s6 logger keeps it (rootfs' slurmctld/log/run): what it said.
 SLURMCTLD_LOG = Path("/run/slonk/log/slurmctld/current")
 

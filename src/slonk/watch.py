@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from slonk import paths, rollout
+from slonk.config import placement
 from slonk.config.spec import ClusterSpec, SpecError, load_spec
 from slonk.config.spec import fingerprint as spec_fingerprint
 from slonk.identity import pod_name
@@ -84,7 +85,7 @@ class Controller:
     def apply(self, spec: ClusterSpec) -> str:
         from slonk.config.render import render  # the controller's alone: Jinja is 30 ms
 
-        new, old = render(spec), rollout.read_files(self.conf_dir)
+        new, old = render(spec, placement.load()), rollout.read_files(self.conf_dir)
         if new == old:
             return "no change to the Slurm configuration"
         key = rollout.fingerprint(new, self.version)

@@ -34,7 +34,9 @@ def pod(name: str = "slonk-cpu-0", phase: str = "Running", **extra: Any) -> dict
     }
 
 
-def slurm(name: str = "slonk-cpu-0", state: str = "idle", *flags: str, reason: str = "") -> NodeState:
+def slurm(
+    name: str = "slonk-cpu-0", state: str = "idle", *flags: str, reason: str = ""
+) -> NodeState:
     return NodeState(name, state, frozenset(flags), reason, "1")
 
 
@@ -48,7 +50,11 @@ def world(
 ) -> p.Snapshot:
     nodes = nodes if nodes is not None else [slurm("slonk-cpu-0"), slurm("slonk-cpu-1")]
     pods = pods if pods is not None else [pod("slonk-cpu-0"), pod("slonk-cpu-1")]
-    machines = machines if machines is not None else [machine(f"local-{x['metadata']['name']}") for x in pods]
+    machines = (
+        machines
+        if machines is not None
+        else [machine(f"local-{x['metadata']['name']}") for x in pods]
+    )
     return p.Snapshot(
         slurm={n.name: n for n in nodes},
         jobs=jobs or {},
@@ -69,7 +75,13 @@ def test_agreement_is_no_drift_once_pods_show_slurm() -> None:
     labels = {x.pod: dict(x.labels) for x in first.patches}
     assert labels["slonk-cpu-0"] == {p.STATE_LABEL: "idle", p.BUSY_LABEL: "false"}
     shown = [
-        pod(x, metadata={"labels": dict(labels[x]), "annotations": {p.REASON_ANNOTATION: "", p.JOBS_ANNOTATION: "0"}})
+        pod(
+            x,
+            metadata={
+                "labels": dict(labels[x]),
+                "annotations": {p.REASON_ANNOTATION: "", p.JOBS_ANNOTATION: "0"},
+            },
+        )
         for x in ("slonk-cpu-0", "slonk-cpu-1")
     ]
     again = p.plan(world(pods=shown), SETTINGS)
@@ -80,11 +92,22 @@ def test_agreement_is_no_drift_once_pods_show_slurm() -> None:
     ("change", "word"),
     [
         ({"unschedulable": True}, "cordoned"),
-        ({"conditions": [{"type": "Ready", "status": "False", "reason": "KubeletDown"}]}, "not-ready"),
+        (
+            {"conditions": [{"type": "Ready", "status": "False", "reason": "KubeletDown"}]},
+            "not-ready",
+        ),
         ({"conditions": []}, "not-ready"),
         ({"taints": [{"key": "maintenance", "effect": "NoExecute"}]}, "taint"),
         ({"taints": [{"key": "maintenance", "value": "x", "effect": "NoSchedule"}]}, "taint"),
-        ({"conditions": [{"type": "Ready", "status": "True"}, {"type": "GPUProblem", "status": "True"}]}, "condition"),
+        (
+            {
+                "conditions": [
+                    {"type": "Ready", "status": "True"},
+                    {"type": "GPUProblem", "status": "True"},
+                ]
+            },
+            "condition",
+        ),
         ({"annotations": {p.GOAL: "drain", p.GOAL_REASON: "RMA 42"}}, "goal"),
     ],
 )
@@ -101,11 +124,19 @@ def test_what_is_not_a_cause() -> None:
             {"key": "soft", "effect": "PreferNoSchedule"},
             {"key": "slonk.io/quarantine", "effect": "NoSchedule"},  # slonk's own
         ],
-        conditions=[{"type": "Ready", "status": "True"}, {"type": "DiskPressure", "status": "True"}],
+        conditions=[
+            {"type": "Ready", "status": "True"},
+            {"type": "DiskPressure", "status": "True"},
+        ],
         annotations={p.GOAL: "up"},
     )
     tolerating = pod(tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists"}])
-    result = p.plan(world(pods=[tolerating, pod("slonk-cpu-1")], machines=[harmless, machine("local-slonk-cpu-1")]), SETTINGS)
+    result = p.plan(
+        world(
+            pods=[tolerating, pod("slonk-cpu-1")], machines=[harmless, machine("local-slonk-cpu-1")]
+        ),
+        SETTINGS,
+    )
     assert result.actions == ()
 
 
@@ -148,21 +179,42 @@ def test_only_our_drain_is_lifted_and_a_person_drain_is_theirs() -> None:
 )
 def test_other_drains_are_never_touched(reason: str) -> None:
     node = slurm("slonk-cpu-0", "idle", "DRAIN", reason=reason)
-    for machines in ([machine(), machine("local-slonk-cpu-1")], [machine(unschedulable=True), machine("local-slonk-cpu-1")]):
-        assert p.plan(world(nodes=[node, slurm("slonk-cpu-1")], machines=machines), SETTINGS).actions == ()
+    for machines in (
+        [machine(), machine("local-slonk-cpu-1")],
+        [machine(unschedulable=True), machine("local-slonk-cpu-1")],
+    ):
+        assert (
+            p.plan(world(nodes=[node, slurm("slonk-cpu-1")], machines=machines), SETTINGS).actions
+            == ()
+        )
 
 
 def test_resumed_by_hand_while_the_cause_holds_is_drained_again() -> None:
-    result = p.plan(world(machines=[machine(unschedulable=True), machine("local-slonk-cpu-1")]), SETTINGS)
+    result = p.plan(
+        world(machines=[machine(unschedulable=True), machine("local-slonk-cpu-1")]), SETTINGS
+    )
     assert verbs(result) == [("slonk-cpu-0", "drain", "cordoned")]
 
 
 def test_a_new_cause_replaces_a_gone_one_and_a_standing_one_is_kept() -> None:
     node = slurm("slonk-cpu-0", "idle", "DRAIN", reason=reasons.k8s("cordoned", "x"))
     both = machine(unschedulable=True, annotations={p.GOAL: "drain"})
-    assert p.plan(world(nodes=[node, slurm("slonk-cpu-1")], machines=[both, machine("local-slonk-cpu-1")]), SETTINGS).actions == ()
+    assert (
+        p.plan(
+            world(
+                nodes=[node, slurm("slonk-cpu-1")], machines=[both, machine("local-slonk-cpu-1")]
+            ),
+            SETTINGS,
+        ).actions
+        == ()
+    )
     goal_only = machine(annotations={p.GOAL: "drain"})
-    result = p.plan(world(nodes=[node, slurm("slonk-cpu-1")], machines=[goal_only, machine("local-slonk-cpu-1")]), SETTINGS)
+    result = p.plan(
+        world(
+            nodes=[node, slurm("slonk-cpu-1")], machines=[goal_only, machine("local-slonk-cpu-1")]
+        ),
+        SETTINGS,
+    )
     assert verbs(result) == [("slonk-cpu-0", "drain", "goal")]
 
 
@@ -172,7 +224,9 @@ def test_a_new_cause_replaces_a_gone_one_and_a_standing_one_is_kept() -> None:
         {"machines": []},  # the Nodes were not listed yet
         {"replicas": None},  # nor the StatefulSet
         {"listed": False},
-        {"machines": [machine(annotations={p.GOAL: "UP "}), machine("local-slonk-cpu-1")]},  # unreadable goal
+        {
+            "machines": [machine(annotations={p.GOAL: "UP "}), machine("local-slonk-cpu-1")]
+        },  # unreadable goal
     ],
 )
 def test_what_is_unknown_never_lifts_a_drain(unknown: dict[str, Any]) -> None:
@@ -185,7 +239,10 @@ def test_what_is_unknown_never_lifts_a_drain(unknown: dict[str, Any]) -> None:
 def test_pods_not_running_drain_their_nodes() -> None:
     terminating = pod("slonk-cpu-0", metadata={"deletionTimestamp": "2026-11-22T00:00:00Z"})
     result = p.plan(world(pods=[terminating, pod("slonk-cpu-1", "Pending")]), SETTINGS)
-    assert verbs(result) == [("slonk-cpu-0", "drain", "pod-terminating"), ("slonk-cpu-1", "drain", "pod-pending")]
+    assert verbs(result) == [
+        ("slonk-cpu-0", "drain", "pod-terminating"),
+        ("slonk-cpu-1", "drain", "pod-pending"),
+    ]
     result = p.plan(world(pods=[pod("slonk-cpu-0")]), SETTINGS)
     assert verbs(result) == [("slonk-cpu-1", "drain", "pod-gone")]
 
@@ -195,9 +252,16 @@ def test_a_lent_node_is_drained_then_powered_down_once_idle_and_its_pod_gone() -
     result = p.plan(world(nodes=[slurm(), busy], jobs={"slonk-cpu-1": 1}, replicas=1), SETTINGS)
     assert verbs(result) == [("slonk-cpu-1", "drain", "lent")]
     draining = slurm("slonk-cpu-1", "mixed", "DRAIN", reason=reasons.k8s("lent", "x"))
-    assert p.plan(world(nodes=[slurm(), draining], jobs={"slonk-cpu-1": 1}, replicas=1), SETTINGS).actions == ()
+    assert (
+        p.plan(
+            world(nodes=[slurm(), draining], jobs={"slonk-cpu-1": 1}, replicas=1), SETTINGS
+        ).actions
+        == ()
+    )
     idle = slurm("slonk-cpu-1", "idle", "DRAIN", reason=reasons.k8s("lent", "x"))
-    assert p.plan(world(nodes=[slurm(), idle], replicas=1), SETTINGS).actions == (), "its pod still runs"
+    assert p.plan(world(nodes=[slurm(), idle], replicas=1), SETTINGS).actions == (), (
+        "its pod still runs"
+    )
     gone = p.plan(world(nodes=[slurm(), idle], pods=[pod()], replicas=1), SETTINGS)
     assert verbs(gone) == [("slonk-cpu-1", "power-down", "lent")]
     assert gone.rows[1].pod == "lent"
@@ -209,26 +273,39 @@ def test_a_lent_node_is_drained_then_powered_down_once_idle_and_its_pod_gone() -
 
 def test_goal_down_drains_then_downs_the_node_once_idle() -> None:
     down = machine(annotations={p.GOAL: "down", p.GOAL_REASON: "PSU swap"})
-    busy = p.plan(world(machines=[down, machine("local-slonk-cpu-1")], jobs={"slonk-cpu-0": 2}), SETTINGS)
+    busy = p.plan(
+        world(machines=[down, machine("local-slonk-cpu-1")], jobs={"slonk-cpu-0": 2}), SETTINGS
+    )
     assert verbs(busy) == [("slonk-cpu-0", "drain", "goal")]
     drained = slurm("slonk-cpu-0", "idle", "DRAIN", reason=reasons.k8s("goal", "down: PSU swap"))
-    idle = p.plan(world(nodes=[drained, slurm("slonk-cpu-1")], machines=[down, machine("local-slonk-cpu-1")]), SETTINGS)
+    idle = p.plan(
+        world(nodes=[drained, slurm("slonk-cpu-1")], machines=[down, machine("local-slonk-cpu-1")]),
+        SETTINGS,
+    )
     assert verbs(idle) == [("slonk-cpu-0", "down", "goal")]
 
 
 def test_hostile_object_text_stays_one_printable_line() -> None:
-    evil = machine(annotations={p.GOAL: "drain", p.GOAL_REASON: "x\nState=RESUME\u2028Reason=y" + "z" * 600})
+    evil = machine(
+        annotations={p.GOAL: "drain", p.GOAL_REASON: "x\nState=RESUME\u2028Reason=y" + "z" * 600}
+    )
     (action,) = p.plan(world(machines=[evil, machine("local-slonk-cpu-1")]), SETTINGS).actions
     assert action.reason.isprintable() and len(action.reason) <= reasons.MAX_LENGTH
     assert "\n" not in action.reason
 
 
 def test_slurm_view_on_pods() -> None:
-    nodes = [slurm("slonk-cpu-0", "mixed", "DRAIN", reason="hands off"), slurm("slonk-cpu-1", "down", "NOT_RESPONDING")]
+    nodes = [
+        slurm("slonk-cpu-0", "mixed", "DRAIN", reason="hands off"),
+        slurm("slonk-cpu-1", "down", "NOT_RESPONDING"),
+    ]
     result = p.plan(world(nodes=nodes, jobs={"slonk-cpu-0": 3}), SETTINGS)
     shown = {x.pod: x for x in result.patches}
     assert shown["slonk-cpu-0"].labels == {p.STATE_LABEL: "draining", p.BUSY_LABEL: "true"}
-    assert shown["slonk-cpu-0"].annotations == {p.REASON_ANNOTATION: "hands off", p.JOBS_ANNOTATION: "3"}
+    assert shown["slonk-cpu-0"].annotations == {
+        p.REASON_ANNOTATION: "hands off",
+        p.JOBS_ANNOTATION: "3",
+    }
     assert shown["slonk-cpu-1"].labels[p.STATE_LABEL] == "down"
 
 

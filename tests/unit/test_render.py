@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from slonk.cli import main
+from slonk.config import placement
 from slonk.config.render import CONFIG_FILES, render
 from slonk.config.spec import parse_spec
 
@@ -105,6 +106,31 @@ def test_pools_sharing_a_switch_share_a_leaf(demo_spec):
     assert _conf(demo_spec, "topology.conf")[1:] == [
         "SwitchName=leaf1 Nodes=slonk-cpu-[0-1],slonk-gpu-[0-3]",
     ]
+
+
+def test_placement_from_node_labels_overrides_the_pools_own(demo_spec, tmp_path):
+    """Where the syncer found pods (slonk.config.placement) wins; nodes it did not place keep
+    their pool's block; a label value that is no Slurm name is dropped, never rendered."""
+    demo_spec["topology"] = "block"
+    saved = tmp_path / "placement.json"
+    placement.save(
+        {
+            "slonk-gpu-0": {"block": "nvl1"},
+            "slonk-gpu-1": {"block": "nvl1", "rack": "r1"},
+            "slonk-gpu-2": {"block": "x Nodes=slonk-cpu-0\nBlockName=evil"},
+            "slonk-cpu-0": {"switch": "leaf9"},
+        },
+        saved,
+    )
+    files = render(parse_spec(demo_spec), placement.load(saved))
+    assert files["topology.conf"].splitlines()[1:] == [
+        "BlockName=b1 Nodes=slonk-cpu-[0-1]",
+        "BlockName=b2 Nodes=slonk-gpu-[2-3]",
+        "BlockName=nvl1 Nodes=slonk-gpu-[0-1]",
+    ]
+    assert placement.load(tmp_path / "none.json") == {}
+    saved.write_text("[1, 2]")
+    assert placement.load(saved) == {}
 
 
 def test_no_topology(demo_spec):

@@ -9,9 +9,12 @@ from typing import Any
 import hostlist
 import jinja2
 
+from slonk.config.placement import Placement
 from slonk.config.spec import ClusterSpec, NodePool
 from slonk.files import write_atomically
 from slonk.paths import CONFIG_FILES, HOOK_BIN, STATE_SAVE
+
+EMPTY: Placement = {}
 
 # Configless Slurm: slurmctld is the only reader of these files; every slurmd and client
 # fetches what slurmctld runs, so a file slurmctld refused never reaches a node.
@@ -163,17 +166,19 @@ def _partition_line(spec: ClusterSpec, partition: Any) -> str:
     return " ".join(parts)
 
 
-def _groups(spec: ClusterSpec, attribute: str) -> dict[str, list[str]]:
-    """Node names by switch or block (ClusterSpec.placement_groups)."""
-    return {
-        name: [node for pool in pools for node in pool.node_names(spec.release)]
-        for name, pools in spec.placement_groups(attribute).items()
-    }
+def _groups(spec: ClusterSpec, attribute: str, placement: Placement) -> dict[str, list[str]]:
+    """Node names by switch or block: where the syncer found them (placement), else their
+    pool's (ClusterSpec.placement_groups)."""
+    groups: dict[str, list[str]] = {}
+    for name, pools in spec.placement_groups(attribute).items():
+        for node in (n for pool in pools for n in pool.node_names(spec.release)):
+            groups.setdefault(placement.get(node, {}).get(attribute) or name, []).append(node)
+    return groups
 
 
-def topology_lines(spec: ClusterSpec) -> list[str]:
+def topology_lines(spec: ClusterSpec, placement: Placement = EMPTY) -> list[str]:
     if spec.topology == "tree":
-        leaves = dict(sorted(_groups(spec, "switch").items()))
+        leaves = dict(sorted(_groups(spec, "switch", placement).items()))
         lines = [f"SwitchName={name} Nodes={_ranged(nodes)}" for name, nodes in leaves.items()]
         if len(leaves) > 1:
             # Slurm needs one root above the leaves to place jobs across them.
@@ -184,7 +189,7 @@ def topology_lines(spec: ClusterSpec) -> list[str]:
         # --segment) and refuses to start on a later, smaller block (block_record.c): the
         # smallest block comes first, so every block size is valid. No BlockSizes: the
         # default aggregates consecutive blocks in powers of two, in this order.
-        blocks = sorted(_groups(spec, "block").items(), key=lambda b: (len(b[1]), b[0]))
+        blocks = sorted(_groups(spec, "block", placement).items(), key=lambda b: (len(b[1]), b[0]))
         return [f"BlockName={name} Nodes={_ranged(nodes)}" for name, nodes in blocks]
     return []
 
@@ -200,8 +205,9 @@ def gres_lines(spec: ClusterSpec) -> list[str]:
     return lines
 
 
-def render(spec: ClusterSpec) -> dict[str, str]:
-    """Every config file's text, by file name."""
+def render(spec: ClusterSpec, placement: Placement = EMPTY) -> dict[str, str]:
+    """Every config file's text, by file name; `placement` is where the syncer found each
+    node (slonk.config.placement)."""
     context = {
         "spec": spec,
         "settings": slurm_settings(spec),
@@ -210,7 +216,7 @@ def render(spec: ClusterSpec) -> dict[str, str]:
         ],
         "nodes": [_node_line(spec, p) for p in spec.nodepools if p.replicas],
         "partitions": [_partition_line(spec, p) for p in spec.partitions],
-        "topology": topology_lines(spec),
+        "topology": topology_lines(spec, placement),
         "gres": gres_lines(spec),
         "cgroup": cgroup_settings(spec),
     }

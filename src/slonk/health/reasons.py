@@ -30,7 +30,8 @@ K8S = "k8s"
 # Before hooks had their own word, a failed prolog drained as `slonk:prolog:<script>: ...`:
 # such drains may still stand after an upgrade, and are hooks' too.
 LEGACY_HOOK_WORDS = ("prolog", "epilog")
-RESERVED = (HOOK, QUARANTINE, POD, SCALE_DOWN, K8S, *LEGACY_HOOK_WORDS)  # never a health check's name
+# Never a health check's name.
+RESERVED = (HOOK, QUARANTINE, POD, SCALE_DOWN, K8S, *LEGACY_HOOK_WORDS)
 MAX_LENGTH = 250  # keeps `scontrol show node` readable
 WORD = re.compile(r"[a-z][a-z0-9_-]*")
 

@@ -1,0 +1,214 @@
+"""The syncer's Kubernetes side, through the official client: a reflector per kind (list, then
+watch from the list's resourceVersion, as client-go's informers do) and the few writes the
+syncer makes. Objects stay the API's JSON (dicts): no model classes built per event."""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from slonk.health.kube import KubeError
+
+WATCH_SECONDS = 240  # each watch request ends by then; the next resumes from the last version
+BACKOFF_SECONDS = (1, 2, 5, 10, 30)
+
+
+def log(message: str) -> None:
+    print(f"slonk syncer: {message}", file=sys.stderr, flush=True)
+
+
+def api_client() -> Any:
+    """A client from the pod's ServiceAccount, or, outside a pod, the operator's kubeconfig."""
+    try:
+        from kubernetes import client, config  # heavy: only the controller image has it
+    except ImportError:
+        raise KubeError("the syncer needs the Kubernetes client: slonk[kube]") from None
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        try:
+            config.load_kube_config()
+        except (config.ConfigException, OSError) as err:
+            raise KubeError(f"no Kubernetes API: not in a pod, and no kubeconfig ({err})") from err
+    return client.ApiClient()
+
+
+class Reflector:
+    """One kind's objects by name, kept current by a thread: a full list at start, after a
+    410 Gone and every `resync_seconds`; a watch from the last resourceVersion between.
+    `synced` is False from any error until the next full list: the plan then knows its
+    picture may be stale, and lifts nothing."""
+
+    def __init__(
+        self,
+        kind: str,
+        lister: Callable[..., Any],
+        changed: threading.Event,
+        resync_seconds: float,
+        **selectors: str,
+    ) -> None:
+        self.kind, self.lister, self.changed = kind, lister, changed
+        self.resync_seconds, self.selectors = resync_seconds, selectors
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.synced = False
+        self.version = ""
+        self.calls = 0
+        self._lock = threading.Lock()
+
+    def snapshot(self) -> dict[str, dict[str, Any]]:
+        with self._lock:
+            return dict(self.objects)
+
+    def _request(self, **kwargs: Any) -> Any:
+        self.calls += 1
+        return self.lister(**self.selectors, **kwargs, _preload_content=False)
+
+    def relist(self) -> None:
+        response = self._request()
+        listed = json.loads(response.data)
+        objects = {item["metadata"]["name"]: item for item in listed.get("items") or []}
+        with self._lock:
+            self.objects, self.synced = objects, True
+            self.version = listed["metadata"]["resourceVersion"]
+        self.changed.set()
+
+    def watch(self, until: float) -> bool:
+        """Apply events until the request ends; False when the version is too old (410)."""
+        from kubernetes.watch.watch import iter_resp_lines
+
+        seconds = max(1, min(WATCH_SECONDS, int(until - time.monotonic())))
+        response = self._request(
+            watch=True,
+            resource_version=self.version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=seconds + random.randint(0, seconds // 4),  # no herd of re-watches
+        )
+        try:
+            for line in iter_resp_lines(response):
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                kind, item = event.get("type"), event.get("object") or {}
+                if kind == "ERROR":
+                    if item.get("code") == 410:
+                        return False
+                    raise KubeError(f"watch {self.kind}: {item.get('message')}")
+                metadata = item.get("metadata") or {}
+                with self._lock:
+                    self.version = metadata.get("resourceVersion", self.version)
+                    if kind == "DELETED":
+                        self.objects.pop(metadata.get("name", ""), None)
+                    elif kind in ("ADDED", "MODIFIED"):
+                        self.objects[metadata["name"]] = item
+                if kind != "BOOKMARK":
+                    self.changed.set()
+        finally:
+            response.release_conn()
+        return True
+
+    def run(self) -> None:
+        """Forever, in its own thread."""
+        failures = 0
+        while True:
+            try:
+                self.relist()
+                failures = 0
+                until = time.monotonic() + self.resync_seconds
+                while time.monotonic() < until and self.watch(until):
+                    pass
+            except Exception as err:  # the API or the network: note it, keep trying
+                with self._lock:
+                    self.synced = False
+                self.changed.set()
+                pause = BACKOFF_SECONDS[min(failures, len(BACKOFF_SECONDS) - 1)]
+                failures += 1
+                log(f"{self.kind}: {type(err).__name__}: {err}; listing again in {pause} s")
+                time.sleep(pause)
+
+    def start(self) -> Reflector:
+        threading.Thread(target=self.run, name=f"reflector-{self.kind}", daemon=True).start()
+        return self
+
+
+class Cluster:
+    """The release's Kubernetes objects the syncer follows, and its writes."""
+
+    def __init__(self, namespace: str, release: str, resync_seconds: float) -> None:
+        from kubernetes import client
+
+        self.namespace, self.release = namespace, release
+        self.changed = threading.Event()
+        self._api = api_client()
+        self.core = client.CoreV1Api(self._api)
+        self.apps = client.AppsV1Api(self._api)
+        self._error = client.ApiException
+        instance = f"app.kubernetes.io/instance={release}"
+        self.nodes = Reflector("nodes", self.core.list_node, self.changed, resync_seconds)
+        self.pods = Reflector(
+            "pods",
+            self.core.list_namespaced_pod,
+            self.changed,
+            resync_seconds,
+            namespace=namespace,
+            label_selector=f"{instance},app.kubernetes.io/component=worker",
+        )
+        self.statefulsets = Reflector(
+            "statefulsets",
+            self.apps.list_namespaced_stateful_set,
+            self.changed,
+            resync_seconds,
+            namespace=namespace,
+            label_selector=instance,
+        )
+        self.writes = 0
+
+    @property
+    def reflectors(self) -> tuple[Reflector, ...]:
+        return (self.nodes, self.pods, self.statefulsets)
+
+    def start(self) -> None:
+        for reflector in self.reflectors:
+            reflector.start()
+
+    def list_once(self) -> None:
+        """For `slonk align`: one full list of each kind, no watch."""
+        for reflector in self.reflectors:
+            reflector.relist()
+
+    @property
+    def synced(self) -> bool:
+        return all(r.synced for r in self.reflectors)
+
+    def replicas(self) -> dict[str, int]:
+        return {
+            name: int((sts.get("spec") or {}).get("replicas", 1))
+            for name, sts in self.statefulsets.snapshot().items()
+        }
+
+    def _call(self, what: str, method: Callable[..., Any], *args: Any) -> Any:
+        self.writes += 1
+        try:
+            return method(*args)
+        except self._error as err:
+            raise KubeError(f"{what}: {err.status} {err.reason}") from err
+
+    def patch_pod(
+        self, name: str, labels: Mapping[str, str], annotations: Mapping[str, str]
+    ) -> None:
+        body = {"metadata": {"labels": dict(labels), "annotations": dict(annotations)}}
+        self._call(f"patch pod {name}", self.core.patch_namespaced_pod, name, self.namespace, body)
+
+    def scale(self, statefulset: str, replicas: int) -> None:
+        body = {"spec": {"replicas": replicas}}
+        self._call(
+            f"scale statefulset {statefulset}",
+            self.apps.patch_namespaced_stateful_set_scale,
+            statefulset,
+            self.namespace,
+            body,
+        )
