@@ -221,6 +221,66 @@ def _add_health(health: argparse.ArgumentParser) -> None:
     health.set_defaults(run=_health)
 
 
+def _syncer(args: argparse.Namespace) -> int:
+    from slonk.align import syncer
+    from slonk.config.spec import load_spec
+
+    syncer.run(lambda: load_spec(args.cluster))
+    return 0
+
+
+def _add_syncer(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--cluster", type=Path, default=paths.CLUSTER_SPEC)
+    parser.set_defaults(run=_syncer)
+
+
+def _align(args: argparse.Namespace) -> int:
+    from slonk.align import report, syncer
+    from slonk.align.kube import Cluster
+    from slonk.config.spec import load_spec
+
+    spec = load_spec(args.cluster)
+    kube = Cluster(spec.namespace, spec.release, resync_seconds=60)
+    kube.list_once()
+    result = syncer.pass_once(spec, kube, fix=False)
+    print(report.table(result))
+    if args.fix:
+        for line in syncer.apply(result, kube, spec):
+            print(line)
+    return 1 if result.drift else 0
+
+
+def _add_align(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--cluster", type=Path, default=paths.CLUSTER_SPEC)
+    parser.add_argument("--fix", action="store_true", help="apply the syncer's actions once")
+    parser.set_defaults(run=_align)
+
+
+def _pool(args: argparse.Namespace) -> int:
+    from slonk.align import pool
+    from slonk.config.spec import load_spec
+
+    print(pool.scale(load_spec(args.cluster), args.pool, args.replicas, args.timeout))
+    return 0
+
+
+def _add_pool(parser: argparse.ArgumentParser) -> None:
+    pool_sub = parser.add_subparsers(dest="pool_command", required=True)
+    scale = pool_sub.add_parser(
+        "scale", help="lend a pool's highest nodes once idle, or return them"
+    )
+    scale.add_argument("pool")
+    scale.add_argument("replicas", type=int)
+    scale.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="give up after this many seconds (default: wait)",
+    )
+    parser.add_argument("--cluster", type=Path, default=paths.CLUSTER_SPEC)
+    parser.set_defaults(run=_pool)
+
+
 def _add_local(local: argparse.ArgumentParser) -> None:
     from slonk.local.cluster import DEFAULT_STATE_DIR
 
@@ -276,6 +336,9 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
     "users": ("users and groups on this node", _add_users),
     "hooks": ("job hooks from git", _add_hooks),
     "health": ("node health checks", _add_health),
+    "syncer": ("keep Slurm and Kubernetes in agreement (runs under s6)", _add_syncer),
+    "align": ("every node as Slurm and Kubernetes see it; exit 1 on drift", _add_align),
+    "pool": ("lend a node pool's nodes and give them back", _add_pool),
     "local": ("run the chart's pods on this machine (root)", _add_local),
 }
 

@@ -200,6 +200,8 @@ def run(role: str) -> None:
         extra += ("hooks",)
     if role == "controller" and spec.health and spec.health.recycle:
         extra += ("health-recycle",)
+    if role == "controller" and spec.syncer:
+        extra += ("syncer",)
     step("wrote s6 services", lambda: services.write_scan_dir(role, extra))
     log(f"{role} {name} ready in {(time.perf_counter() - started) * 1000:.0f} ms; exec s6-svscan")
     services.exec_svscan(role)

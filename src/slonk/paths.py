@@ -39,6 +39,9 @@ STATE_SAVE = Path("/var/spool/slurmctld")
 ROLLOUT_RECORD = STATE_SAVE / "slonk-config.json"
 # Where the syncer found each node's pod, by Node label (slonk.config.placement).
 PLACEMENT = STATE_SAVE / "slonk-placement.json"
+# Pools `slonk pool scale` is taking nodes from: pool -> the replicas it will leave. The syncer
+# drains the nodes above that as lent before the StatefulSet is scaled.
+LENDING = STATE_SAVE / "slonk-lending.json"
 # slurmctld's output as its s6 logger keeps it (rootfs' slurmctld/log/run): what it said.
 SLURMCTLD_LOG = Path("/run/slonk/log/slurmctld/current")
 

@@ -14,6 +14,7 @@ A worker follows cluster.yaml for its own health plan and job programs.
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import sys
 import time
@@ -59,6 +60,10 @@ def started_on(spec_path: Path, record: Path = paths.SPEC_STARTED_ON) -> str | N
     except OSError:
         return fingerprint(spec_path)
 
+# In the directory of the files it guards: every writer of them takes it (rollout reads the
+# config files by name only).
+CONFIG_LOCK = ".slonk.lock"
+
 
 @dataclass
 class Controller:
@@ -83,6 +88,14 @@ class Controller:
         return reason
 
     def apply(self, spec: ClusterSpec) -> str:
+        """Render and run the files; one caller at a time (config-watch, the syncer's
+        topology), each rendering from both inputs as they are now."""
+        self.conf_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.conf_dir / CONFIG_LOCK, "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            return self._apply(spec)
+
+    def _apply(self, spec: ClusterSpec) -> str:
         from slonk.config.render import render  # the controller's alone: Jinja is 30 ms
 
         new, old = render(spec, placement.load()), rollout.read_files(self.conf_dir)

@@ -312,4 +312,7 @@ def test_slurm_view_on_pods() -> None:
 def test_placement_from_node_labels() -> None:
     settings = p.Settings("slonk", {"cpu": 2}, topology_labels={"block": "example.com/nvl"})
     machines = [machine(labels={"example.com/nvl": "b1"}), machine("local-slonk-cpu-1")]
-    assert p.plan(world(machines=machines), settings).placement == {"slonk-cpu-0": {"block": "b1"}}
+    assert p.plan(world(machines=machines), settings).placement == {
+        "slonk-cpu-0": {"block": "b1"},
+        "slonk-cpu-1": {},
+    }

@@ -13,7 +13,12 @@
 {{ and .Values.health.enabled .Values.health.recycle.enabled }}
 {{- end }}
 
-{{- /* The recycler's account: its own unless the operator brings the accounts. */}}
+{{- /* The controller talks to the Kubernetes API: the syncer or the recycle loop runs. */}}
+{{- define "slonk.controllerApi" -}}
+{{ or .Values.syncer.enabled (eq (include "slonk.recycles" .) "true") }}
+{{- end }}
+
+{{- /* The controller's account: its own unless the operator brings the accounts. */}}
 {{- define "slonk.controllerServiceAccount" -}}
 {{- if .Values.serviceAccount.create }}{{ .Release.Name }}-controller
 {{- else }}{{ include "slonk.serviceAccountName" . }}{{ end }}
@@ -341,6 +346,7 @@ resources, placement) are checked by the API server and are left to it. */}}
   "groups" .Values.groups
   "accounts" .Values.accounts
   "health" .Values.health
+  "syncer" .Values.syncer
 -}}
 {{- $ldap := .Values.ldap -}}
 {{- if or $ldap.enabled $ldap.dev.enabled -}}

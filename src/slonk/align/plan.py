@@ -111,7 +111,8 @@ class Plan:
     actions: tuple[Action, ...]
     patches: tuple[PodPatch, ...]
     rows: tuple[Row, ...]
-    placement: Mapping[str, Mapping[str, str]]  # node -> {switch|block: label value}
+    # node -> {switch|block: label value}, for every node whose pod runs on a known Node
+    placement: Mapping[str, Mapping[str, str]]
 
     @property
     def drift(self) -> bool:
@@ -267,13 +268,11 @@ def plan(snapshot: Snapshot, settings: Settings) -> Plan:
                 causes += found
                 certain = certain and goal_known
                 labels = (machine.get("metadata") or {}).get("labels") or {}
-                where = {
+                placement[name] = {
                     kind: labels[key]
                     for kind, key in settings.topology_labels.items()
                     if key and labels.get(key)
                 }
-                if where:
-                    placement[name] = where
         node = snapshot.slurm.get(name)
         jobs = snapshot.jobs.get(name, 0)
         done = slurm_actions(node, jobs, causes, certain, pod is not None) if node else []

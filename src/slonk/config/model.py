@@ -165,6 +165,16 @@ class HealthSettings:
 
 
 @dataclass(frozen=True)
+class SyncerSettings:
+    """Slurm and Kubernetes kept in agreement about every node (slonk.align)."""
+
+    resync_seconds: int = 300
+    slurm_poll_seconds: int = 5
+    node_conditions: tuple[str, ...] = ()
+    topology_labels: Mapping[str, str] = field(default_factory=dict)  # switch|block -> label
+
+
+@dataclass(frozen=True)
 class LdapServer:
     """The development directory's contents (its own pod; see slonk.ldapdev)."""
 
@@ -196,6 +206,7 @@ class ClusterSpec:
     ldap_server: LdapServer | None = None
     hooks: HookSettings | None = None
     health: HealthSettings | None = None
+    syncer: SyncerSettings | None = SyncerSettings()
 
     @property
     def controller_name(self) -> str:

@@ -55,6 +55,12 @@ GIT_REPO = (
 )
 # A branch, tag or commit: git's ref rules, and no leading `-`.
 GIT_REF = r"^[A-Za-z0-9_][A-Za-z0-9._/-]*$"
+# A Kubernetes label key (or Node condition type): an optional DNS-name prefix and `/`, then a
+# name of at most 63 characters.
+LABEL_KEY = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
 
 # Any character below space, and DEL: no value slonk writes anywhere may hold one.
 CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f]")

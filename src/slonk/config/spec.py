@@ -38,6 +38,7 @@ from slonk.config.model import (
     Partition,
     Placement,
     RecycleSettings,
+    SyncerSettings,
     User,
     default_of,
 )
@@ -65,6 +66,7 @@ __all__ = [
     "Placement",
     "RecycleSettings",
     "SpecError",
+    "SyncerSettings",
     "User",
     "load_spec",
     "parse_spec",
@@ -107,7 +109,8 @@ SPEC_KEYS = frozenset(
     "partitions confinement topology slurmConf cgroupConf extraLines users groups ldap ldapServer "
     "accounts "
     "hooks "
-    "health".split()
+    "health "
+    "syncer".split()
 )
 
 
@@ -616,6 +619,31 @@ def _health(data: Any, path: str) -> HealthSettings | None:
     )
 
 
+def _syncer(data: Any, path: str) -> SyncerSettings | None:
+    keys = {"enabled", "resyncSeconds", "slurmPollSeconds", "nodeConditions", "topologyLabels"}
+    r = _Reader(data or {}, path, keys)
+    if not r.get("enabled", bool, True):
+        return None
+    synced = functools.partial(default_of, SyncerSettings)
+    conditions = r.strings("nodeConditions")
+    for i, kind in enumerate(conditions):
+        if not matches(patterns.LABEL_KEY, kind):
+            raise SpecError(f"{r.at('nodeConditions')}[{i}]: {kind!r} is not a condition type")
+    labels = _Reader(r.get("topologyLabels", dict, {}), r.at("topologyLabels"), {"switch", "block"})
+    return SyncerSettings(
+        resync_seconds=r.count("resyncSeconds", default=synced("resync_seconds"), minimum=10),
+        slurm_poll_seconds=r.count(
+            "slurmPollSeconds", default=synced("slurm_poll_seconds"), minimum=1
+        ),
+        node_conditions=conditions,
+        topology_labels={
+            kind: key
+            for kind in ("switch", "block")
+            if (key := labels.text(kind, patterns.LABEL_KEY, "a Kubernetes label key"))
+        },
+    )
+
+
 def _unique(values: list[Any], path: str, what: str, key: str = "name") -> None:
     seen: set[Any] = set()
     for i, value in enumerate(values):
@@ -726,6 +754,7 @@ def parse_spec(data: Any) -> ClusterSpec:
         ldap_server=_ldap_server(r.data.get("ldapServer"), "ldapServer", rules),
         hooks=_hooks(r.data.get("hooks"), "hooks"),
         health=_health(r.data.get("health"), "health"),
+        syncer=_syncer(r.data.get("syncer"), "syncer"),
     )
 
 

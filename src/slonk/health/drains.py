@@ -21,17 +21,19 @@ JOB_PHASES = ("prolog", "epilog")
 def decide(node: NodeState, results: Sequence[Result], undrain: bool) -> tuple[str, str] | None:
     """('drain', reason), ('resume', old reason) or None. A drain slonk made for one check is
     replaced only once that check passes; hooks' and quarantine drains are not health's to
-    lift or replace, and a person's drain is theirs."""
+    lift or replace, and a person's drain is theirs. The syncer's (`slonk:k8s:`) gives way to
+    a failed check: the machine's fault is the one to recycle for, and once it passes the
+    syncer drains again for its own cause if that still holds."""
     failed = [r for r in results if not r.ok]
     passed = {r.check for r in results if r.ok}
     cause = node.cause
-    if node.drained and (cause is None or cause.kind != reasons.HEALTH):
+    if node.drained and (cause is None or cause.kind not in (reasons.HEALTH, reasons.K8S)):
         return None
     if failed:
-        if cause is None or cause.name in passed:
+        if cause is None or cause.kind == reasons.K8S or cause.name in passed:
             return ("drain", failed[0].reason)
         return None
-    if undrain and cause is not None and cause.name in passed:
+    if undrain and cause is not None and cause.kind == reasons.HEALTH and cause.name in passed:
         return ("resume", node.reason)
     return None
 

@@ -1,0 +1,189 @@
+"""The syncer (the controller's s6 service `syncer`) and `slonk align`: read both sides, plan,
+act. Kubernetes comes from watches (slonk.align.kube), Slurm from one `scontrol show node
+--json` and one `squeue` a pass (Slurm has no watch: passes also run every slurmPollSeconds,
+which is how a node resumed by hand while its cause holds is drained again).
+
+Writes go to Slurm only for nodes whose state must change and to the API only for pods whose
+Slurm view changed: a pass where nothing changed makes no call. Replicas elect one leader
+through a Lease; a syncer that loses it exits (s6 starts it again, as a follower) before
+another can take over, as client-go's leader election advises."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from slonk import paths, slurm_nodes
+from slonk.align import plan as planning
+from slonk.align.kube import Cluster
+from slonk.config import placement
+from slonk.config.spec import ClusterSpec
+from slonk.health.kube import KubeError
+from slonk.slurm_state import SlurmError
+
+LEASE_SECONDS, RENEW_SECONDS, RETRY_SECONDS = 15, 10, 2
+MIN_PASS_SECONDS = 0.2  # a burst of watch events makes one pass, not one each
+
+
+def log(message: str) -> None:
+    print(f"slonk syncer: {message}", file=sys.stderr, flush=True)
+
+
+def settings_of(spec: ClusterSpec) -> planning.Settings:
+    syncer = spec.syncer
+    return planning.Settings(
+        release=spec.release,
+        pools={pool.name: pool.replicas for pool in spec.nodepools},
+        conditions=frozenset(syncer.node_conditions if syncer else ()),
+        topology_labels=dict(syncer.topology_labels) if syncer else {},
+    )
+
+
+def lending(path: Path = paths.LENDING) -> dict[str, int]:
+    """`slonk pool scale`'s targets: pool -> replicas it is scaling down to."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {str(k): v for k, v in data.items() if isinstance(v, int) and v >= 0}
+
+
+def snapshot(spec: ClusterSpec, kube: Cluster) -> planning.Snapshot:
+    """Both sides now; raises SlurmError when Slurm cannot be read (no pass then)."""
+    nodes = {n.name: n for n in slurm_nodes.read_nodes()}
+    jobs = slurm_nodes.running_jobs()
+    replicas = kube.replicas()
+    for pool, target in lending().items():
+        statefulset = f"{spec.release}-{pool}"
+        if statefulset in replicas:
+            replicas[statefulset] = min(replicas[statefulset], target)
+    return planning.Snapshot(
+        slurm=nodes,
+        jobs=jobs,
+        pods=kube.pods.snapshot(),
+        nodes=kube.nodes.snapshot(),
+        replicas=replicas,
+        listed=kube.synced,
+    )
+
+
+def _power(verb: str) -> Callable[[str, str], None]:
+    def act(node: str, reason: str) -> None:
+        from slonk import power
+
+        if verb == "power-down":
+            power.lend(node, reason)
+        else:
+            power.give_back(node)
+
+    return act
+
+
+SLURM: Mapping[str, Callable[[str, str], None]] = {
+    "drain": slurm_nodes.drain,
+    "resume": lambda node, _: slurm_nodes.resume(node),
+    "down": slurm_nodes.down,
+    "power-down": _power("power-down"),
+    "power-up": _power("power-up"),
+}
+
+
+def apply(result: planning.Plan, kube: Cluster, spec: ClusterSpec) -> list[str]:
+    """Carry the plan out; one line per change or failure. A node Slurm or the API refuses
+    is tried again next pass: one never keeps the others waiting."""
+    said = []
+    for action in result.actions:
+        try:
+            SLURM[action.verb](action.node, action.reason)
+            said.append(f"{action.verb} {action.node}: {action.reason or action.why}")
+        except SlurmError as err:
+            said.append(f"could not {action.verb} {action.node}, next pass tries again: {err}")
+    for patch in result.patches:
+        try:
+            kube.patch_pod(patch.pod, patch.labels, patch.annotations)
+        except KubeError as err:
+            said.append(f"could not show Slurm's view on pod {patch.pod}: {err}")
+    if spec.syncer and spec.syncer.topology_labels:
+        said += place(result.placement, spec)
+    return said
+
+
+def place(found: Mapping[str, Mapping[str, str]], spec: ClusterSpec) -> list[str]:
+    """Save where pods landed and apply the topology when it changed. A node whose pod is
+    not running keeps its last place: lending a node must not reconfigure Slurm."""
+    old = placement.load()
+    new = {n: dict(w) for n, w in old.items() if n not in found}
+    new |= {n: dict(w) for n, w in found.items() if w}
+    new = placement.clean(new)
+    if new == old:
+        return []
+    placement.save(new)
+    from slonk.watch import Controller, NotApplied, NotNow  # the controller's alone
+
+    try:
+        return [f"placement changed: {Controller().apply(spec)}"]
+    except (NotApplied, NotNow) as err:
+        return [f"placement changed, topology not applied: {err}"]
+
+
+def pass_once(spec: ClusterSpec, kube: Cluster, fix: bool = True) -> planning.Plan:
+    result = planning.plan(snapshot(spec, kube), settings_of(spec))
+    if fix:
+        for line in apply(result, kube, spec):
+            log(line)
+    return result
+
+
+def run(load: Callable[[], ClusterSpec]) -> None:
+    """Forever: lead, then pass on every change and every slurmPollSeconds."""
+    spec = load()
+    if spec.syncer is None:
+        from slonk.services import idle
+
+        idle("the syncer is off", log)
+    syncer = spec.syncer
+    kube = Cluster(spec.namespace, spec.release, syncer.resync_seconds)
+
+    def work() -> None:
+        kube.start()
+        log(f"leading; watching Nodes, pods and StatefulSets of {spec.release}")
+        while True:
+            kube.changed.wait(syncer.slurm_poll_seconds)
+            kube.changed.clear()
+            try:
+                pass_once(load(), kube)
+            except SlurmError as err:
+                log(f"pass skipped, Slurm cannot be read: {err}")
+            except Exception as err:  # whatever it was, a crash loop would stop all syncing
+                log(f"pass failed, trying again: {type(err).__name__}: {err}")
+            time.sleep(MIN_PASS_SECONDS)
+
+    lead(kube, spec, work)
+
+
+def lead(kube: Cluster, spec: ClusterSpec, work: Callable[[], None]) -> None:
+    """Run `work` while this process holds the Lease <release>-syncer."""
+    import logging
+
+    from kubernetes.leaderelection import electionconfig, leaderelection
+    from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
+
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    identity = f"{os.environ.get('POD_NAME') or socket.gethostname()}_{os.getpid()}"
+
+    def lost() -> None:
+        log("lost the Lease; exiting so that only the new leader acts")
+        os._exit(1)
+
+    lock = LeaseLock(f"{spec.release}-syncer", spec.namespace, identity)
+    config = electionconfig.Config(lock, LEASE_SECONDS, RENEW_SECONDS, RETRY_SECONDS, work, lost)
+    log(f"{identity} waits for the Lease {spec.release}-syncer")
+    leaderelection.LeaderElection(config).run()
+    lost()
