@@ -3,9 +3,10 @@ and only as far as recycling needs."""
 
 from __future__ import annotations
 
+import pytest
 import yaml
 
-from slonk import paths
+from slonk import chart, paths
 from slonk.config.render import render
 from slonk.config.spec import HEALTH_CHECKS
 
@@ -32,19 +33,69 @@ def test_gpu_pools_check_gpus_after_jobs_and_may_read_the_kernel_log(gpu_manifes
     assert "SYSLOG" in slurmd.securityContext.capabilities.add
 
 
-def test_only_the_controller_gets_a_token_and_only_what_recycling_needs(default_manifest):
+# What each part of the controller calls (slonk.align.kube, slonk.align.syncer's Lease,
+# slonk.health.kube): the chart grants exactly the union of the enabled parts'.
+SYNCER_ROLE = [
+    {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": ["apps"], "resources": ["statefulsets/scale"], "verbs": ["get", "patch"]},
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+    {
+        "apiGroups": ["coordination.k8s.io"],
+        "resources": ["leases"],
+        "resourceNames": ["slonk-syncer"],
+        "verbs": ["get", "update"],
+    },
+]
+
+
+def _roles(values):
+    rendered = chart.render(chart.default_chart(), values, namespace="hpc")
+    return {
+        (d["kind"], d["metadata"]["name"]): d["rules"]
+        for d in yaml.safe_load_all(chart.manifest(rendered))
+        if d and d["kind"] in ("Role", "ClusterRole")
+    }
+
+
+@pytest.mark.parametrize(
+    ("syncer", "recycle", "taint", "pods", "nodes"),
+    [
+        (
+            True,
+            True,
+            True,
+            ["get", "list", "watch", "patch", "delete"],
+            ["get", "list", "watch", "patch"],
+        ),
+        (True, False, False, ["get", "list", "watch", "patch"], ["get", "list", "watch"]),
+        (False, True, True, ["get", "delete"], ["get", "patch"]),
+        (False, True, False, ["get", "delete"], None),
+    ],
+)
+def test_the_controller_gets_exactly_what_its_enabled_parts_call(
+    syncer, recycle, taint, pods, nodes
+):
+    values = {
+        "syncer": {"enabled": syncer},
+        "health": {"recycle": {"enabled": recycle, "taintNodes": taint}},
+    }
+    roles = _roles(values)
+    role = [{"apiGroups": [""], "resources": ["pods"], "verbs": pods}]
+    role += SYNCER_ROLE if syncer else []
+    assert roles[("Role", "slonk-controller")] == role
+    cluster = roles.get(("ClusterRole", "hpc-slonk-controller"))
+    assert cluster == (
+        None if nodes is None else [{"apiGroups": [""], "resources": ["nodes"], "verbs": nodes}]
+    )
+
+
+def test_only_the_controller_gets_a_token(default_manifest):
     controller = default_manifest.get("StatefulSet/slonk-controller").spec.template.spec
     assert controller.serviceAccountName == "slonk-controller"
     assert controller.get("automountServiceAccountToken") is None  # Kubernetes' default: true
     for name in ("slonk-cpu", "slonk-login"):
         pod = default_manifest.get(f"StatefulSet/{name}").spec.template.spec
         assert pod.automountServiceAccountToken is False
-    assert _rules(default_manifest, "Role", "slonk-controller") == [
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "delete"]}
-    ]
-    assert _rules(default_manifest, "ClusterRole", "hpc-slonk-controller") == [
-        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}
-    ]
     binding = default_manifest.get("ClusterRoleBinding/hpc-slonk-controller")
     assert dict(binding.subjects[0]) == {
         "kind": "ServiceAccount",
