@@ -316,3 +316,9 @@ def test_placement_from_node_labels() -> None:
         "slonk-cpu-0": {"block": "b1"},
         "slonk-cpu-1": {},
     }
+
+
+def test_pods_missing_from_an_unfinished_list_are_unknown_not_gone() -> None:
+    result = p.plan(world(pods=[], machines=[], listed=False), SETTINGS)
+    assert result.actions == ()
+    assert all(not row.certain for row in result.rows)

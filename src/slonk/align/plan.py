@@ -257,7 +257,8 @@ def plan(snapshot: Snapshot, settings: Settings) -> Plan:
         pod = snapshot.pods.get(name)
         replicas = snapshot.replicas.get(statefulset)
         certain = snapshot.listed and replicas is not None
-        causes = pod_causes(name, pod, ordinal, replicas)
+        # A pod missing from a list not read in full is unknown, not gone.
+        causes = pod_causes(name, pod, ordinal, replicas) if pod or snapshot.listed else []
         machine_name = ((pod or {}).get("spec") or {}).get("nodeName") or ""
         if pod is not None and not causes:
             machine = snapshot.nodes.get(machine_name)

@@ -52,7 +52,11 @@ def lending(path: Path = paths.LENDING) -> dict[str, int]:
         return {}
     if not isinstance(data, dict):
         return {}
-    return {str(k): v for k, v in data.items() if isinstance(v, int) and v >= 0}
+    return {
+        str(k): v
+        for k, v in data.items()
+        if type(v) is int and v >= 0  # not a bool
+    }
 
 
 def snapshot(spec: ClusterSpec, kube: Cluster) -> planning.Snapshot:
@@ -157,6 +161,8 @@ def run(load: Callable[[], ClusterSpec]) -> None:
         while True:
             kube.changed.wait(syncer.slurm_poll_seconds)
             kube.changed.clear()
+            if not kube.synced:
+                continue  # a list failed: its objects' absence would read as pods gone
             try:
                 pass_once(load(), kube)
             except SlurmError as err:
