@@ -58,6 +58,9 @@ def _of(modules: set[str], *prefixes: str) -> list[str]:
     (["hooks", "run", "--help"], 0, LOCAL + NO_SSL),
     (["health", "run"], 2, LOCAL + NO_SSL),  # no health plan here
     (["health", "--cluster", "missing.yaml", "recycle"], 1, LOCAL + NO_SSL),
+    (["syncer", "--cluster", "missing.yaml"], 1, LOCAL + NO_SSL),
+    (["align", "--cluster", "missing.yaml"], 1, LOCAL + NO_SSL),
+    (["pool", "--cluster", "missing.yaml", "scale", "cpu", "1"], 1, LOCAL + NO_SSL),
 ])  # fmt: skip
 def test_a_pods_command_loads_no_local_mode(args, code, unwanted, tmp_path):
     modules, done = _loaded_by_cli(*args, cwd=tmp_path)
@@ -81,7 +84,8 @@ def test_every_command_is_still_listed_and_local_modes_help_works(args, tmp_path
 @pytest.mark.parametrize("module", [
     "slonk.cli", "slonk.init", "slonk.watch", "slonk.worker", "slonk.users.sync",
     "slonk.hooks.dispatch", "slonk.hooks.revision", "slonk.health.command",
-    "slonk.health.drains", "slonk.health.recycle", "slonk.health.kube",
+    "slonk.health.drains", "slonk.health.recycle", "slonk.health.kube", "slonk.align.syncer",
+    "slonk.align.pool",
 ])  # fmt: skip
 def test_the_pods_modules_import_no_local_mode(module):
     assert _of(_loaded_by_import(module), *LOCAL) == []
