@@ -245,7 +245,7 @@ def _align(args: argparse.Namespace) -> int:
     result = syncer.pass_once(spec, kube, fix=False)
     print(report.table(result))
     if args.fix:
-        for line in syncer.apply(result, kube, spec):
+        for line in syncer.converge(spec, kube, result):
             print(line)
     return 1 if result.drift else 0
 

@@ -60,6 +60,7 @@ def started_on(spec_path: Path, record: Path = paths.SPEC_STARTED_ON) -> str | N
     except OSError:
         return fingerprint(spec_path)
 
+
 # In the directory of the files it guards: every writer of them takes it (rollout reads the
 # config files by name only).
 CONFIG_LOCK = ".slonk.lock"

@@ -145,6 +145,18 @@ def pass_once(spec: ClusterSpec, kube: Cluster, fix: bool = True) -> planning.Pl
     return result
 
 
+def converge(spec: ClusterSpec, kube: Cluster, result: planning.Plan, passes: int = 3) -> list[str]:
+    """`slonk align --fix`: the syncer's actions, then the pods' view of what they did."""
+    said: list[str] = []
+    for _ in range(passes):
+        if not result.drift:
+            break
+        said += apply(result, kube, spec)
+        kube.list_once()
+        result = pass_once(spec, kube, fix=False)
+    return said
+
+
 def run(load: Callable[[], ClusterSpec]) -> None:
     """Forever: lead, then pass on every change and every slurmPollSeconds."""
     spec = load()

@@ -1,0 +1,160 @@
+"""Kubernetes and Slurm agree about every node, on the session's local cluster: real Slurm, the
+syncer in the controller pod, the Kubernetes side through local mode's fake API server and
+real `kubectl` with `slonk local kubeconfig`'s admin rights (the operator's)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from slonk.health import reasons
+
+from ..support.cluster import LocalCluster, wait_for
+
+CONTROLLER = "slonk-controller-0"
+Kubectl = Callable[..., str]
+
+
+@pytest.fixture(scope="module")
+def kubectl(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Kubectl:
+    config = tmp_path_factory.mktemp("kube") / "config"
+    config.write_text(cluster.slonk("kubeconfig").stdout)
+    config.chmod(0o600)
+
+    def run(*args: str) -> str:
+        done = subprocess.run(
+            ["kubectl", "--kubeconfig", str(config), *args],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, f"kubectl {' '.join(args)}: {done.stderr}"
+        return done.stdout
+
+    return run
+
+
+def _cause(cluster: LocalCluster, node: str) -> reasons.Cause | None:
+    found = cluster.node_states().get(node)
+    return found.cause if found else None
+
+
+def _k8s(word: str) -> reasons.Cause:
+    return reasons.Cause(reasons.K8S, word)
+
+
+def _scontrol(cluster: LocalCluster, *args: str) -> None:
+    cluster.pod(CONTROLLER).check_output("scontrol " + " ".join(args))
+
+
+@pytest.fixture
+def aligned(healthy: LocalCluster, kubectl: Kubectl) -> Iterator[LocalCluster]:
+    """The healthy cluster, its Kubernetes Nodes put back as they were after the test."""
+    yield healthy
+    for node in ("local-slonk-cpu-0", "local-slonk-cpu-1"):
+        kubectl("uncordon", node)
+        kubectl("annotate", "node", node, "slonk.io/goal-", "slonk.io/goal-reason-")
+    for node in ("slonk-cpu-0", "slonk-cpu-1"):
+        if healthy.node_states()[node].cause is None and healthy.node_states()[node].drained:
+            _scontrol(healthy, "update", f"nodename={node}", "state=resume")
+    healthy.wait_idle()
+
+
+def test_cordon_drains_only_while_it_holds_and_leaves_a_persons_drain(
+    aligned: LocalCluster, kubectl: Kubectl
+) -> None:
+    _scontrol(aligned, "update", "nodename=slonk-cpu-1", "state=drain", "reason=hands_off")
+    kubectl("cordon", "local-slonk-cpu-0")
+    kubectl("cordon", "local-slonk-cpu-1")
+    wait_for(
+        "slonk-cpu-0 drained as cordoned",
+        lambda: _cause(aligned, "slonk-cpu-0") == _k8s("cordoned"),
+    )
+    assert aligned.nodes()["slonk-cpu-1"] == ("idle+drain", "hands_off")
+
+    # Resumed by hand while still cordoned: drained again (the syncer says so past this mark).
+    mark = aligned.log_offset(CONTROLLER)
+    _scontrol(aligned, "update", "nodename=slonk-cpu-0", "state=resume")
+    wait_for(
+        "the syncer to drain slonk-cpu-0 again",
+        lambda: (
+            "drain slonk-cpu-0: slonk:k8s:cordoned" in aligned.log(CONTROLLER, mark)
+            and _cause(aligned, "slonk-cpu-0") == _k8s("cordoned")
+        ),
+    )
+
+    kubectl("uncordon", "local-slonk-cpu-0")
+    kubectl("uncordon", "local-slonk-cpu-1")
+    wait_for("slonk-cpu-0 resumed", lambda: aligned.nodes()["slonk-cpu-0"][0] == "idle")
+    assert aligned.nodes()["slonk-cpu-1"] == ("idle+drain", "hands_off")
+
+
+def test_slurms_view_shows_on_the_pods(aligned: LocalCluster, kubectl: Kubectl) -> None:
+    job = aligned.submit("--nodelist=slonk-cpu-1", "--output=/dev/null", "--wrap", "sleep 300")
+    try:
+
+        def shown() -> dict[str, str]:
+            pod = json.loads(kubectl("get", "pod", "slonk-cpu-1", "-o", "json"))["metadata"]
+            return {**pod.get("labels", {}), **pod.get("annotations", {})}
+
+        wait_for("slonk-cpu-1 shown busy", lambda: shown().get("slonk.io/busy") == "true")
+        assert shown()["slonk.io/slurm-jobs"] == "1"
+        table = kubectl("get", "pods", "-L", "slonk.io/slurm-state,slonk.io/busy")
+        assert any(line.startswith("slonk-cpu-1") and "true" in line for line in table.splitlines())
+    finally:
+        aligned.pod(CONTROLLER).run(f"scancel {job}")
+
+
+def test_a_goal_survives_its_pod_and_up_lifts_only_slonks_drain(
+    aligned: LocalCluster, kubectl: Kubectl
+) -> None:
+    for node in ("local-slonk-cpu-0", "local-slonk-cpu-1"):
+        kubectl(
+            "annotate",
+            "--overwrite",
+            "node",
+            node,
+            "slonk.io/goal=drain",
+            "slonk.io/goal-reason=RMA 7",
+        )
+    _scontrol(aligned, "update", "nodename=slonk-cpu-1", "state=drain", "reason=mine")
+    wait_for(
+        "slonk-cpu-0 drained for its goal", lambda: _cause(aligned, "slonk-cpu-0") == _k8s("goal")
+    )
+    assert "RMA 7" in aligned.nodes()["slonk-cpu-0"][1]
+
+    before = aligned.slurmd_started("slonk-cpu-0")
+    kubectl("delete", "pod", "slonk-cpu-0")
+    wait_for(
+        "a new slurmd on slonk-cpu-0",
+        lambda: aligned.slurmd_started("slonk-cpu-0") not in ("", before),
+    )
+    wait_for(
+        "slonk-cpu-0 still drained for its goal",
+        lambda: _cause(aligned, "slonk-cpu-0") == _k8s("goal"),
+        timeout=90,
+    )
+
+    for node in ("local-slonk-cpu-0", "local-slonk-cpu-1"):
+        kubectl("annotate", "--overwrite", "node", node, "slonk.io/goal=up")
+    wait_for("slonk-cpu-0 back in service", lambda: aligned.nodes()["slonk-cpu-0"][0] == "idle")
+    assert aligned.nodes()["slonk-cpu-1"] == ("idle+drain", "mine")
+
+
+def test_align_reports_drift_and_fix_clears_it(aligned: LocalCluster, kubectl: Kubectl) -> None:
+    controller = aligned.pod(CONTROLLER)
+    controller.check_output("s6-svc -wD -d /run/slonk/service/syncer")
+    try:
+        kubectl("cordon", "local-slonk-cpu-1")
+        drift = controller.run("slonk align")
+        assert drift.rc == 1, drift.stdout + drift.stderr
+        row = next(line for line in drift.stdout.splitlines() if line.startswith("slonk-cpu-1"))
+        assert "cordoned" in row and "drain slonk:k8s:cordoned" in row
+        fixed = controller.run("slonk align --fix")
+        assert fixed.rc == 1 and "drain slonk-cpu-1" in fixed.stdout
+        assert _cause(aligned, "slonk-cpu-1") == _k8s("cordoned")
+        again = controller.run("slonk align")
+        assert again.rc == 0, again.stdout
+    finally:
+        controller.run("s6-svc -u /run/slonk/service/syncer")
