@@ -12,6 +12,10 @@ writes the pass asks for — Slurm commands and pod patches:
 Reads are one `scontrol show node --json` and one `squeue` a pass; the API is read by watches
 (no call per pass). Public Slonk's alignment is a poll every 30 s making one API call per node
 (its design as published, not measured here): 15,000 calls a pass.
+
+With --local (root): a local cluster with the syncer's defaults, `kubectl cordon` of a worker's
+Node timed until Slurm shows the node drained `slonk:k8s:cordoned`, RUNS times (uncordoned and
+resumed in between); public Slonk's 30 s poll would average 15 s.
 """
 
 from __future__ import annotations
@@ -19,13 +23,17 @@ from __future__ import annotations
 import copy
 import json
 import resource
+import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from slonk import slurm_state
 from slonk.align import plan as p
+from slonk.health import reasons
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "unit" / "data" / "scontrol-show-node.json"
 POOLS, PER_POOL = 20, 750
@@ -64,6 +72,49 @@ def timed(work: Any) -> tuple[Any, float]:
     start = time.process_time()
     result = work()
     return result, round(time.process_time() - start, 3)
+
+
+RUNS = 10
+WORKER = "slonk-cpu-0"
+
+
+def cordon_to_drained() -> dict[str, Any]:
+    from slonk.local import cluster as local
+
+    def cause() -> reasons.Cause | None:
+        node = local.node_states(cluster).get(WORKER)
+        return node.cause if node is not None else None
+
+    seconds = []
+    with tempfile.TemporaryDirectory(prefix="slonk-bench-align-") as tmp:
+        state = Path(tmp) / "state"
+        try:
+            cluster = local.up(state, progress=lambda m: None)
+            config = Path(tmp) / "kubeconfig"
+            config.write_text(
+                subprocess.run(
+                    [sys.executable, "-m", "slonk.cli", "local", "kubeconfig", "--state-dir", str(state)],
+                    capture_output=True, text=True, check=True,
+                ).stdout
+            )  # fmt: skip
+
+            def kubectl(*args: str) -> None:
+                subprocess.run(
+                    ["kubectl", "--kubeconfig", str(config), *args], capture_output=True, check=True
+                )
+
+            for _ in range(RUNS):
+                started = time.perf_counter()
+                kubectl("cordon", f"local-{WORKER}")
+                while cause() != reasons.Cause(reasons.K8S, "cordoned"):
+                    time.sleep(0.05)
+                seconds.append(round(time.perf_counter() - started, 2))
+                kubectl("uncordon", f"local-{WORKER}")
+                while cause() is not None:
+                    time.sleep(0.05)
+        finally:
+            local.down(state, purge=True, progress=lambda m: None)
+    return {"runs": RUNS, "median": statistics.median(seconds), "max": max(seconds), "all": seconds}
 
 
 def main() -> None:
@@ -115,6 +166,8 @@ def main() -> None:
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
         "baseline_public_slonk": {"poll_seconds": 30, "api_calls_per_pass": len(names)},
     }
+    if "--local" in sys.argv[1:]:
+        report["cordon_to_drained_seconds"] = cordon_to_drained()
     json.dump(report, sys.stdout, indent=1)
     print()
 
