@@ -91,12 +91,11 @@ def cordon_to_drained() -> dict[str, Any]:
         try:
             cluster = local.up(state, progress=lambda m: None)
             config = Path(tmp) / "kubeconfig"
-            config.write_text(
-                subprocess.run(
-                    [sys.executable, "-m", "slonk.cli", "local", "kubeconfig", "--state-dir", str(state)],
-                    capture_output=True, text=True, check=True,
-                ).stdout
-            )  # fmt: skip
+            command = [sys.executable, "-m", "slonk.cli", "local", "kubeconfig"]
+            done = subprocess.run(
+                [*command, "--state-dir", str(state)], capture_output=True, text=True, check=True
+            )
+            config.write_text(done.stdout)
 
             def kubectl(*args: str) -> None:
                 subprocess.run(
