@@ -265,6 +265,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
             # Recycling is as good as off, but for the tests that turn it on.
             "recycle": {"idleSeconds": 3600, "periodSeconds": 1},
         },
+        # A node resumed by hand while its Kubernetes cause holds is drained within a second.
+        "syncer": {"slurmPollSeconds": 1},
     }
     with running(state_dir, values=values):
         yield LocalCluster(state_dir, hooks)
