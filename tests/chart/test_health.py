@@ -38,6 +38,7 @@ def test_gpu_pools_check_gpus_after_jobs_and_may_read_the_kernel_log(gpu_manifes
 SYNCER_ROLE = [
     {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": ["apps"], "resources": ["statefulsets/scale"], "verbs": ["get", "patch"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
     {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
     {
         "apiGroups": ["coordination.k8s.io"],

@@ -4,6 +4,7 @@ syncer makes. Objects stay the API's JSON (dicts): no model classes built per ev
 
 from __future__ import annotations
 
+import datetime
 import json
 import random
 import sys
@@ -202,6 +203,22 @@ class Cluster:
     ) -> None:
         body = {"metadata": {"labels": dict(labels), "annotations": dict(annotations)}}
         self._call(f"patch pod {name}", self.core.patch_namespaced_pod, name, self.namespace, body)
+
+    def event(self, pod: str, reason: str, message: str) -> None:
+        """A core/v1 Event on the worker pod, for `kubectl describe pod` and `get events`."""
+        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {
+            "metadata": {"generateName": f"{pod}.", "namespace": self.namespace},
+            "involvedObject": {"kind": "Pod", "name": pod, "namespace": self.namespace},
+            "reason": reason,
+            "message": message[:1024],
+            "type": "Normal",
+            "source": {"component": "slonk-syncer"},
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        self._call(f"event on pod {pod}", self.core.create_namespaced_event, self.namespace, body)
 
     def scale(self, statefulset: str, replicas: int) -> None:
         body = {"spec": {"replicas": replicas}}

@@ -99,16 +99,31 @@ SLURM: Mapping[str, Callable[[str, str], None]] = {
 }
 
 
+EVENT_REASONS = {
+    "drain": "SlurmDrain",
+    "resume": "SlurmResume",
+    "down": "SlurmDown",
+    "power-down": "SlurmPowerDown",
+    "power-up": "SlurmPowerUp",
+}
+
+
 def apply(result: planning.Plan, kube: Cluster, spec: ClusterSpec) -> list[str]:
     """Carry the plan out; one line per change or failure. A node Slurm or the API refuses
     is tried again next pass: one never keeps the others waiting."""
     said = []
     for action in result.actions:
+        done = f"{action.verb} {action.node}: {action.reason or action.why}"
         try:
             SLURM[action.verb](action.node, action.reason)
-            said.append(f"{action.verb} {action.node}: {action.reason or action.why}")
         except SlurmError as err:
             said.append(f"could not {action.verb} {action.node}, next pass tries again: {err}")
+            continue
+        said.append(done)
+        try:  # for `kubectl describe pod`; the change is made whether it is told or not
+            kube.event(action.node, EVENT_REASONS[action.verb], done)
+        except KubeError as err:
+            said.append(f"could not record an Event for {action.node}: {err}")
     for patch in result.patches:
         try:
             kube.patch_pod(patch.pod, patch.labels, patch.annotations)
