@@ -10,6 +10,7 @@ another can take over, as client-go's leader election advises."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import socket
@@ -20,9 +21,9 @@ from pathlib import Path
 
 from slonk import paths, slurm_nodes
 from slonk.align import plan as planning
-from slonk.align.kube import Cluster
+from slonk.align.kube import BACKOFF_SECONDS, Cluster
 from slonk.config import placement
-from slonk.config.spec import ClusterSpec
+from slonk.config.spec import ClusterSpec, SpecError
 from slonk.health.kube import KubeError
 from slonk.slurm_state import SlurmError
 
@@ -172,6 +173,18 @@ def converge(spec: ClusterSpec, kube: Cluster, result: planning.Plan, passes: in
     return said
 
 
+def connect(spec: ClusterSpec, resync_seconds: float) -> Cluster:
+    """The API, waited for: a syncer that exits on an API outage would restart every second."""
+    for attempt in itertools.count():
+        try:
+            return Cluster(spec.namespace, spec.release, resync_seconds)
+        except KubeError as err:
+            pause = BACKOFF_SECONDS[min(attempt, len(BACKOFF_SECONDS) - 1)]
+            log(f"{err}; trying again in {pause} s")
+            time.sleep(pause)
+    raise AssertionError("unreachable")
+
+
 def run(load: Callable[[], ClusterSpec]) -> None:
     """Forever: lead, then pass on every change and every slurmPollSeconds."""
     spec = load()
@@ -179,29 +192,36 @@ def run(load: Callable[[], ClusterSpec]) -> None:
         from slonk.services import idle
 
         idle("the syncer is off", log)
-    syncer = spec.syncer
-    kube = Cluster(spec.namespace, spec.release, syncer.resync_seconds)
+    poll_seconds = spec.syncer.slurm_poll_seconds
+    kube = connect(spec, spec.syncer.resync_seconds)
 
     def work() -> None:
+        current, refused = spec, ""
         kube.start()
         log(f"leading; watching Nodes, pods and StatefulSets of {spec.release}")
         while True:
-            kube.changed.wait(syncer.slurm_poll_seconds)
+            kube.changed.wait(poll_seconds)
             kube.changed.clear()
+            try:
+                current, refused = load(), ""
+            except SpecError as err:  # the last good settings stay, said once
+                if str(err) != refused:
+                    log(f"keeping the last good settings: {err}")
+                refused = str(err)
             if not kube.synced:
                 continue  # a list failed: its objects' absence would read as pods gone
             try:
-                pass_once(load(), kube)
+                pass_once(current, kube)
             except SlurmError as err:
                 log(f"pass skipped, Slurm cannot be read: {err}")
             except Exception as err:  # whatever it was, a crash loop would stop all syncing
                 log(f"pass failed, trying again: {type(err).__name__}: {err}")
             time.sleep(MIN_PASS_SECONDS)
 
-    lead(kube, spec, work)
+    lead(spec, work)
 
 
-def lead(kube: Cluster, spec: ClusterSpec, work: Callable[[], None]) -> None:
+def lead(spec: ClusterSpec, work: Callable[[], None]) -> None:
     """Run `work` while this process holds the Lease <release>-syncer."""
     import logging
 
