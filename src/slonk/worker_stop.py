@@ -195,8 +195,7 @@ def release(
 def release_in_background(name: str) -> None:
     """Start `release` beside the pod's start (slonk init), not delaying it: at a cluster's
     start the controller may not answer for a while."""
-    subprocess.Popen(
-        [sys.executable, "-m", "slonk.cli", "worker", "--node", name, "release",
-         "--since", str(int(time.time()))],
-        stdin=subprocess.DEVNULL, start_new_session=True,
-    )  # fmt: skip  (its lines go to the pod's log, as init's; s6-svscan reaps it)
+    # Its lines go to the pod's log, as init's; s6-svscan (init's exec) reaps it.
+    since = str(int(time.time()))
+    command = [sys.executable, "-m", "slonk.cli", "worker", "--node", name, "release"]
+    subprocess.Popen([*command, "--since", since], stdin=subprocess.DEVNULL, start_new_session=True)
