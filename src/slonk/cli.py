@@ -9,6 +9,7 @@ never needs). tests/unit/test_layers.py holds this.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -96,8 +97,15 @@ def _worker(args: argparse.Namespace) -> int:
     from slonk import worker_stop
     from slonk.identity import pod_name
 
+    # Kubernetes keeps no output of a preStop hook: its lines go to the pod's log (`kubectl
+    # logs`) through PID 1's stderr. SIGTERM's `down` and init's `release` write there anyway.
+    out = sys.stderr
+    if args.worker_command == "stop":
+        with contextlib.suppress(OSError):
+            out = open("/proc/1/fd/2", "a")  # noqa: SIM115 (open for the command's life)
+
     def log(line: str) -> None:
-        print(f"slonk worker {args.worker_command}: {line}", file=sys.stderr, flush=True)
+        print(f"slonk worker {args.worker_command}: {line}", file=out, flush=True)
 
     slurm, name = worker_stop.Scontrol(), args.node or pod_name()
     if args.worker_command == "stop":

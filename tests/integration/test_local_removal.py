@@ -105,3 +105,18 @@ def test_a_persons_drain_survives_the_restart(healthy: LocalCluster):
         assert "lifted" not in healthy.log(NODE, healthy.container_log_offset(NODE))
     finally:
         controller.check_output(f"scontrol update nodename={NODE} state=resume")
+
+
+def test_the_new_pod_lifts_a_pod_drain_its_predecessor_left(healthy: LocalCluster):
+    """A pod killed before it could hand its drain over (SIGKILL, the controller away) leaves
+    the node drained `slonk:pod:`; the new pod lifts it once its slurmd registered."""
+    healthy.slonk("stop", NODE)
+    healthy.pod(CONTROLLER).check_output(
+        f"scontrol update nodename={NODE} state=drain reason='{POD_DRAIN}killed'"
+    )
+    assert healthy.node_states()[NODE].drained
+    before = healthy.slurmd_started(NODE)
+    offset = healthy.log_offset(NODE)
+    healthy.slonk("restart", NODE)
+    _back_idle(healthy, before)
+    assert "lifted the drain of the pod before" in healthy.log(NODE, offset)
