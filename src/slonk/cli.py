@@ -9,6 +9,7 @@ never needs). tests/unit/test_layers.py holds this.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -90,6 +91,28 @@ def _health(args: argparse.Namespace) -> int:
     from slonk.health import command
 
     return command.main(args.phase, as_json=args.json, drain=args.drain)
+
+
+def _worker(args: argparse.Namespace) -> int:
+    from slonk import worker_stop
+    from slonk.identity import pod_name
+
+    # Kubernetes keeps no output of a preStop hook: its lines go to the pod's log (`kubectl
+    # logs`) through PID 1's stderr. SIGTERM's `down` and init's `release` write there anyway.
+    out = sys.stderr
+    if args.worker_command == "stop":
+        with contextlib.suppress(OSError):
+            out = open("/proc/1/fd/2", "a")  # noqa: SIM115 (open for the command's life)
+
+    def log(line: str) -> None:
+        print(f"slonk worker {args.worker_command}: {line}", file=out, flush=True)
+
+    slurm, name = worker_stop.Scontrol(), args.node or pod_name()
+    if args.worker_command == "stop":
+        return worker_stop.stop(slurm, name, args.timeout, log)
+    if args.worker_command == "down":
+        return worker_stop.down(slurm, name, log)
+    return worker_stop.release(slurm, name, args.since, log)
 
 
 def _local(args: argparse.Namespace) -> int:
@@ -281,6 +304,23 @@ def _add_pool(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(run=_pool)
 
 
+def _add_worker(worker: argparse.ArgumentParser) -> None:
+    worker_sub = worker.add_subparsers(dest="worker_command", required=True)
+    stop = worker_sub.add_parser(
+        "stop", help="drain this node and wait for its jobs, then requeue them (preStop hook)"
+    )
+    stop.add_argument(
+        "--timeout", type=float, required=True, help="seconds to wait for the jobs to end"
+    )
+    worker_sub.add_parser("down", help="mark this node down once slurmd stopped (SIGTERM)")
+    release = worker_sub.add_parser(
+        "release", help="lift the pod-stop drain once a slurmd started after --since registers"
+    )
+    release.add_argument("--since", type=int, required=True, help="epoch seconds")
+    worker.add_argument("--node", help="the Slurm node (default: this pod's name)")
+    worker.set_defaults(run=_worker)
+
+
 def _add_local(local: argparse.ArgumentParser) -> None:
     from slonk.local.cluster import DEFAULT_STATE_DIR
 
@@ -322,7 +362,7 @@ def _add_local(local: argparse.ArgumentParser) -> None:
     )
     sub("status", "pods, their processes and Slurm's node states")
     sub("restart", "stop a pod and start it again, as a new container").add_argument("pod")
-    sub("stop", "stop a pod (SIGTERM, then SIGKILL)").add_argument("pod")
+    sub("stop", "stop a pod (its preStop hook, SIGTERM, then SIGKILL)").add_argument("pod")
     sub("exec", "run a command in a pod: exec POD -- CMD...").add_argument("pod")
     sub("ssh", "ssh to the login pod as USER (-- CMD... runs a command)").add_argument("user")
 
@@ -339,6 +379,7 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
     "syncer": ("keep Slurm and Kubernetes in agreement (runs under s6)", _add_syncer),
     "align": ("every node as Slurm and Kubernetes see it; exit 1 on drift", _add_align),
     "pool": ("lend a node pool's nodes and give them back", _add_pool),
+    "worker": ("a worker pod's stop and return (preStop, SIGTERM)", _add_worker),
     "local": ("run the chart's pods on this machine (root)", _add_local),
 }
 

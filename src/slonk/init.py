@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
-from slonk import paths, rollout, secrets, services, statesave
+from slonk import paths, rollout, secrets, services, statesave, worker_stop
 from slonk.config import placement
 from slonk.config.render import conf_server, render
 from slonk.config.spec import ClusterSpec, read_spec
@@ -203,6 +203,8 @@ def run(role: str) -> None:
     if role == "controller" and spec.syncer:
         extra += ("syncer",)
     step("wrote s6 services", lambda: services.write_scan_dir(role, extra))
+    if role == "worker":  # lifts the drain a stopping pod may have left (slonk.worker_stop)
+        worker_stop.release_in_background(name)
     log(f"{role} {name} ready in {(time.perf_counter() - started) * 1000:.0f} ms; exec s6-svscan")
     services.exec_svscan(role)
 

@@ -51,7 +51,7 @@ def test_defaults_render_one_cluster(default_manifest):
     assert _names(m, "PersistentVolumeClaim") == ["slonk-home"]
     assert _names(m, "ConfigMap") == ["slonk-cluster"]
     assert _names(m, "ServiceAccount") == ["slonk", "slonk-controller"]
-    assert _names(m, "PodDisruptionBudget") == ["slonk-cpu"]
+    assert _names(m, "PodDisruptionBudget") == ["slonk-cpu", "slonk-cpu-busy"]
     for record in m._records:
         labels = record.manifest["metadata"]["labels"]
         assert all(key in labels for key in LABELS), record.name
@@ -146,7 +146,9 @@ def test_gpu_pools(gpu_manifest):
     assert "resources" not in _container(gpu_manifest.get("StatefulSet/slonk-cpu")).resources.get(
         "limits", {}
     )
-    assert _names(gpu_manifest, "PodDisruptionBudget") == ["slonk-a100", "slonk-cpu", "slonk-h100"]
+    assert _names(gpu_manifest, "PodDisruptionBudget") == [
+        f"slonk-{pool}{busy}" for pool in ("a100", "cpu", "h100") for busy in ("", "-busy")
+    ]
 
 
 def test_configmap_spec_renders_slurm_config(gpu_manifest):

@@ -312,6 +312,12 @@ CHART_ONLY = dict(
             "daemons need it (see values.yaml)",
             "a pod security setting: never in cluster.yaml",
         ),
+        (
+            "workers.terminationGracePeriodSeconds: removed; a worker pod's grace is now "
+            "workers.drainTimeoutSeconds (for its jobs to end) + workers.stopMarginSeconds (to "
+            "stop slurmd): set those instead",
+            "a removed key: cluster.yaml never held it",
+        ),
     ]
 )
 

@@ -33,6 +33,9 @@ from slonk.slurm_state import NodeState
 SLONK = [sys.executable, "-m", "slonk.cli"]
 FAKE_GPU = Path(__file__).parents[1] / "fakes" / "fake-gpu"
 HEALTH_INTERVAL = 2
+# A stopping worker pod waits this long for its jobs (workers.drainTimeoutSeconds), then
+# requeues them: long enough for a test to see a job finish first, short for those that wait.
+DRAIN_TIMEOUT = 20
 SCRATCH = "/var/tmp"  # in a pod's own writable layer
 
 VERSION = yaml.safe_load((paths.chart_dir() / "Chart.yaml").read_text())["appVersion"]
@@ -249,6 +252,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     hooks = HooksRepo(tmp_path_factory.mktemp("hooks") / "repo")
     hooks.create()
     values = {
+        "workers": {"drainTimeoutSeconds": DRAIN_TIMEOUT},
         "hooks": {"enabled": True, "git": {"repo": f"file://{hooks.path}", "periodSeconds": 1}},
         "health": {
             "intervalSeconds": HEALTH_INTERVAL,

@@ -3,7 +3,6 @@ drain/resume rules, and the recycle loop's decisions."""
 
 from __future__ import annotations
 
-import re
 import time
 from pathlib import Path
 
@@ -18,7 +17,6 @@ from slonk.health.probe import Unhealthy, bounded
 from . import slurm_json
 
 FAKE_GPU = Path(__file__).parents[1] / "fakes" / "fake-gpu"
-ROOTFS = Path(__file__).parents[2] / "rootfs"
 NODE = checks.Node(name="slonk-cpu-0", gpus=2, peers=("localhost",))
 GPU_OPTIONS = {
     **HEALTH_CHECKS["gpu"].options,
@@ -376,14 +374,6 @@ def test_every_writer_is_read_back_as_its_kind():
     for word in reasons.RESERVED:
         with pytest.raises(ValueError):
             reasons.health(word, "x")
-
-
-def test_the_pods_stop_script_writes_reasons_pod_reason():
-    """rootfs' svscan/SIGTERM is shell: it spells the POD reason itself."""
-    script = ROOTFS / "usr/share/slonk/svscan/SIGTERM"
-    (reason,) = re.findall(r'reason="([^"]*)"', script.read_text())
-    assert reason.startswith(f"{reasons.PREFIX}{reasons.POD}: ")
-    assert reasons.classify(reason) == reasons.Cause(reasons.POD, reasons.POD)
 
 
 def test_a_reason_is_one_bounded_line():

@@ -61,6 +61,7 @@ def _of(modules: set[str], *prefixes: str) -> list[str]:
     (["syncer", "--cluster", "missing.yaml"], 1, LOCAL + NO_SSL),
     (["align", "--cluster", "missing.yaml"], 1, LOCAL + NO_SSL),
     (["pool", "--cluster", "missing.yaml", "scale", "cpu", "1"], 1, LOCAL + NO_SSL),
+    (["worker", "--node", "x", "down"], 1, LOCAL + NO_SSL),  # no Slurm here
 ])  # fmt: skip
 def test_a_pods_command_loads_no_local_mode(args, code, unwanted, tmp_path):
     modules, done = _loaded_by_cli(*args, cwd=tmp_path)

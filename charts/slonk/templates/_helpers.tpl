@@ -170,6 +170,9 @@ Checks the schema cannot express. Each failure names the values key, as the sche
 {{- end -}}
 {{- include "slonk.refuseList" (dict "key" "nodepools" "value" .Values.nodepools) -}}
 {{- include "slonk.refuseList" (dict "key" "partitions" "value" .Values.partitions) -}}
+{{- if hasKey .Values.workers "terminationGracePeriodSeconds" -}}
+{{- fail "workers.terminationGracePeriodSeconds: removed; a worker pod's grace is now workers.drainTimeoutSeconds (for its jobs to end) + workers.stopMarginSeconds (to stop slurmd): set those instead" -}}
+{{- end -}}
 {{- $pools := dict -}}
 {{- $reserved := include "slonk.reservedPoolNames" . | splitList " " -}}
 {{- range $name, $pool := .Values.nodepools -}}
@@ -345,6 +348,7 @@ resources, placement) are checked by the API server and are left to it. */}}
   "users" .Values.users
   "groups" .Values.groups
   "accounts" .Values.accounts
+  "drainTimeoutSeconds" (int .Values.workers.drainTimeoutSeconds)
   "health" .Values.health
   "syncer" .Values.syncer
 -}}

@@ -194,6 +194,9 @@ class ClusterSpec:
     # In name order (as Helm ranges over the values' maps).
     nodepools: tuple[NodePool, ...] = ()
     partitions: tuple[Partition, ...] = ()
+    # How long a stopping worker pod waits for its node's jobs before requeueing them
+    # (workers.drainTimeoutSeconds; slonk.worker_stop).
+    drain_timeout_seconds: int = 300
     confinement: str = "cgroup"
     topology: str = "tree"
     slurm_conf: Mapping[str, Any] = field(default_factory=dict)

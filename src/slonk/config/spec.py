@@ -107,7 +107,7 @@ MAX_PORT = 65535
 SPEC_KEYS = frozenset(
     "version clusterName release namespace clusterDomain slurmctldPort slurmdPort nodepools "
     "partitions confinement topology slurmConf cgroupConf extraLines users groups ldap ldapServer "
-    "accounts "
+    "accounts drainTimeoutSeconds "
     "hooks "
     "health "
     "syncer".split()
@@ -742,6 +742,9 @@ def parse_spec(data: Any) -> ClusterSpec:
         ),
         nodepools=tuple(pools),
         partitions=tuple(partitions),
+        drain_timeout_seconds=r.count(
+            "drainTimeoutSeconds", default=spec_default("drain_timeout_seconds")
+        ),
         confinement=confinement,
         topology=topology,
         slurm_conf=slurm_conf,

@@ -124,7 +124,9 @@ def down(state_dir: Path, purge: bool = False, progress: Callable[[str], None] =
     network = cluster.network
     record = cluster.record() if cluster.record_file.exists() else {"pods": {}}
     for wave in stop_order({name: pod["role"] for name, pod in record["pods"].items()}):
-        stop_pods(cluster, wave, progress)
+        # A power-off: no preStop hook waits for jobs (drainTimeoutSeconds per busy worker);
+        # each worker's SIGTERM marks its node down, and Slurm requeues its jobs.
+        stop_pods(cluster, wave, progress, hooks=False)
     if record.get("runtime") == "podman":
         for name in record["pods"]:
             podman.remove(network.pod_netns(name))

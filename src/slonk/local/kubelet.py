@@ -1,5 +1,6 @@
 """What kubelet does for one local pod: start it from its template with fresh writable layers
-and its sidecars, stop it (SIGTERM, SIGKILL after the grace), restart it, rewrite its hosts."""
+and its sidecars, stop it (its preStop hook, SIGTERM, SIGKILL once its grace is spent),
+restart it, rewrite its hosts."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -20,7 +22,11 @@ from slonk.local.network import processes_in
 from slonk.local.sidecars import start_sidecars
 from slonk.local.state import Cluster, read_pod_spec, write_pod_spec
 
-STOP_GRACE_SECONDS = 15.0
+# A pod's terminationGracePeriodSeconds when its pod.json predates them: Kubernetes' default.
+DEFAULT_GRACE_SECONDS = 30
+# Kubernetes' one-off extension when a preStop hook spent the whole grace: SIGTERM still gets
+# this long before SIGKILL.
+TERM_EXTENSION_SECONDS = 2.0
 
 
 def _launch(cluster: Cluster, name: str, spec: dict[str, Any]) -> int:
@@ -58,16 +64,44 @@ def kill_all(netns: str) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
+def _pre_stop(cluster: Cluster, name: str, command: Sequence[str], seconds: float) -> None:
+    """Run the pod's preStop hook in it, as kubelet does, within `seconds`; its output goes to
+    the pod's log. A hook that fails or overruns is logged, and the pod stops all the same."""
+    with open(cluster.log_file(name), "ab") as log:
+        try:
+            done = subprocess.run(
+                cluster.enter(name, command), stdin=subprocess.DEVNULL, stdout=log,
+                stderr=subprocess.STDOUT, timeout=seconds, check=False, cwd="/",
+            )  # fmt: skip
+            failed = f"exited {done.returncode}" if done.returncode else ""
+        except subprocess.TimeoutExpired:
+            failed = f"still ran after the pod's grace of {seconds:g} s"
+        except LocalModeError:
+            return  # the pod is not running: nothing to run it in
+        if failed:
+            log.write(f"slonk local: {name}: the preStop hook {failed}\n".encode())
+
+
 def stop_pods(
-    cluster: Cluster, names: Sequence[str], progress: Callable[[str], None] = lambda _: None
+    cluster: Cluster,
+    names: Sequence[str],
+    progress: Callable[[str], None] = lambda _: None,
+    *,
+    hooks: bool = True,
 ) -> None:
-    """Stop these pods together, as kubelet would (SIGTERM, SIGKILL after the grace), then
-    whatever else runs in their network namespaces (sidecars, an ssh session)."""
+    """Stop these pods together, as kubelet would: each one's preStop hook (unless `hooks` is
+    false: a power-off), SIGTERM, SIGKILL once the pod's terminationGracePeriodSeconds are
+    spent; then whatever else runs in their network namespaces (sidecars, an ssh session)."""
 
     def stop(name: str) -> None:
         pid = cluster.pid(name)
         if pid is not None:
-            pods.stop(pid, STOP_GRACE_SECONDS)
+            spec = read_pod_spec(cluster, name)
+            grace = float(spec.get("terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS))
+            deadline = time.monotonic() + grace
+            if hooks and spec.get("preStop"):
+                _pre_stop(cluster, name, spec["preStop"], grace)
+            pods.stop(pid, max(deadline - time.monotonic(), TERM_EXTENSION_SECONDS))
             progress(f"  stopped {name}")
         kill_all(cluster.network.pod_netns(name))
 
@@ -76,7 +110,8 @@ def stop_pods(
 
 
 def restart_pod(cluster: Cluster, name: str, stop_only: bool = False) -> None:
-    """Stop a pod and start it again from its template, as its StatefulSet would."""
+    """Stop a pod (its preStop hook, SIGTERM, SIGKILL) and start it again from its template,
+    as its StatefulSet would."""
     stop_pods(cluster, [name])
     if not stop_only:
         _launch(cluster, name, read_pod_spec(cluster, name))

@@ -54,6 +54,10 @@ class Pod:
     capabilities: tuple[str, ...] = ()
     drop_capabilities: tuple[str, ...] = ()
     no_new_privileges: bool = False
+    # What kubelet does as the pod is deleted: the container's lifecycle.preStop.exec command,
+    # then SIGTERM; the pod's terminationGracePeriodSeconds bounds both (Kubernetes' default 30).
+    pre_stop: tuple[str, ...] = ()
+    grace_seconds: int = 30
 
 
 @dataclass
@@ -190,9 +194,23 @@ def plan(documents: Iterable[Mapping[str, Any]], namespace: str) -> Plan:
                         capabilities=tuple(security.get("capabilities", {}).get("add", [])),
                         drop_capabilities=tuple(security.get("capabilities", {}).get("drop", [])),
                         no_new_privileges=security.get("allowPrivilegeEscalation") is False,
+                        pre_stop=_pre_stop(meta["name"], container),
+                        grace_seconds=int(pod_spec.get("terminationGracePeriodSeconds", 30)),
                     )
                 )
     return result
+
+
+def _pre_stop(statefulset: str, container: Mapping[str, Any]) -> tuple[str, ...]:
+    hook = container.get("lifecycle", {}).get("preStop")
+    if not hook:
+        return ()
+    if "exec" not in hook:
+        raise LocalModeError(
+            f"StatefulSet {statefulset}, container {container.get('name')!a}: local mode runs "
+            f"only exec preStop hooks, not {', '.join(hook)}"
+        )
+    return tuple(str(arg) for arg in hook["exec"]["command"])
 
 
 def _image(statefulset: str, container: Mapping[str, Any]) -> str:

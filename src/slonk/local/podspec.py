@@ -77,6 +77,8 @@ def pod_spec(cluster: Cluster, pod: Pod, hosts: str, runtime: str) -> dict[str, 
         "dropCapabilities": list(pod.drop_capabilities),
         "noNewPrivileges": pod.no_new_privileges,
         "command": list(pod.command),
+        "preStop": list(pod.pre_stop),
+        "terminationGracePeriodSeconds": pod.grace_seconds,
         "env": env,
         # Host runtime: the image's layers under the pod's own (from a checkout, its rootfs/
         # on top, as the images' last layer copies it), mounted at `target` and pivoted into.

@@ -1,0 +1,201 @@
+"""A worker pod going away kills no job by surprise, and its node comes back with the new pod.
+
+  stop     the slurmd container's preStop hook (`slonk worker stop --timeout N`), run by kubelet
+           on any deletion (scale-down, `kubectl delete`, an eviction, the recycle loop) before
+           SIGTERM: drain the node unless it is drained already (a person's, a health check's or
+           the syncer's drain stays as it is), wait up to N seconds for its jobs to end, then
+           requeue what still runs. A job Slurm will not requeue (interactive, `--no-requeue`)
+           is cancelled: the pod's end would kill it anyway, and cancelled now it is over at
+           once, not when the controller notices the node is gone.
+  down     rootfs' svscan/SIGTERM, after s6 stopped slurmd: the node is marked DOWN as
+           `slonk:pod: stopping` unless someone else's drain stands. Our own drain becomes a
+           plain DOWN (`scontrol update state=down` keeps DRAIN, `state=undrain` then lifts it
+           alone; measured on Slurm 24.11): with ReturnToService=2 the new pod's slurmd
+           registering returns the node, and its first health run sees it undrained.
+  release  the new pod's, started by `slonk init` beside s6: if the old pod could not hand
+           its drain over (killed, the controller away), lift the `slonk:pod:` drain once the
+           new slurmd registered. Never any other drain.
+
+Slurm's state is read as JSON (slonk.slurm_state), never its text: reasons are anyone's.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from slonk import slurm_nodes
+from slonk.health import reasons
+from slonk.slurm_state import QUEUE, Job, NodeState, SlurmError, parse_jobs
+
+# The one reason this module writes; a constant detail, so nothing untrusted to clean.
+REASON = f"{reasons.PREFIX}{reasons.POD}: stopping"
+POLL_SECONDS = 1.0  # Slurm's state is asked at most this often while waiting
+# After the timeout: time for the requeued jobs' epilogs before preStop returns anyway (the
+# pod's grace holds workers.stopMarginSeconds for this and for stopping slurmd).
+REQUEUE_WAIT_SECONDS = 30.0
+RELEASE_WAIT_SECONDS = 600.0  # the new pod gives up lifting after this (logged)
+REQUEUE_STATES = frozenset({"RUNNING", "SUSPENDED"})
+
+
+class Slurm(Protocol):
+    def node(self, name: str) -> NodeState | None: ...
+    def jobs_on(self, name: str) -> list[Job]: ...
+    def run(self, *command: str) -> None: ...
+
+
+class Scontrol:
+    """Slurm through its commands, from the pod (configless: they find the controller)."""
+
+    def node(self, name: str) -> NodeState | None:
+        found = [n for n in slurm_nodes.read_nodes(name) if n.name == name]
+        return found[0] if len(found) == 1 else None
+
+    def jobs_on(self, name: str) -> list[Job]:
+        return parse_jobs(self._output(*QUEUE, f"--nodelist={name}"))
+
+    def run(self, *command: str) -> None:
+        self._output(*command)
+
+    @staticmethod
+    def _output(*command: str) -> str:
+        try:
+            done = subprocess.run(
+                command, capture_output=True, text=True, check=False,
+                timeout=slurm_nodes.SCONTROL_TIMEOUT_SECONDS,
+            )  # fmt: skip
+        except subprocess.TimeoutExpired:
+            raise SlurmError(f"{command[0]} timed out") from None
+        if done.returncode:
+            raise SlurmError(f"{' '.join(command)}: {done.stderr.strip() or 'failed'}")
+        return done.stdout
+
+
+def holds_jobs(node: NodeState) -> bool:
+    """A job runs on the node, or is still ending there (its epilog)."""
+    return node.state in ("allocated", "mixed") or "COMPLETING" in node.flags
+
+
+class _Clock:
+    def __init__(
+        self, now: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep
+    ) -> None:
+        self.now, self.sleep = now, sleep
+
+
+def _wait_empty(slurm: Slurm, name: str, deadline: float, clock: _Clock) -> bool:
+    """Whether the node holds no job before `deadline`. A failed read is no answer: the wait
+    goes on (fail closed: no requeue for want of a reading)."""
+    while True:
+        try:
+            node = slurm.node(name)
+            if node is None or not holds_jobs(node):
+                return True
+        except SlurmError:
+            pass
+        if clock.now() >= deadline:
+            return False
+        clock.sleep(min(POLL_SECONDS, max(0.0, deadline - clock.now())))
+
+
+def _requeue(slurm: Slurm, name: str, log: Callable[[str], None]) -> None:
+    for job in slurm.jobs_on(name):
+        if name not in job.nodes or job.state not in REQUEUE_STATES:
+            continue  # pending, or ending already
+        try:
+            slurm.run("scontrol", "requeue", job.id)
+            log(f"requeued job {job.id}")
+        except SlurmError as refused:  # interactive or --no-requeue: it dies with the pod
+            slurm.run("scancel", job.id)
+            log(f"cancelled job {job.id}: Slurm will not requeue it ({refused})")
+
+
+def stop(
+    slurm: Slurm, name: str, timeout: float, log: Callable[[str], None], clock: _Clock | None = None
+) -> int:
+    """The preStop hook; 0 when the node holds no job as it returns."""
+    clock = clock or _Clock()
+    deadline = clock.now() + timeout
+    try:
+        node = slurm.node(name)
+        if node is None:
+            log(f"{name} is no Slurm node: nothing to drain")
+            return 0
+        if node.drained:
+            log(f"{name} is drained already ({node.reason!a}): left as it is")
+        else:
+            slurm.run("scontrol", "update", f"nodename={name}", "state=drain", f"reason={REASON}")
+            log(f"drained {name}: {REASON}")
+        if _wait_empty(slurm, name, deadline, clock):
+            log(f"{name} holds no job")
+            return 0
+        log(f"{name} still runs jobs after {timeout:g} s: requeueing them")
+        _requeue(slurm, name, log)
+    except SlurmError as err:
+        log(f"could not drain {name}: {err}")
+        return 1
+    if _wait_empty(slurm, name, clock.now() + REQUEUE_WAIT_SECONDS, clock):
+        return 0
+    log(f"{name} still holds jobs; stopping anyway")
+    return 1
+
+
+def down(slurm: Slurm, name: str, log: Callable[[str], None]) -> int:
+    """After slurmd stopped: DOWN as `slonk:pod: stopping`, unless another's drain stands."""
+    try:
+        node = slurm.node(name)
+        if node is None:
+            return 0
+        ours = node.cause is not None and node.cause.kind == reasons.POD
+        if node.drained and not ours:
+            log(f"{name} left drained ({node.reason!a})")
+            return 0
+        update = ("scontrol", "update", f"nodename={name}")
+        slurm.run(*update, "state=down", f"reason={REASON}")
+        if node.drained:
+            slurm.run(*update, "state=undrain")  # DOWN alone: the new slurmd returns it
+        log(f"marked {name} down: {REASON}")
+        return 0
+    except SlurmError as err:
+        log(f"could not mark {name} down: {err}")
+        return 1
+
+
+def release(
+    slurm: Slurm, name: str, since: int, log: Callable[[str], None], clock: _Clock | None = None
+) -> int:
+    """Once a slurmd started at or after `since` (epoch seconds, this pod's start) registered:
+    lift a `slonk:pod:` drain. Any other drain, or none, is left as it is."""
+    clock = clock or _Clock()
+    deadline = clock.now() + RELEASE_WAIT_SECONDS
+    while clock.now() < deadline:
+        try:
+            node = slurm.node(name)
+        except SlurmError:
+            node = None
+        started = node.slurmd_started if node else ""
+        if node and node.up and started.isdigit() and int(started) >= since:
+            if node.cause is None or node.cause.kind != reasons.POD:
+                return 0
+            try:
+                slurm.run("scontrol", "update", f"nodename={name}", "state=resume")
+            except SlurmError as err:
+                log(f"could not lift the drain of the pod before: {err}")
+                return 1
+            log(f"lifted the drain of the pod before ({node.reason!a})")
+            return 0
+        clock.sleep(POLL_SECONDS)
+    log(f"{name} did not register within {RELEASE_WAIT_SECONDS:g} s: no drain lifted")
+    return 1
+
+
+def release_in_background(name: str) -> None:
+    """Start `release` beside the pod's start (slonk init), not delaying it: at a cluster's
+    start the controller may not answer for a while."""
+    # Its lines go to the pod's log, as init's; s6-svscan (init's exec) reaps it.
+    since = str(int(time.time()))
+    command = [sys.executable, "-m", "slonk.cli", "worker", "--node", name, "release"]
+    subprocess.Popen([*command, "--since", since], stdin=subprocess.DEVNULL, start_new_session=True)
