@@ -92,6 +92,19 @@ def _health(args: argparse.Namespace) -> int:
     return command.main(args.phase, as_json=args.json, drain=args.drain)
 
 
+def _power(args: argparse.Namespace) -> int:
+    from slonk import power
+
+    if args.power_command == "resume":
+        # slurmctld's ResumeProgram (rootfs' bin/power-resume): the hostlist comes after `--`.
+        if len(args.argv) != 1:
+            raise power.PowerError("resume takes one hostlist: slonk power resume -- HOSTLIST")
+        power.record_resume(args.argv[0])
+        return 0
+    print(" ".join(power.slurmd_flags(args.node)))
+    return 0
+
+
 def _local(args: argparse.Namespace) -> int:
     import subprocess
 
@@ -221,6 +234,17 @@ def _add_health(health: argparse.ArgumentParser) -> None:
     health.set_defaults(run=_health)
 
 
+def _add_power(power: argparse.ArgumentParser) -> None:
+    power_sub = power.add_subparsers(dest="power_command", required=True)
+    power_sub.add_parser(
+        "resume", help="slurmctld's ResumeProgram: record the nodes asked back (-- HOSTLIST)"
+    )
+    power_sub.add_parser(
+        "slurmd-flags", help="print the options a starting slurmd needs (its node powering up)"
+    ).add_argument("node")
+    power.set_defaults(run=_power)
+
+
 def _add_local(local: argparse.ArgumentParser) -> None:
     from slonk.local.cluster import DEFAULT_STATE_DIR
 
@@ -276,6 +300,7 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
     "users": ("users and groups on this node", _add_users),
     "hooks": ("job hooks from git", _add_hooks),
     "health": ("node health checks", _add_health),
+    "power": ("lent nodes as Slurm's power saving", _add_power),
     "local": ("run the chart's pods on this machine (root)", _add_local),
 }
 

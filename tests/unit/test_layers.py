@@ -58,6 +58,7 @@ def _of(modules: set[str], *prefixes: str) -> list[str]:
     (["hooks", "run", "--help"], 0, LOCAL + NO_SSL),
     (["health", "run"], 2, LOCAL + NO_SSL),  # no health plan here
     (["health", "--cluster", "missing.yaml", "recycle"], 1, LOCAL + NO_SSL),
+    (["power", "resume", "--", "n[1-2]"], 1, LOCAL + NO_SSL),  # no slurmctld state dir here
 ])  # fmt: skip
 def test_a_pods_command_loads_no_local_mode(args, code, unwanted, tmp_path):
     modules, done = _loaded_by_cli(*args, cwd=tmp_path)
