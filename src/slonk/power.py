@@ -93,13 +93,14 @@ def _wait(name: str, done: Any, timeout: float) -> NodeState:
     return node
 
 
-def lend(name: str, detail: str, on_demand: bool = False) -> bool:
-    """One step toward lending node `name`, whose pod is gone (or going); True once Slurm
-    shows it lent (`is_lent`). Call again until then: each call does what the node's state
-    asks, and nothing on a node Slurm is powering up for a job.
+def lend(name: str, detail: str, pod_gone: bool, on_demand: bool = False) -> bool:
+    """One step toward lending node `name`, whose ordinal is lent; True once Slurm shows it
+    lent (`is_lent`). Call again until then: each call does what the node's state asks, and
+    nothing on a node Slurm is powering up for a job.
 
-    Drain it `slonk:k8s:lent: <detail>` (a drain already there, a person's, stays); once no
-    job runs on it, power it down. Slurm clears the drain when it starts powering down and
+    Drain it `slonk:k8s:lent: <detail>` (a drain already there, a person's, stays); once its
+    pod is gone (a pod stopping undrained would set it DOWN) and no job runs on it, power it
+    down. Slurm clears the drain when it starts powering down and
     keeps the reason: the drain is set again then, with that reason, unless `on_demand` and
     the reason is the lent one. Never kills a job: POWER_DOWN waits for the node to be idle."""
     node = _node(name)
@@ -113,7 +114,7 @@ def lend(name: str, detail: str, on_demand: bool = False) -> bool:
         if not node.drained:
             slurm_nodes.drain(name, lent_reason(detail))
         node = _node(name)
-        if node.state != "idle":
+        if not pod_gone or node.state != "idle":
             return False  # jobs still run: safe removal waits for them, and so does lending
         slurm_nodes.scontrol("update", f"nodename={name}", "state=power_down")
         node = _wait(name, lambda n: "POWER_DOWN" not in n.flags, POWER_PASS_SECONDS)
