@@ -341,6 +341,7 @@ resources, placement) are checked by the API server and are left to it. */}}
   "groups" .Values.groups
   "accounts" .Values.accounts
   "health" .Values.health
+  "capacity" (dict "returnOnDemand" .Values.capacity.returnOnDemand)
 -}}
 {{- $ldap := .Values.ldap -}}
 {{- if or $ldap.enabled $ldap.dev.enabled -}}

@@ -165,6 +165,13 @@ class HealthSettings:
 
 
 @dataclass(frozen=True)
+class CapacitySettings:
+    """Nodes lent to Kubernetes (slonk.power): may Slurm ask them back for pending jobs?"""
+
+    return_on_demand: bool = False
+
+
+@dataclass(frozen=True)
 class LdapServer:
     """The development directory's contents (its own pod; see slonk.ldapdev)."""
 
@@ -196,6 +203,7 @@ class ClusterSpec:
     ldap_server: LdapServer | None = None
     hooks: HookSettings | None = None
     health: HealthSettings | None = None
+    capacity: CapacitySettings = CapacitySettings()
 
     @property
     def controller_name(self) -> str:

@@ -26,6 +26,7 @@ from slonk.config.model import (
     LDAP_TLS,
     PARTITION_STATES,
     TOPOLOGY_PLUGINS,
+    CapacitySettings,
     CheckSettings,
     ClusterSpec,
     Gpus,
@@ -52,6 +53,7 @@ __all__ = [
     "HOOK_PHASES",
     "LDAP_ATTRIBUTES",
     "LDAP_SUFFIX_PATTERN",
+    "CapacitySettings",
     "CheckSettings",
     "ClusterSpec",
     "Gpus",
@@ -107,7 +109,8 @@ SPEC_KEYS = frozenset(
     "partitions confinement topology slurmConf cgroupConf extraLines users groups ldap ldapServer "
     "accounts "
     "hooks "
-    "health".split()
+    "health "
+    "capacity".split()
 )
 
 
@@ -616,6 +619,15 @@ def _health(data: Any, path: str) -> HealthSettings | None:
     )
 
 
+def _capacity(data: Any, path: str) -> CapacitySettings:
+    r = _Reader(data or {}, path, {"returnOnDemand"})
+    return CapacitySettings(
+        return_on_demand=r.get(
+            "returnOnDemand", bool, default_of(CapacitySettings, "return_on_demand")
+        )
+    )
+
+
 def _unique(values: list[Any], path: str, what: str, key: str = "name") -> None:
     seen: set[Any] = set()
     for i, value in enumerate(values):
@@ -726,6 +738,7 @@ def parse_spec(data: Any) -> ClusterSpec:
         ldap_server=_ldap_server(r.data.get("ldapServer"), "ldapServer", rules),
         hooks=_hooks(r.data.get("hooks"), "hooks"),
         health=_health(r.data.get("health"), "health"),
+        capacity=_capacity(r.data.get("capacity"), "capacity"),
     )
 
 
