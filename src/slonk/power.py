@@ -214,7 +214,9 @@ def read_requests(path: Path = paths.POWER_REQUESTS) -> dict[str, str]:
 
 def _write(requests: Mapping[str, str], path: Path) -> None:
     document = {"version": REQUESTS_VERSION, "nodes": dict(sorted(requests.items()))}
-    write_atomically(path, json.dumps(document, indent=1) + "\n", mode=0o640)
+    # Readable by all: node names, no secret; SlurmUser (ResumeProgram) reads what root (the
+    # syncer) wrote, and replaces it, as it owns the directory.
+    write_atomically(path, json.dumps(document, indent=1) + "\n", mode=0o644)
 
 
 def record_resume(text: str, path: Path = paths.POWER_REQUESTS) -> list[str]:
