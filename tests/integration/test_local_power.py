@@ -153,3 +153,18 @@ def test_on_demand_a_job_asks_the_node_back(power: Power):
     assert done.restarts == 0
     power.power(f"forget_requests([{LENT!r}])")
     assert LENT not in power.power("read_requests()")
+
+
+def test_a_pod_gone_undrained_is_lent_not_down(power: Power):
+    """Its pod stopped without a drain first (its SIGTERM set the node DOWN): lent all the
+    same, powered down and drained, not `down~`."""
+    started = power.node().slurmd_started
+    power.slonk("stop", LENT)
+    wait_for(f"{LENT} down", lambda: power.node().state == "down")
+    call = f"lend({LENT!r}, 'scaled to 1', pod_gone=True)"
+    wait_for(f"{LENT} lent", lambda: power.power(call) == "True")
+    assert power.sinfo_state() == "drained~"
+    assert power.node().reason == "slonk:k8s:lent: scaled to 1"
+    power.slonk("restart", LENT)
+    power.give_back(started)
+    power.wait_idle()
