@@ -100,14 +100,14 @@ def lend(name: str, detail: str, pod_gone: bool, on_demand: bool = False) -> boo
 
     Drain it `slonk:k8s:lent: <detail>` (a drain already there, a person's, stays); once its
     pod is gone (a pod stopping undrained would set it DOWN) and no job runs on it, power it
-    down. Slurm clears the drain when it starts powering down and
-    keeps the reason: the drain is set again then, with that reason, unless `on_demand` and
-    the reason is the lent one. Never kills a job: POWER_DOWN waits for the node to be idle."""
+    down. Slurm clears the drain as it starts powering down and keeps the reason: the drain
+    is set again then, with that reason, unless `on_demand` and the reason is the lent one.
+    Never kills a job: POWER_DOWN waits for the node to be idle."""
     node = _node(name)
     if node.powering_up or is_lent(node, on_demand):
         return is_lent(node, on_demand)
     if not (node.powering_down or node.powered_down):
-        if node.state == "down" and _cause(node) == reasons.POD:
+        if pod_gone and node.state == "down" and _cause(node) == reasons.POD:
             # The pod stopped undrained and set its node DOWN (rootfs' svscan/SIGTERM): it
             # is lent now, not broken. Slurm powers a DOWN node down as `down~`.
             slurm_nodes.resume(name)
@@ -147,10 +147,10 @@ def give_back(name: str) -> bool:
 
 
 def slurmd_flags(name: str) -> list[str]:
-    """Options for the starting slurmd of node `name`: `-b` (report a boot now) when Slurm
-    powers the node up and waits for a newly booted slurmd, which a pod's host uptime never
-    shows; before that, the end of a power-down it would otherwise be ignored in. Any error:
-    none (slurmd starts as it always did)."""
+    """Options for node `name`'s starting slurmd: `-b` (report a boot now) when Slurm is
+    powering the node up, as it then takes only a slurmd booted since, which a pod's (the
+    host's) uptime never shows. A power-down in progress is waited out first: Slurm ignores
+    a registration during it. On any error, none: slurmd starts as it always did."""
     try:
         node = _wait(name, lambda n: not n.powering_down, POWER_PASS_SECONDS + 10)
     except (SlonkError, OSError):
