@@ -115,6 +115,19 @@ def _worker(args: argparse.Namespace) -> int:
     return worker_stop.release(slurm, name, args.since, log)
 
 
+def _power(args: argparse.Namespace) -> int:
+    from slonk import power
+
+    if args.power_command == "resume":
+        # slurmctld's ResumeProgram (rootfs' bin/power-resume): the hostlist comes after `--`.
+        if len(args.argv) != 1:
+            raise power.PowerError("resume takes one hostlist: slonk power resume -- HOSTLIST")
+        power.record_resume(args.argv[0])
+        return 0
+    print(" ".join(power.slurmd_flags(args.node)))
+    return 0
+
+
 def _local(args: argparse.Namespace) -> int:
     import subprocess
 
@@ -321,6 +334,17 @@ def _add_worker(worker: argparse.ArgumentParser) -> None:
     worker.set_defaults(run=_worker)
 
 
+def _add_power(power: argparse.ArgumentParser) -> None:
+    power_sub = power.add_subparsers(dest="power_command", required=True)
+    power_sub.add_parser(
+        "resume", help="slurmctld's ResumeProgram: record the nodes asked back (-- HOSTLIST)"
+    )
+    power_sub.add_parser(
+        "slurmd-flags", help="print the options a starting slurmd needs (its node powering up)"
+    ).add_argument("node")
+    power.set_defaults(run=_power)
+
+
 def _add_local(local: argparse.ArgumentParser) -> None:
     from slonk.local.cluster import DEFAULT_STATE_DIR
 
@@ -380,6 +404,7 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
     "align": ("every node as Slurm and Kubernetes see it; exit 1 on drift", _add_align),
     "pool": ("lend a node pool's nodes and give them back", _add_pool),
     "worker": ("a worker pod's stop and return (preStop, SIGTERM)", _add_worker),
+    "power": ("lent nodes as Slurm's power saving", _add_power),
     "local": ("run the chart's pods on this machine (root)", _add_local),
 }
 

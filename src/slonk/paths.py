@@ -42,6 +42,11 @@ PLACEMENT = STATE_SAVE / "slonk-placement.json"
 # Pools `slonk pool scale` is taking nodes from: pool -> the replicas it will leave. The syncer
 # drains the nodes above that as lent before the StatefulSet is scaled.
 LENDING = STATE_SAVE / "slonk-lending.json"
+# Lending nodes to Kubernetes (slonk.power): slurmctld's ResumeProgram (SlurmUser, rootfs'
+# bin/power-resume, which runs `slonk power resume HOSTLIST`) records here which nodes Slurm
+# asks back, for the syncer: JSON {"version": 1, "nodes": {"<node>": "<UTC time asked>"}},
+# replaced atomically under a lock on STATE_SAVE; the syncer forgets a node once given back.
+POWER_REQUESTS = STATE_SAVE / "slonk-power-requests.json"
 # slurmctld's output as its s6 logger keeps it (rootfs' slurmctld/log/run): what it said.
 SLURMCTLD_LOG = Path("/run/slonk/log/slurmctld/current")
 
@@ -54,6 +59,7 @@ SPEC_STARTED_ON = Path("/run/slonk/cluster.yaml.sha256")
 
 # Shipped in every image from rootfs/.
 SHARE = Path("/usr/share/slonk")
+POWER_RESUME_PROGRAM = SHARE / "bin" / "power-resume"  # slurm.conf's ResumeProgram
 
 _REPO = Path(__file__).resolve().parents[2]
 

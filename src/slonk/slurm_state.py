@@ -26,6 +26,11 @@ SHOW_NODES = ("scontrol", "show", "node", "--json")
 QUEUE = ("squeue", "--json")
 # Base states of a registered node that can run jobs; DOWN, UNKNOWN, FUTURE, ERROR cannot.
 RUNNING_STATES = frozenset({"idle", "allocated", "mixed"})
+# Power saving's flags (slonk.power lends a node's machine to Kubernetes as a powered-down
+# node): asked to power down (POWER_DOWN, the node still runs), on its way (POWERING_DOWN,
+# SuspendTimeout long), off (POWERED_DOWN); asked back (POWER_UP), waiting for its slurmd
+# (POWERING_UP, up to ResumeTimeout). Slurm keeps the base state (IDLE) through all of them.
+OFF_FLAGS = frozenset({"POWERING_DOWN", "POWERED_DOWN", "POWERING_UP"})
 
 
 class SlurmError(SlonkError):
@@ -47,8 +52,29 @@ class NodeState:
 
     @property
     def up(self) -> bool:
-        """Registered and answering the controller, whatever it runs, drained or not."""
-        return self.state in RUNNING_STATES and "NOT_RESPONDING" not in self.flags
+        """Registered and answering the controller, whatever it runs, drained or not; not
+        powered down or on its way up or down (Slurm keeps such a node IDLE)."""
+        return (
+            self.state in RUNNING_STATES
+            and "NOT_RESPONDING" not in self.flags
+            and not self.flags & OFF_FLAGS
+        )
+
+    @property
+    def powered_down(self) -> bool:
+        """Off in Slurm's eyes (`~` in sinfo): its slurmd is not expected to answer."""
+        return "POWERED_DOWN" in self.flags
+
+    @property
+    def powering_down(self) -> bool:
+        """Asked to power down, or on its way (`!`, `%` in sinfo)."""
+        return bool(self.flags & {"POWER_DOWN", "POWERING_DOWN"})
+
+    @property
+    def powering_up(self) -> bool:
+        """Asked back by Slurm (a job was given it, or POWER_UP): Slurm waits for its slurmd
+        to register as newly booted, up to ResumeTimeout (`#` in sinfo)."""
+        return bool(self.flags & {"POWER_UP", "POWERING_UP"})
 
     @property
     def schedulable(self) -> bool:

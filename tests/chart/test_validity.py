@@ -114,6 +114,11 @@ def _template_error(*args: str) -> str:
         ),
         (["--set", "health.checks.dns.phases={always}"], "at '/health/checks/dns/phases/0'"),
         (["--set", "health.recycle.maxRecycles=0"], "at '/health/recycle/maxRecycles'"),
+        (["--set-string", "capacity.returnOnDemand=yes"], "at '/capacity/returnOnDemand'"),
+        (
+            ["--set", "capacity.returnOnDemnd=true"],
+            "at '/capacity': additional properties 'returnOnDemnd' not allowed",
+        ),
     ],
 )
 def test_bad_values_fail_with_the_key_path(args, message):

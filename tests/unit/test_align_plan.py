@@ -247,28 +247,45 @@ def test_pods_not_running_drain_their_nodes() -> None:
     assert verbs(result) == [("slonk-cpu-1", "drain", "pod-gone")]
 
 
-def test_a_lent_node_is_drained_then_powered_down_once_idle_and_its_pod_gone() -> None:
+def test_a_lent_node_is_lent_step_by_step_and_given_back_once_its_pod_runs() -> None:
+    def lend(result: p.Plan) -> list[tuple[str, bool]]:
+        return [(a.node, a.pod_gone) for a in result.actions if a.verb == "lend"]
+
     busy = slurm("slonk-cpu-1", "mixed")
     result = p.plan(world(nodes=[slurm(), busy], jobs={"slonk-cpu-1": 1}, replicas=1), SETTINGS)
-    assert verbs(result) == [("slonk-cpu-1", "drain", "lent")]
-    draining = slurm("slonk-cpu-1", "mixed", "DRAIN", reason=reasons.k8s("lent", "x"))
-    assert (
-        p.plan(
-            world(nodes=[slurm(), draining], jobs={"slonk-cpu-1": 1}, replicas=1), SETTINGS
-        ).actions
-        == ()
-    )
-    idle = slurm("slonk-cpu-1", "idle", "DRAIN", reason=reasons.k8s("lent", "x"))
-    assert p.plan(world(nodes=[slurm(), idle], replicas=1), SETTINGS).actions == (), (
-        "its pod still runs"
-    )
+    assert verbs(result) == [("slonk-cpu-1", "lend", "lent")]
+    assert lend(result) == [("slonk-cpu-1", False)], "its pod still runs: drain only"
+    lent_reason = reasons.k8s("lent", "x")
+    idle = slurm("slonk-cpu-1", "idle", "DRAIN", reason=lent_reason)
     gone = p.plan(world(nodes=[slurm(), idle], pods=[pod()], replicas=1), SETTINGS)
-    assert verbs(gone) == [("slonk-cpu-1", "power-down", "lent")]
+    assert lend(gone) == [("slonk-cpu-1", True)]
     assert gone.rows[1].pod == "lent"
-    powered = slurm("slonk-cpu-1", "idle", "DRAIN", "POWERED_DOWN", reason=reasons.k8s("lent", "x"))
+    powered = slurm("slonk-cpu-1", "idle", "DRAIN", "POWERED_DOWN", reason=lent_reason)
     assert p.plan(world(nodes=[slurm(), powered], pods=[pod()], replicas=1), SETTINGS).actions == ()
+    shown = p.plan(world(nodes=[slurm(), powered], pods=[pod()], replicas=1), SETTINGS)
     back = p.plan(world(nodes=[slurm(), powered], replicas=2), SETTINGS)
-    assert verbs(back) == [("slonk-cpu-1", "power-up", ""), ("slonk-cpu-1", "resume", "")]
+    assert verbs(back) == [("slonk-cpu-1", "give-back", "")]
+    assert shown.rows[1].slurm == "idle+drain+powered_down"
+    # Given back, its lent reason may stay on the undrained node: nothing more to do.
+    returned = slurm("slonk-cpu-1", "idle", reason=lent_reason)
+    assert p.plan(world(nodes=[slurm(), returned], replicas=2), SETTINGS).actions == ()
+
+
+def test_on_demand_a_lent_node_stays_undrained_and_slurms_asking_scales_its_pool() -> None:
+    settings = p.Settings("slonk", {"cpu": 2}, on_demand=True)
+    powered = slurm("slonk-cpu-1", "idle", "POWERED_DOWN", reason=reasons.k8s("lent", "x"))
+    quiet = p.plan(world(nodes=[slurm(), powered], pods=[pod()], replicas=1), settings)
+    assert quiet.actions == () and quiet.scales == {}
+    asked = p.Snapshot(
+        slurm={n.name: n for n in (slurm(), powered)},
+        jobs={},
+        pods={"slonk-cpu-0": pod()},
+        nodes={"local-slonk-cpu-0": machine()},
+        replicas={"slonk-cpu": 1},
+        asked=frozenset({"slonk-cpu-1", "slonk-gpu-9"}),
+    )
+    assert p.plan(asked, settings).scales == {"slonk-cpu": 2}
+    assert p.plan(asked, SETTINGS).scales == {}, "only with capacity.returnOnDemand"
 
 
 def test_goal_down_drains_then_downs_the_node_once_idle() -> None:

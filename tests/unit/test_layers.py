@@ -62,6 +62,7 @@ def _of(modules: set[str], *prefixes: str) -> list[str]:
     (["align", "--cluster", "missing.yaml"], 1, LOCAL + NO_SSL),
     (["pool", "--cluster", "missing.yaml", "scale", "cpu", "1"], 1, LOCAL + NO_SSL),
     (["worker", "--node", "x", "down"], 1, LOCAL + NO_SSL),  # no Slurm here
+    (["power", "resume", "--", "n[1-2]"], 1, LOCAL + NO_SSL),  # no slurmctld state dir here
 ])  # fmt: skip
 def test_a_pods_command_loads_no_local_mode(args, code, unwanted, tmp_path):
     modules, done = _loaded_by_cli(*args, cwd=tmp_path)

@@ -155,11 +155,22 @@ def _error(data) -> str:
             ),
             "ldapServer.users[0].uid: uid 0 is outside 1000-60000",
         ),
+        (
+            lambda s: s.update(capacity={"returnOnDemand": "yes"}),
+            "capacity.returnOnDemand: expected a boolean, got str",
+        ),
+        (lambda s: s.update(capacity={"onDemand": True}), "capacity.onDemand: unknown key"),
     ],
 )
 def test_invalid_specs_name_the_key(demo_spec, change, message):
     change(demo_spec)
     assert message in _error(demo_spec)
+
+
+def test_capacity_returns_on_demand_only_when_asked(demo_spec):
+    assert parse_spec(demo_spec).capacity.return_on_demand is False
+    demo_spec["capacity"] = {"returnOnDemand": True}
+    assert parse_spec(demo_spec).capacity.return_on_demand is True
 
 
 def test_not_a_mapping():

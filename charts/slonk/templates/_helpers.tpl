@@ -351,6 +351,7 @@ resources, placement) are checked by the API server and are left to it. */}}
   "drainTimeoutSeconds" (int .Values.workers.drainTimeoutSeconds)
   "health" .Values.health
   "syncer" .Values.syncer
+  "capacity" (dict "returnOnDemand" .Values.capacity.returnOnDemand)
 -}}
 {{- $ldap := .Values.ldap -}}
 {{- if or $ldap.enabled $ldap.dev.enabled -}}

@@ -19,6 +19,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from slonk import power
 from slonk.health import reasons
 from slonk.slurm_state import NodeState
 
@@ -48,6 +49,7 @@ class Settings:
     pools: Mapping[str, int]  # pool -> its size in Slurm (the chart's replicas)
     conditions: frozenset[str] = frozenset()  # Node condition types that drain when True
     topology_labels: Mapping[str, str] = field(default_factory=dict)  # switch|block -> label
+    on_demand: bool = False  # capacity.returnOnDemand: Slurm may ask lent nodes back
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,7 @@ class Snapshot:
     nodes: Mapping[str, Object]  # Kubernetes Nodes by name
     replicas: Mapping[str, int]  # StatefulSet name -> spec.replicas
     listed: bool = True  # the API's lists were read in full
+    asked: frozenset[str] = frozenset()  # lent nodes Slurm asks back (capacity.returnOnDemand)
 
 
 @dataclass(frozen=True)
@@ -75,13 +78,15 @@ class Cause:
 
 @dataclass(frozen=True)
 class Action:
-    """A Slurm change: `drain` (reason), `resume`, `down` (reason), `power-down` (reason) or
-    `power-up`; `why` is for the log and `slonk align`."""
+    """A Slurm change: `drain` (reason), `resume`, `down` (reason), `lend` (reason; a step of
+    slonk.power's, repeated each pass until Slurm shows the node lent) or `give-back`; `why`
+    is for the log and `slonk align`."""
 
     node: str
     verb: str
     reason: str = ""
     why: str = ""
+    pod_gone: bool = False  # for `lend`: it powers the node down only then
 
 
 @dataclass(frozen=True)
@@ -114,9 +119,11 @@ class Plan:
     # node -> {switch|block: label value}, for every node whose pod runs on a known Node
     placement: Mapping[str, Mapping[str, str]]
 
+    scales: Mapping[str, int] = field(default_factory=dict)  # StatefulSet -> replicas to ask
+
     @property
     def drift(self) -> bool:
-        return bool(self.actions or self.patches)
+        return bool(self.actions or self.patches or self.scales)
 
 
 def tolerated(taint: Object, tolerations: list[Object]) -> bool:
@@ -189,8 +196,10 @@ def state_word(node: NodeState | None, jobs: int) -> str:
     """One word of Slurm's state, as a label value."""
     if node is None:
         return "unknown"
-    if "POWERED_DOWN" in node.flags:
+    if node.powered_down or node.powering_down:
         return "powered-down"
+    if node.powering_up:
+        return "powering-up"
     if node.drained:
         return "draining" if jobs else "drained"
     if node.up:
@@ -199,24 +208,31 @@ def state_word(node: NodeState | None, jobs: int) -> str:
 
 
 def slurm_actions(
-    node: NodeState, jobs: int, causes: list[Cause], certain: bool, has_pod: bool
+    node: NodeState, jobs: int, causes: list[Cause], certain: bool, has_pod: bool, on_demand: bool
 ) -> list[Action]:
     """The Slurm changes that bring one node to what its causes ask."""
-    actions = []
-    powered_down = "POWERED_DOWN" in node.flags
     first = causes[0] if causes else None
-    if first is not None and first.word == "lent":
-        if not powered_down and not has_pod and node.drained and jobs == 0:
-            actions.append(Action(node.name, "power-down", first.reason, why="lent, pod gone"))
-    elif powered_down and not causes and certain:
-        actions.append(Action(node.name, "power-up", why="its pod runs again"))
     ours = node.cause is not None and node.cause.kind == reasons.K8S
+    if first is not None and first.word == "lent":
+        # slonk.power drains it, and powers it down once its pod is gone and it is idle.
+        if node.powering_up or power.is_lent(node, on_demand):
+            return []
+        return [Action(node.name, "lend", first.reason, why=first.detail, pod_gone=not has_pod)]
+    lent = (
+        node.powered_down
+        or node.powering_down
+        or (node.drained and power.is_lent_reason(node.reason))
+    )
+    if first is None and certain and (lent or node.powering_up):
+        # Its pod runs again: slonk.power lifts the lent drain once its slurmd registered.
+        return [Action(node.name, "give-back", why="its pod runs again")]
     if node.drained and not ours:
-        return actions  # a person's, a check's, a hook's or the pod's own drain: theirs
+        return []  # a person's, a check's, a hook's or the pod's own drain: theirs
     if first is None:
         if ours and certain:
-            actions.append(Action(node.name, "resume", why=f"no cause left (was: {node.reason})"))
-        return actions
+            return [Action(node.name, "resume", why=f"no cause left (was: {node.reason})")]
+        return []
+    actions = []
     kept = ours and node.cause is not None and node.cause.name in {c.word for c in causes}
     if not kept and (certain or not ours):  # unsure what holds: keep our reason as it is
         actions.append(Action(node.name, "drain", first.reason, why=first.detail))
@@ -276,7 +292,11 @@ def plan(snapshot: Snapshot, settings: Settings) -> Plan:
                 }
         node = snapshot.slurm.get(name)
         jobs = snapshot.jobs.get(name, 0)
-        done = slurm_actions(node, jobs, causes, certain, pod is not None) if node else []
+        done = (
+            slurm_actions(node, jobs, causes, certain, pod is not None, settings.on_demand)
+            if node
+            else []
+        )
         actions += done
         if pod is not None and (patch := pod_patch(pod, node, jobs)) is not None:
             patches.append(patch)
@@ -294,4 +314,17 @@ def plan(snapshot: Snapshot, settings: Settings) -> Plan:
             jobs=jobs,
             actions=tuple(done),
         ))  # fmt: skip
-    return Plan(tuple(actions), tuple(patches), tuple(rows), placement)
+    return Plan(tuple(actions), tuple(patches), tuple(rows), placement, scales(snapshot, settings))
+
+
+def scales(snapshot: Snapshot, settings: Settings) -> dict[str, int]:
+    """With capacity.returnOnDemand: the StatefulSets to scale up so that every node Slurm
+    asks back gets its pod (never down, never past the pool's size in Slurm)."""
+    wanted: dict[str, int] = {}
+    if not settings.on_demand or not snapshot.listed:
+        return wanted
+    for name, statefulset, ordinal in worker_nodes(settings):
+        replicas = snapshot.replicas.get(statefulset)
+        if name in snapshot.asked and replicas is not None and ordinal >= replicas:
+            wanted[statefulset] = max(wanted.get(statefulset, replicas), ordinal + 1)
+    return wanted

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from slonk import paths, slurm_nodes
+from slonk import paths, power, slurm_nodes
 from slonk.align import plan as planning
 from slonk.align.kube import BACKOFF_SECONDS, Cluster
 from slonk.config import placement
@@ -42,6 +42,7 @@ def settings_of(spec: ClusterSpec) -> planning.Settings:
         pools={pool.name: pool.replicas for pool in spec.nodepools},
         conditions=frozenset(syncer.node_conditions if syncer else ()),
         topology_labels=dict(syncer.topology_labels) if syncer else {},
+        on_demand=spec.capacity.return_on_demand,
     )
 
 
@@ -69,6 +70,7 @@ def snapshot(spec: ClusterSpec, kube: Cluster) -> planning.Snapshot:
         statefulset = f"{spec.release}-{pool}"
         if statefulset in replicas:
             replicas[statefulset] = min(replicas[statefulset], target)
+    asked = power.asked_back(nodes.values()) if spec.capacity.return_on_demand else set()
     return planning.Snapshot(
         slurm=nodes,
         jobs=jobs,
@@ -76,36 +78,35 @@ def snapshot(spec: ClusterSpec, kube: Cluster) -> planning.Snapshot:
         nodes=kube.nodes.snapshot(),
         replicas=replicas,
         listed=kube.synced,
+        asked=frozenset(asked),
     )
 
 
-def _power(verb: str) -> Callable[[str, str], None]:
-    def act(node: str, reason: str) -> None:
-        from slonk import power
-
-        if verb == "power-down":
-            power.lend(node, reason)
-        else:
-            power.give_back(node)
-
-    return act
-
-
-SLURM: Mapping[str, Callable[[str, str], None]] = {
-    "drain": slurm_nodes.drain,
-    "resume": lambda node, _: slurm_nodes.resume(node),
-    "down": slurm_nodes.down,
-    "power-down": _power("power-down"),
-    "power-up": _power("power-up"),
-}
+def carry_out(action: planning.Action, on_demand: bool) -> bool:
+    """One Slurm change; False when a step of lending or giving back is still under way."""
+    if action.verb == "drain":
+        slurm_nodes.drain(action.node, action.reason)
+    elif action.verb == "resume":
+        slurm_nodes.resume(action.node)
+    elif action.verb == "down":
+        slurm_nodes.down(action.node, action.reason)
+    elif action.verb == "lend":
+        return power.lend(action.node, action.why, action.pod_gone, on_demand)
+    elif action.verb == "give-back":
+        if not power.give_back(action.node):
+            return False
+        power.forget_requests([action.node])
+    else:
+        raise ValueError(f"no such Slurm action: {action.verb}")
+    return True
 
 
 EVENT_REASONS = {
     "drain": "SlurmDrain",
     "resume": "SlurmResume",
     "down": "SlurmDown",
-    "power-down": "SlurmPowerDown",
-    "power-up": "SlurmPowerUp",
+    "lend": "SlurmLent",
+    "give-back": "SlurmGivenBack",
 }
 
 
@@ -113,10 +114,12 @@ def apply(result: planning.Plan, kube: Cluster, spec: ClusterSpec) -> list[str]:
     """Carry the plan out; one line per change or failure. A node Slurm or the API refuses
     is tried again next pass: one never keeps the others waiting."""
     said = []
+    on_demand = spec.capacity.return_on_demand
     for action in result.actions:
         done = f"{action.verb} {action.node}: {action.reason or action.why}"
         try:
-            SLURM[action.verb](action.node, action.reason)
+            if not carry_out(action, on_demand):
+                continue  # under way: the next pass takes the next step, and says it
         except SlurmError as err:
             said.append(f"could not {action.verb} {action.node}, next pass tries again: {err}")
             continue
@@ -125,6 +128,12 @@ def apply(result: planning.Plan, kube: Cluster, spec: ClusterSpec) -> list[str]:
             kube.event(action.node, EVENT_REASONS[action.verb], done)
         except KubeError as err:
             said.append(f"could not record an Event for {action.node}: {err}")
+    for statefulset, replicas in result.scales.items():
+        try:
+            kube.scale(statefulset, replicas)
+            said.append(f"scaled {statefulset} to {replicas}: Slurm asks its lent nodes back")
+        except KubeError as err:
+            said.append(f"could not scale {statefulset} up: {err}")
     for patch in result.patches:
         try:
             kube.patch_pod(patch.pod, patch.labels, patch.annotations)

@@ -175,6 +175,13 @@ class SyncerSettings:
 
 
 @dataclass(frozen=True)
+class CapacitySettings:
+    """Nodes lent to Kubernetes (slonk.power): may Slurm ask them back for pending jobs?"""
+
+    return_on_demand: bool = False
+
+
+@dataclass(frozen=True)
 class LdapServer:
     """The development directory's contents (its own pod; see slonk.ldapdev)."""
 
@@ -210,6 +217,7 @@ class ClusterSpec:
     hooks: HookSettings | None = None
     health: HealthSettings | None = None
     syncer: SyncerSettings | None = SyncerSettings()
+    capacity: CapacitySettings = CapacitySettings()
 
     @property
     def controller_name(self) -> str:

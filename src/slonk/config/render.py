@@ -12,13 +12,34 @@ import jinja2
 from slonk.config.placement import Placement
 from slonk.config.spec import ClusterSpec, NodePool
 from slonk.files import write_atomically
-from slonk.paths import CONFIG_FILES, HOOK_BIN, STATE_SAVE
+from slonk.paths import CONFIG_FILES, HOOK_BIN, POWER_RESUME_PROGRAM, STATE_SAVE
 
 EMPTY: Placement = {}
 
 # Configless Slurm: slurmctld is the only reader of these files; every slurmd and client
 # fetches what slurmctld runs, so a file slurmctld refused never reaches a node.
 CONFIGLESS = "enable_configless"
+# Power saving, for nodes lent to Kubernetes (slonk.power; measured on Slurm 24.11.5). Slurm
+# powers nodes down only when slonk asks (`state=power_down`), never by itself: it turns power
+# saving off altogether with SuspendTime=INFINITE ("attempt to do power work on node but
+# PowerSave is disabled"), so SuspendTime is finite and every node is excluded from it
+# (SuspendExcNodes, in render). A node is lent once its pod is gone: SuspendProgram has
+# nothing to stop, and SuspendTimeout is only the window in which `lend` drains it again
+# (Slurm clears a drain as it starts powering down). ResumeProgram records the nodes Slurm
+# asks back for a job (capacity.returnOnDemand); if none registers within ResumeTimeout, the
+# node goes DOWN and its job is requeued (a --no-requeue job fails): time enough for
+# Kubernetes to schedule and start the pod. No rate limits: a pool is lent at once.
+POWER_SAVE: dict[str, Any] = {
+    "SuspendTime": 365 * 24 * 3600,
+    "SuspendProgram": "/bin/true",
+    "SuspendTimeout": 5,
+    "SuspendRate": 0,
+    "ResumeProgram": str(POWER_RESUME_PROGRAM),
+    "ResumeTimeout": 1800,
+    "ResumeRate": 0,
+}
+# Power-save passes every second (Slurm's default: 10 s): `lend` waits for one.
+POWER_SAVE_INTERVAL = "power_save_interval=1"
 
 _env = jinja2.Environment(
     loader=jinja2.PackageLoader("slonk.config", "templates"),
@@ -58,7 +79,7 @@ def slurm_settings(spec: ClusterSpec) -> dict[str, str]:
         "SlurmctldPidFile": "/run/slurmctld.pid",
         "SlurmdPidFile": "/run/slurmd.pid",
         # slurmd and clients fetch the configuration slurmctld runs (kept whatever slurmConf says).
-        "SlurmctldParameters": CONFIGLESS,
+        "SlurmctldParameters": f"{CONFIGLESS},{POWER_SAVE_INTERVAL}",
         # Daemons run in the foreground under s6 and log to stderr: one line per event.
         "SlurmctldDebug": "info",
         "SlurmdDebug": "info",
@@ -79,6 +100,9 @@ def slurm_settings(spec: ClusterSpec) -> dict[str, str]:
         # Images carry no mailer; Slurm refuses to start with a MailProg that is missing.
         "MailProg": "/bin/true",
     }
+    defaults |= POWER_SAVE
+    if nodes := spec.node_names():
+        defaults["SuspendExcNodes"] = _ranged(nodes)
     if spec.topology != "none":
         defaults["TopologyPlugin"] = f"topology/{spec.topology}"
     if any(p.gpus for p in spec.nodepools):

@@ -26,6 +26,7 @@ from slonk.config.model import (
     LDAP_TLS,
     PARTITION_STATES,
     TOPOLOGY_PLUGINS,
+    CapacitySettings,
     CheckSettings,
     ClusterSpec,
     Gpus,
@@ -53,6 +54,7 @@ __all__ = [
     "HOOK_PHASES",
     "LDAP_ATTRIBUTES",
     "LDAP_SUFFIX_PATTERN",
+    "CapacitySettings",
     "CheckSettings",
     "ClusterSpec",
     "Gpus",
@@ -110,7 +112,8 @@ SPEC_KEYS = frozenset(
     "accounts drainTimeoutSeconds "
     "hooks "
     "health "
-    "syncer".split()
+    "syncer "
+    "capacity".split()
 )
 
 
@@ -644,6 +647,15 @@ def _syncer(data: Any, path: str) -> SyncerSettings | None:
     )
 
 
+def _capacity(data: Any, path: str) -> CapacitySettings:
+    r = _Reader(data or {}, path, {"returnOnDemand"})
+    return CapacitySettings(
+        return_on_demand=r.get(
+            "returnOnDemand", bool, default_of(CapacitySettings, "return_on_demand")
+        )
+    )
+
+
 def _unique(values: list[Any], path: str, what: str, key: str = "name") -> None:
     seen: set[Any] = set()
     for i, value in enumerate(values):
@@ -758,6 +770,7 @@ def parse_spec(data: Any) -> ClusterSpec:
         hooks=_hooks(r.data.get("hooks"), "hooks"),
         health=_health(r.data.get("health"), "health"),
         syncer=_syncer(r.data.get("syncer"), "syncer"),
+        capacity=_capacity(r.data.get("capacity"), "capacity"),
     )
 
 
