@@ -45,7 +45,7 @@ from slonk.files import write_atomically
 from slonk.health import reasons
 from slonk.slurm_state import NodeState, SlurmError
 
-LENT = "k8s:lent"
+LENT = "lent"  # the syncer's cause word: `slonk:k8s:lent: <detail>`
 # How long `lend` waits for Slurm to start powering a node down (a power-save pass:
 # power_save_interval, 1 s as slonk renders it, 10 s by Slurm's default), and a starting
 # slurmd for its node to finish powering down (SuspendTimeout and a pass).
@@ -61,13 +61,12 @@ class PowerError(SlonkError):
 
 
 def lent_reason(detail: str) -> str:
-    """`slonk:k8s:lent: <detail>`: the syncer's drain of a lent node. (One line for
-    slonk.health.reasons, where the syncer's kinds live.)"""
-    return reasons._reason(LENT, detail)
+    """`slonk:k8s:lent: <detail>`: the syncer's drain of a lent node."""
+    return reasons.k8s(LENT, detail)
 
 
 def is_lent_reason(reason: str) -> bool:
-    return reason.startswith(f"{reasons.PREFIX}{LENT}: ")
+    return reasons.classify(reason) == reasons.Cause(reasons.K8S, LENT)
 
 
 def is_lent(node: NodeState, on_demand: bool = False) -> bool:

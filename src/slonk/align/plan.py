@@ -179,13 +179,13 @@ def machine_causes(machine: Object, pod: Object, settings: Settings) -> tuple[li
 def pod_causes(name: str, pod: Object | None, ordinal: int, replicas: int | None) -> list[Cause]:
     if pod is None:
         if replicas is not None and ordinal >= replicas:
-            return [Cause("lent", f"its StatefulSet has {replicas} replicas")]
+            return [Cause(power.LENT, f"its StatefulSet has {replicas} replicas")]
         return [Cause("pod-gone", f"no pod {name}")]
     metadata, status = pod.get("metadata") or {}, pod.get("status") or {}
     if metadata.get("deletionTimestamp"):
         return [Cause("pod-terminating", f"pod {name} is being deleted")]
     if replicas is not None and ordinal >= replicas:
-        return [Cause("lent", f"its StatefulSet has {replicas} replicas")]
+        return [Cause(power.LENT, f"its StatefulSet has {replicas} replicas")]
     phase = status.get("phase", "Unknown")
     if phase != "Running":
         return [Cause("pod-pending" if phase == "Pending" else "pod-gone", f"pod {name} {phase}")]
@@ -213,7 +213,7 @@ def slurm_actions(
     """The Slurm changes that bring one node to what its causes ask."""
     first = causes[0] if causes else None
     ours = node.cause is not None and node.cause.kind == reasons.K8S
-    if first is not None and first.word == "lent":
+    if first is not None and first.word == power.LENT:
         # slonk.power drains it, and powers it down once its pod is gone and it is idle.
         if node.powering_up or power.is_lent(node, on_demand):
             return []
@@ -301,8 +301,8 @@ def plan(snapshot: Snapshot, settings: Settings) -> Plan:
         if pod is not None and (patch := pod_patch(pod, node, jobs)) is not None:
             patches.append(patch)
         phase = "gone" if pod is None else ((pod.get("status") or {}).get("phase") or "Unknown")
-        if causes and causes[0].word in ("lent", "pod-terminating"):
-            phase = "lent" if causes[0].word == "lent" else "terminating"
+        if causes and causes[0].word in (power.LENT, "pod-terminating"):
+            phase = "lent" if causes[0].word == power.LENT else "terminating"
         rows.append(Row(
             node=name,
             pod=phase,
