@@ -158,3 +158,57 @@ def test_align_reports_drift_and_fix_clears_it(aligned: LocalCluster, kubectl: K
         assert again.rc == 0, again.stdout
     finally:
         controller.run("s6-svc -u /run/slonk/service/syncer")
+
+
+def test_lending_a_node_waits_for_its_job_and_gives_it_back_idle(
+    aligned: LocalCluster, kubectl: Kubectl
+) -> None:
+    """Scale the pool 2 -> 1 while a job runs on ordinal 1: the job finishes, then the pod
+    goes and Slurm shows the node powered down; scaled back to 2, it returns idle."""
+    user = aligned.user()
+    user.run("rm -f ~/lend-go ~/lend.out")
+    job = aligned.submit(
+        "--nodelist=slonk-cpu-1", "--output=lend.out",
+        "--wrap", "while [ ! -e ~/lend-go ]; do sleep 0.2; done; echo finished",
+    )  # fmt: skip
+    wait_for(f"job {job} running", lambda: aligned.jobs().get(job) == "RUNNING")
+    scale = subprocess.Popen(
+        [*aligned_command(aligned), "slonk", "pool", "scale", "cpu", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        wait_for(
+            "slonk-cpu-1 drained as lent", lambda: _cause(aligned, "slonk-cpu-1") == _k8s("lent")
+        )
+        assert aligned.jobs().get(job) == "RUNNING", "lending killed nothing"
+        assert scale.poll() is None, "the pool waits for the job"
+        user.check_output("touch ~/lend-go")
+        out, err = scale.communicate(timeout=120)
+        assert scale.returncode == 0, err
+        assert "lent: slonk-cpu-1" in out
+        assert user.check_output("cat ~/lend.out").strip() == "finished"
+        wait_for(
+            "slonk-cpu-1 powered down",
+            lambda: aligned.node_states()["slonk-cpu-1"].powered_down,
+            timeout=90,
+        )
+        assert aligned.node_states()["slonk-cpu-1"].drained
+        assert "slonk-cpu-1" not in kubectl("get", "pods", "-o", "name")
+    finally:
+        if scale.poll() is None:
+            scale.kill()
+        user.run("touch ~/lend-go")
+        kubectl("scale", "statefulset", "slonk-cpu", "--replicas=2")
+    wait_for(
+        "slonk-cpu-1 given back idle",
+        lambda: aligned.nodes()["slonk-cpu-1"][0] == "idle",
+        timeout=120,
+    )
+
+
+def aligned_command(cluster: LocalCluster) -> list[str]:
+    """`slonk local exec` into the controller: `slonk pool scale` runs there, with the
+    controller's ServiceAccount, as it would under `kubectl exec`."""
+    from ..support.cluster import SLONK
+
+    return [*SLONK, "local", "exec", CONTROLLER, "--state-dir", str(cluster.state_dir), "--"]
