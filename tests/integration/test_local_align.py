@@ -12,7 +12,7 @@ import pytest
 
 from slonk.health import reasons
 
-from ..support.cluster import LocalCluster, wait_for
+from ..support.cluster import SLONK, LocalCluster, wait_for
 
 CONTROLLER = "slonk-controller-0"
 Kubectl = Callable[..., str]
@@ -173,7 +173,7 @@ def test_lending_a_node_waits_for_its_job_and_gives_it_back_idle(
     )  # fmt: skip
     wait_for(f"job {job} running", lambda: aligned.jobs().get(job) == "RUNNING")
     scale = subprocess.Popen(
-        [*aligned_command(aligned), "slonk", "pool", "scale", "cpu", "1"],
+        [*in_controller(aligned), "slonk", "pool", "scale", "cpu", "1"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
@@ -206,9 +206,7 @@ def test_lending_a_node_waits_for_its_job_and_gives_it_back_idle(
     )
 
 
-def aligned_command(cluster: LocalCluster) -> list[str]:
+def in_controller(cluster: LocalCluster) -> list[str]:
     """`slonk local exec` into the controller: `slonk pool scale` runs there, with the
     controller's ServiceAccount, as it would under `kubectl exec`."""
-    from ..support.cluster import SLONK
-
     return [*SLONK, "local", "exec", CONTROLLER, "--state-dir", str(cluster.state_dir), "--"]
