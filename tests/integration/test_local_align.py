@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -15,24 +15,6 @@ from slonk.health import reasons
 from ..support.cluster import SLONK, LocalCluster, wait_for
 
 CONTROLLER = "slonk-controller-0"
-Kubectl = Callable[..., str]
-
-
-@pytest.fixture(scope="module")
-def kubectl(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Kubectl:
-    config = tmp_path_factory.mktemp("kube") / "config"
-    config.write_text(cluster.slonk("kubeconfig").stdout)
-    config.chmod(0o600)
-
-    def run(*args: str) -> str:
-        done = subprocess.run(
-            ["kubectl", "--kubeconfig", str(config), *args],
-            capture_output=True, text=True, timeout=60, check=False,
-        )  # fmt: skip
-        assert done.returncode == 0, f"kubectl {' '.join(args)}: {done.stderr}"
-        return done.stdout
-
-    return run
 
 
 def _cause(cluster: LocalCluster, node: str) -> reasons.Cause | None:
@@ -49,12 +31,12 @@ def _scontrol(cluster: LocalCluster, *args: str) -> None:
 
 
 @pytest.fixture
-def aligned(healthy: LocalCluster, kubectl: Kubectl) -> Iterator[LocalCluster]:
+def aligned(healthy: LocalCluster) -> Iterator[LocalCluster]:
     """The healthy cluster, its Kubernetes Nodes put back as they were after the test."""
     yield healthy
     for node in ("local-slonk-cpu-0", "local-slonk-cpu-1"):
-        kubectl("uncordon", node)
-        kubectl("annotate", "node", node, "slonk.io/goal-", "slonk.io/goal-reason-")
+        healthy.kubectl("uncordon", node)
+        healthy.kubectl("annotate", "node", node, "slonk.io/goal-", "slonk.io/goal-reason-")
     for node in ("slonk-cpu-0", "slonk-cpu-1"):
         if healthy.node_states()[node].cause is None and healthy.node_states()[node].drained:
             _scontrol(healthy, "update", f"nodename={node}", "state=resume")
@@ -62,11 +44,11 @@ def aligned(healthy: LocalCluster, kubectl: Kubectl) -> Iterator[LocalCluster]:
 
 
 def test_cordon_drains_only_while_it_holds_and_leaves_a_persons_drain(
-    aligned: LocalCluster, kubectl: Kubectl
+    aligned: LocalCluster,
 ) -> None:
     _scontrol(aligned, "update", "nodename=slonk-cpu-1", "state=drain", "reason=hands_off")
-    kubectl("cordon", "local-slonk-cpu-0")
-    kubectl("cordon", "local-slonk-cpu-1")
+    aligned.kubectl("cordon", "local-slonk-cpu-0")
+    aligned.kubectl("cordon", "local-slonk-cpu-1")
     wait_for(
         "slonk-cpu-0 drained as cordoned",
         lambda: _cause(aligned, "slonk-cpu-0") == _k8s("cordoned"),
@@ -84,33 +66,31 @@ def test_cordon_drains_only_while_it_holds_and_leaves_a_persons_drain(
         ),
     )
 
-    kubectl("uncordon", "local-slonk-cpu-0")
-    kubectl("uncordon", "local-slonk-cpu-1")
+    aligned.kubectl("uncordon", "local-slonk-cpu-0")
+    aligned.kubectl("uncordon", "local-slonk-cpu-1")
     wait_for("slonk-cpu-0 resumed", lambda: aligned.nodes()["slonk-cpu-0"][0] == "idle")
     assert aligned.nodes()["slonk-cpu-1"] == ("idle+drain", "hands_off")
 
 
-def test_slurms_view_shows_on_the_pods(aligned: LocalCluster, kubectl: Kubectl) -> None:
+def test_slurms_view_shows_on_the_pods(aligned: LocalCluster) -> None:
     job = aligned.submit("--nodelist=slonk-cpu-1", "--output=/dev/null", "--wrap", "sleep 300")
     try:
 
         def shown() -> dict[str, str]:
-            pod = json.loads(kubectl("get", "pod", "slonk-cpu-1", "-o", "json"))["metadata"]
+            pod = json.loads(aligned.kubectl("get", "pod", "slonk-cpu-1", "-o", "json"))["metadata"]
             return {**pod.get("labels", {}), **pod.get("annotations", {})}
 
         wait_for("slonk-cpu-1 shown busy", lambda: shown().get("slonk.io/busy") == "true")
         assert shown()["slonk.io/slurm-jobs"] == "1"
-        table = kubectl("get", "pods", "-L", "slonk.io/slurm-state,slonk.io/busy")
+        table = aligned.kubectl("get", "pods", "-L", "slonk.io/slurm-state,slonk.io/busy")
         assert any(line.startswith("slonk-cpu-1") and "true" in line for line in table.splitlines())
     finally:
         aligned.pod(CONTROLLER).run(f"scancel {job}")
 
 
-def test_a_goal_survives_its_pod_and_up_lifts_only_slonks_drain(
-    aligned: LocalCluster, kubectl: Kubectl
-) -> None:
+def test_a_goal_survives_its_pod_and_up_lifts_only_slonks_drain(aligned: LocalCluster) -> None:
     for node in ("local-slonk-cpu-0", "local-slonk-cpu-1"):
-        kubectl(
+        aligned.kubectl(
             "annotate",
             "--overwrite",
             "node",
@@ -125,7 +105,7 @@ def test_a_goal_survives_its_pod_and_up_lifts_only_slonks_drain(
     assert "RMA 7" in aligned.nodes()["slonk-cpu-0"][1]
 
     before = aligned.slurmd_started("slonk-cpu-0")
-    kubectl("delete", "pod", "slonk-cpu-0")
+    aligned.kubectl("delete", "pod", "slonk-cpu-0")
     wait_for(
         "a new slurmd on slonk-cpu-0",
         lambda: aligned.slurmd_started("slonk-cpu-0") not in ("", before),
@@ -137,16 +117,16 @@ def test_a_goal_survives_its_pod_and_up_lifts_only_slonks_drain(
     )
 
     for node in ("local-slonk-cpu-0", "local-slonk-cpu-1"):
-        kubectl("annotate", "--overwrite", "node", node, "slonk.io/goal=up")
+        aligned.kubectl("annotate", "--overwrite", "node", node, "slonk.io/goal=up")
     wait_for("slonk-cpu-0 back in service", lambda: aligned.nodes()["slonk-cpu-0"][0] == "idle")
     assert aligned.nodes()["slonk-cpu-1"] == ("idle+drain", "mine")
 
 
-def test_align_reports_drift_and_fix_clears_it(aligned: LocalCluster, kubectl: Kubectl) -> None:
+def test_align_reports_drift_and_fix_clears_it(aligned: LocalCluster) -> None:
     controller = aligned.pod(CONTROLLER)
     controller.check_output("s6-svc -wD -d /run/slonk/service/syncer")
     try:
-        kubectl("cordon", "local-slonk-cpu-1")
+        aligned.kubectl("cordon", "local-slonk-cpu-1")
         drift = controller.run("slonk align")
         assert drift.rc == 1, drift.stdout + drift.stderr
         row = next(line for line in drift.stdout.splitlines() if line.startswith("slonk-cpu-1"))
@@ -160,9 +140,7 @@ def test_align_reports_drift_and_fix_clears_it(aligned: LocalCluster, kubectl: K
         controller.run("s6-svc -u /run/slonk/service/syncer")
 
 
-def test_lending_a_node_waits_for_its_job_and_gives_it_back_idle(
-    aligned: LocalCluster, kubectl: Kubectl
-) -> None:
+def test_lending_a_node_waits_for_its_job_and_gives_it_back_idle(aligned: LocalCluster) -> None:
     """Scale the pool 2 -> 1 while a job runs on ordinal 1: the job finishes, then the pod
     goes and Slurm shows the node powered down; scaled back to 2, it returns idle."""
     user = aligned.user()
@@ -193,12 +171,12 @@ def test_lending_a_node_waits_for_its_job_and_gives_it_back_idle(
             timeout=90,
         )
         assert aligned.node_states()["slonk-cpu-1"].drained
-        assert "slonk-cpu-1" not in kubectl("get", "pods", "-o", "name")
+        assert "slonk-cpu-1" not in aligned.kubectl("get", "pods", "-o", "name")
     finally:
         if scale.poll() is None:
             scale.kill()
         user.run("touch ~/lend-go")
-        kubectl("scale", "statefulset", "slonk-cpu", "--replicas=2")
+        aligned.kubectl("scale", "statefulset", "slonk-cpu", "--replicas=2")
     wait_for(
         "slonk-cpu-1 given back idle",
         lambda: aligned.nodes()["slonk-cpu-1"][0] == "idle",

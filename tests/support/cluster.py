@@ -206,6 +206,21 @@ class LocalCluster:
         """Where the log of the pod's current container (its last start) begins."""
         return Cluster(self.state_dir).container_log_offset(pod)
 
+    def kubectl(self, *args: str) -> str:
+        """Real kubectl against the cluster's fake API server, with `slonk local kubeconfig`'s
+        admin rights (the operator's at the host); fails the test on an error."""
+        config = self.state_dir.parent / f"{self.state_dir.name}-kubeconfig"
+        if not config.exists():
+            config.write_text(self.slonk("kubeconfig").stdout)
+            config.chmod(0o600)
+        done = subprocess.run(
+            ["kubectl", "--kubeconfig", str(config), *args],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        if done.returncode:
+            raise AssertionError(f"kubectl {' '.join(args)}: {done.stderr}")
+        return done.stdout
+
     def node_states(self) -> dict[str, NodeState]:
         """Every node as the controller sees it ({} while it does not answer)."""
         out = self.pod("slonk-controller-0").run(shlex.join(slurm_state.SHOW_NODES))
