@@ -1,5 +1,6 @@
 """Block topology on a real local cluster: two pools in two blocks, as slurmctld shows them,
-and jobs asking for `--segment` placed within one block; and `tree`, the default."""
+and jobs asking for `--segment` placed within one block; blocks from the Kubernetes Nodes'
+labels where the syncer finds them; and `tree`, the default."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ from ..support.cluster import LocalCluster, running, wait_for
 CONTROLLER = "slonk-controller-0"
 BLOCKS = {"b1": ["slonk-a-0", "slonk-a-1"], "b2": ["slonk-b-0", "slonk-b-1"]}
 POOL = {"replicas": 2, "cpus": 2, "memoryMiB": 512}
+LABEL = "node-restriction.kubernetes.io/nvlink-domain"
 VALUES = {
     "slurm": {"topology": "block"},
+    "syncer": {"topologyLabels": {"block": LABEL}},
     "nodepools": {
         "cpu": None,
         "a": {**POOL, "topology": {"block": "b1"}},
@@ -38,14 +41,17 @@ def _fields(line: str) -> dict[str, str]:
     return dict(field.split("=", 1) for field in line.split() if "=" in field)
 
 
-def test_slurmctld_shows_both_blocks(blocks: LocalCluster) -> None:
-    out = blocks.pod(CONTROLLER).check_output("scontrol show topology")
-    shown = {
+def _blocks(cluster: LocalCluster) -> dict[str, list[str]]:
+    out = cluster.pod(CONTROLLER).check_output("scontrol show topology")
+    return {
         f["BlockName"]: hostlist.expand_hostlist(f["Nodes"])
         for f in map(_fields, out.splitlines())
         if "BlockName" in f
     }
-    assert shown == BLOCKS, out
+
+
+def test_slurmctld_shows_both_blocks(blocks: LocalCluster) -> None:
+    assert _blocks(blocks) == BLOCKS
 
 
 def _node_list(cluster: LocalCluster, job: str) -> list[str]:
@@ -86,3 +92,21 @@ def test_tree_topology_is_shown_too(healthy: LocalCluster) -> None:
         "cpu",
         ["slonk-cpu-0", "slonk-cpu-1"],
     ), out
+
+
+def test_blocks_follow_the_nodes_labels(blocks: LocalCluster) -> None:
+    """Labelled across the pools, the nodes form the labels' blocks; relabelled, Slurm
+    follows; unlabelled, each pool's own block is back."""
+    across = {"nvl1": ["slonk-a-0", "slonk-b-0"], "nvl2": ["slonk-a-1", "slonk-b-1"]}
+    try:
+        for block, nodes in across.items():
+            for node in nodes:
+                blocks.kubectl("label", "--overwrite", "node", f"local-{node}", f"{LABEL}={block}")
+        wait_for("blocks from the labels", lambda: _blocks(blocks) == across)
+        blocks.kubectl("label", "--overwrite", "node", "local-slonk-b-1", f"{LABEL}=nvl1")
+        moved = {"nvl1": ["slonk-a-0", "slonk-b-0", "slonk-b-1"], "nvl2": ["slonk-a-1"]}
+        wait_for("slonk-b-1 in nvl1", lambda: _blocks(blocks) == moved)
+    finally:
+        for node in NODES:
+            blocks.kubectl("label", "node", f"local-{node}", f"{LABEL}-")
+    wait_for("the pools' own blocks back", lambda: _blocks(blocks) == BLOCKS)
