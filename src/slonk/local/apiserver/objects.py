@@ -1,0 +1,148 @@
+"""A local cluster as API objects: the chart's StatefulSets and PDBs as rendered, each pod as
+its StatefulSet's controller would make it from the template, landed on its own Node
+`local-<pod>` (labels: kubernetes.io/hostname and the pod template's nodeSelector)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+Object = dict[str, Any]
+NODE_PREFIX = "local-"
+FAKE_VERSION = "v1.32.0-slonk-fake"
+POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"
+
+
+def node_name(pod: str) -> str:
+    return f"{NODE_PREFIX}{pod}"
+
+
+def ordinal(pod: str) -> tuple[str, int]:
+    """("slonk-cpu", 1) for slonk-cpu-1."""
+    base, _, number = pod.rpartition("-")
+    return base, int(number)
+
+
+def namespace_object(name: str) -> Object:
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name}},
+        "spec": {"finalizers": ["kubernetes"]},
+        "status": {"phase": "Active"},
+    }
+
+
+def statefulset_object(rendered: Object, namespace: str) -> Object:
+    sts = copy.deepcopy(rendered)
+    sts["metadata"]["namespace"] = namespace
+    sts["spec"].setdefault("podManagementPolicy", "OrderedReady")
+    sts["status"] = {"replicas": 0, "readyReplicas": 0, "availableReplicas": 0}
+    return sts
+
+
+def budget_object(rendered: Object, namespace: str) -> Object:
+    pdb = copy.deepcopy(rendered)
+    pdb["metadata"]["namespace"] = namespace
+    pdb["status"] = {"currentHealthy": 0, "desiredHealthy": 0, "disruptionsAllowed": 0,
+                     "expectedPods": 0}  # fmt: skip
+    return pdb
+
+
+def pod_object(sts: Object, number: int, address: str) -> Object:
+    """Pod `number` of `sts` as its controller makes it: the template's metadata and spec,
+    its name label and owner, bound to its own Node; Pending until kubelet says more."""
+    template = sts["spec"]["template"]
+    name = f"{sts['metadata']['name']}-{number}"
+    spec = copy.deepcopy(template["spec"])
+    spec.update({
+        "nodeName": node_name(name), "hostname": name,
+        "subdomain": sts["spec"].get("serviceName", ""),
+        "terminationGracePeriodSeconds": spec.get("terminationGracePeriodSeconds", 30),
+        "restartPolicy": spec.get("restartPolicy", "Always"),
+    })  # fmt: skip
+    spec.setdefault("serviceAccountName", "default")
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": sts["metadata"]["namespace"],
+            "labels": {**template["metadata"].get("labels", {}), POD_NAME_LABEL: name},
+            "annotations": dict(template["metadata"].get("annotations") or {}),
+            "ownerReferences": [{
+                "apiVersion": "apps/v1", "kind": "StatefulSet", "name": sts["metadata"]["name"],
+                "uid": sts["metadata"].get("uid", ""), "controller": True,
+                "blockOwnerDeletion": True,
+            }],  # fmt: skip
+        },
+        "spec": spec,
+        "status": {"phase": "Pending", "podIP": address, "podIPs": [{"ip": address}],
+                   "conditions": [], "containerStatuses": []},  # fmt: skip
+    }
+
+
+def pod_status(pod: Object, pid: int | None, restarts: int, started: str | None) -> Object:
+    """The status kubelet reports: Running and Ready while the pod's process runs, else
+    Pending and not Ready (local mode restarts no container by itself)."""
+    running = pid is not None
+    containers = pod["spec"].get("containers") or []
+    flag = "True" if running else "False"
+    status = dict(pod.get("status") or {})
+    conditions = {c["type"]: c for c in status.get("conditions") or []}
+    stamp = started or pod["metadata"].get("creationTimestamp")
+    for kind in ("PodScheduled", "Initialized", "ContainersReady", "Ready"):
+        value = "True" if kind in ("PodScheduled", "Initialized") else flag
+        old = conditions.get(kind, {})
+        conditions[kind] = {
+            "type": kind, "status": value, "lastProbeTime": None,
+            "lastTransitionTime": old.get("lastTransitionTime") if old.get("status") == value
+            else stamp,
+        }  # fmt: skip
+    state: Object = (
+        {"running": {"startedAt": started}}
+        if running
+        else {"waiting": {"reason": "ContainerCreating"}}
+    )
+    status.update({
+        "phase": "Running" if running else "Pending",
+        "conditions": list(conditions.values()),
+        "startTime": status.get("startTime") or pod["metadata"].get("creationTimestamp"),
+        "containerStatuses": [{
+            "name": c["name"], "image": c.get("image", ""), "imageID": "",
+            "ready": running, "started": running, "restartCount": restarts, "state": state,
+            "containerID": f"local://{pid}" if running else "",
+        } for c in containers],  # fmt: skip
+    })
+    return status
+
+
+def node_object(pod: str, address: str, selector: dict[str, str]) -> Object:
+    name = node_name(pod)
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64", **selector,
+            },  # fmt: skip
+            "annotations": {},
+        },
+        "spec": {},
+        "status": {
+            "conditions": [{
+                "type": "Ready", "status": "True", "reason": "KubeletReady",
+                "message": "local mode's stand-in kubelet is posting ready status",
+                "lastHeartbeatTime": None, "lastTransitionTime": None,
+            }],  # fmt: skip
+            "addresses": [{"type": "InternalIP", "address": address},
+                          {"type": "Hostname", "address": name}],  # fmt: skip
+            "nodeInfo": {
+                "kubeletVersion": FAKE_VERSION, "osImage": "slonk local", "kernelVersion": "",
+                "containerRuntimeVersion": "slonk-local://1", "architecture": "amd64",
+                "operatingSystem": "linux",
+            },  # fmt: skip
+        },
+    }
