@@ -78,7 +78,7 @@ class StubKubelet:
 
 
 class Fake:
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, history: int = 2000) -> None:
         self.cluster = Cluster(folder)
         api = self.cluster.apiserver_dir
         api.mkdir(parents=True)
@@ -95,7 +95,7 @@ class Fake:
         )
         self.kubelet = StubKubelet()
         self.server, self.controllers = fake_apiserver.serve(
-            self.cluster, "127.0.0.1", 0, self.kubelet
+            self.cluster, "127.0.0.1", 0, self.kubelet, history
         )
         self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -164,3 +164,195 @@ def test_kubectl_get_pods_shows_the_columns(fake: Fake):
     nodes = fake.kubectl("get", "nodes").stdout
     print(nodes)
     assert nodes.splitlines()[1].split()[:2] == ["local-slonk-cpu-0", "Ready"]
+
+
+@needs_kubectl
+def test_kubectl_cordons_labels_annotates_and_taints_a_node(fake: Fake):
+    node = "local-slonk-cpu-1"
+    fake.kubectl("cordon", node)
+    assert fake.node(node)["spec"]["unschedulable"] is True
+    assert "Ready,SchedulingDisabled" in fake.kubectl("get", "node", node).stdout
+    fake.kubectl("annotate", "node", node, "slonk.io/goal=drain", "slonk.io/goal-reason=disk")
+    fake.kubectl("label", "node", node, "example.com/block=b1")
+    fake.kubectl("taint", "node", node, "maintenance=now:NoSchedule")
+    got = fake.node(node)
+    assert got["metadata"]["annotations"]["slonk.io/goal"] == "drain"
+    assert got["metadata"]["labels"]["example.com/block"] == "b1"
+    assert got["metadata"]["labels"]["example.com/pool"] == "cpu"  # the pool's nodeSelector
+    assert {"key": "maintenance", "value": "now", "effect": "NoSchedule"} in got["spec"]["taints"]
+    fake.kubectl("uncordon", node)
+    fake.kubectl("taint", "node", node, "maintenance-")
+    fake.kubectl("annotate", "node", node, "slonk.io/goal-")
+    got = fake.node(node)
+    assert not got["spec"].get("unschedulable")
+    assert not got["spec"].get("taints")
+    assert "slonk.io/goal" not in got["metadata"]["annotations"]
+    shown = fake.kubectl("get", "nodes", "-L", "example.com/block", "-l", "example.com/block")
+    assert shown.stdout.splitlines()[1].split()[0] == node
+
+
+@needs_kubectl
+def test_kubectl_scales_a_statefulset_down_and_up(fake: Fake):
+    fake.kubectl("scale", "statefulset", "slonk-cpu", "--replicas=1")
+    wait_for("slonk-cpu-1 gone", lambda: "slonk-cpu-1" not in fake.kubectl("get", "pods").stdout)
+    assert fake.kubelet.pids["slonk-cpu-1"] is None
+    assert fake.kubelet.pids["slonk-cpu-0"] == 100  # untouched
+    fake.kubectl("scale", "sts", "slonk-cpu", "--replicas=2")
+    wait_for("slonk-cpu-1 running", lambda: "slonk-cpu-1   1/1     Running" in fake.kubectl(
+        "get", "pods").stdout)  # fmt: skip
+    assert fake.kubelet.log == ["stop slonk-cpu-1", "start slonk-cpu-1"]
+    refused = fake.kubectl("scale", "sts", "slonk-cpu", "--replicas=4", check=False)
+    assert refused.returncode and "local mode runs at most the 3 pods" in refused.stderr
+    assert fake.kubectl("get", "sts", "slonk-cpu").stdout.splitlines()[1].split()[1] == "2/2"
+
+
+@needs_kubectl
+def test_kubectl_delete_pod_waits_for_the_stop_and_the_statefulset_makes_it_again(fake: Fake):
+    before = fake.kubectl("get", "pod", "slonk-cpu-0", "-o", "jsonpath={.metadata.uid}").stdout
+    fake.kubectl("delete", "pod", "slonk-cpu-0", "--wait", "--timeout=30s")
+    assert fake.kubelet.log[0] == "stop slonk-cpu-0"
+    after = wait_for("a new slonk-cpu-0", lambda: fake.kubectl(
+        "get", "pod", "slonk-cpu-0", "-o", "jsonpath={.metadata.uid}", check=False).stdout)
+    assert after != before
+    wait_for("it runs", lambda: fake.kubelet.pids["slonk-cpu-0"] not in (None, 100))
+
+
+@needs_kubectl
+def test_kubectl_reads_leases_made_through_the_client(fake: Fake):
+    from kubernetes import client
+
+    leases = client.CoordinationV1Api(fake.client("controller-token"))
+    leases.create_namespaced_lease(NAMESPACE, {
+        "metadata": {"name": "slonk-syncer"}, "spec": {"holderIdentity": "controller-0"}})
+    out = fake.kubectl("get", "lease").stdout.splitlines()
+    assert out[0].split() == ["NAME", "HOLDER", "AGE"]
+    assert out[1].split()[:2] == ["slonk-syncer", "controller-0"]
+
+
+def test_list_then_watch_from_its_resource_version_sees_each_change_once(fake: Fake):
+    from kubernetes import client, watch
+
+    core = client.CoreV1Api(fake.client("controller-token"))
+    listed = core.list_namespaced_pod(NAMESPACE, label_selector="slonk.io/nodepool in (cpu,gpu)")
+    assert [p.metadata.name for p in listed.items] == ["slonk-cpu-0", "slonk-cpu-1"]
+    assert listed.items[0].spec.node_name == "local-slonk-cpu-0"
+    assert listed.items[0].spec.termination_grace_period_seconds == 60
+    nodes = client.CoreV1Api(fake.client())
+    nodes.patch_node("local-slonk-cpu-0", {"metadata": {"labels": {"x": "1"}}})  # not a pod
+    core.delete_namespaced_pod("slonk-cpu-1", NAMESPACE)
+    seen = []
+    for event in watch.Watch().stream(
+        core.list_namespaced_pod, NAMESPACE, resource_version=listed.metadata.resource_version,
+        field_selector="metadata.name=slonk-cpu-1", timeout_seconds=20,
+    ):  # fmt: skip
+        pod = event["object"]
+        seen.append((event["type"], bool(pod.metadata.deletion_timestamp), pod.status.phase))
+        if event["type"] == "MODIFIED" and pod.status.phase == "Running" and not (
+            pod.metadata.deletion_timestamp
+        ):  # fmt: skip
+            break
+    assert seen == [
+        ("MODIFIED", True, "Running"),  # terminating
+        ("DELETED", True, "Running"),
+        ("ADDED", False, "Pending"),  # its StatefulSet made it again
+        ("MODIFIED", False, "Running"),  # kubelet started it
+    ]
+
+
+def test_a_watch_from_a_forgotten_resource_version_gets_410(tmp_path: Path):
+    from kubernetes import client, watch
+    from kubernetes.client.rest import ApiException
+
+    fake = Fake(tmp_path, history=3)
+    try:
+        core = client.CoreV1Api(fake.client())
+        old = core.list_node().metadata.resource_version
+        for n in range(4):
+            core.patch_node("local-slonk-cpu-0", {"metadata": {"labels": {"n": str(n)}}})
+        with pytest.raises(ApiException) as gone:
+            list(watch.Watch().stream(core.list_node, resource_version=old, timeout_seconds=5))
+        assert gone.value.status == 410
+    finally:
+        fake.close()
+
+
+def test_an_update_from_a_stale_read_is_refused_409(fake: Fake):
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    leases = client.CoordinationV1Api(fake.client("controller-token"))
+    made = leases.create_namespaced_lease(NAMESPACE, {"metadata": {"name": "slonk-syncer"},
+                                                      "spec": {"holderIdentity": "a"}})  # fmt: skip
+    made.spec.holder_identity = "b"
+    leases.replace_namespaced_lease("slonk-syncer", NAMESPACE, made)
+    made.spec.holder_identity = "c"
+    with pytest.raises(ApiException) as stale:
+        leases.replace_namespaced_lease("slonk-syncer", NAMESPACE, made)
+    assert stale.value.status == 409
+    assert json.loads(stale.value.body)["reason"] == "Conflict"
+    assert leases.read_namespaced_lease("slonk-syncer", NAMESPACE).spec.holder_identity == "b"
+
+
+def test_leader_election_through_a_lease_lock(fake: Fake):
+    from kubernetes import client
+    from kubernetes.leaderelection import electionconfig, leaderelection
+    from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
+
+    api = client.CoordinationV1Api(fake.client("controller-token"))
+    leading = {"a": threading.Event(), "b": threading.Event()}
+    release = threading.Event()
+
+    def candidate(name: str) -> None:
+        lock = LeaseLock("slonk-syncer", NAMESPACE, name)
+        lock.api_instance = api
+
+        def lead() -> None:
+            leading[name].set()
+            release.wait(60)
+            raise RuntimeError("stepping down")  # stops renewing: the other may take over
+
+        config = electionconfig.Config(lock, 3, 2, 1, lead, lambda: None)
+        leaderelection.LeaderElection(config).run()
+
+    threading.Thread(target=candidate, args=("a",), daemon=True).start()
+    assert leading["a"].wait(30)
+    threading.Thread(target=candidate, args=("b",), daemon=True).start()
+    first = api.read_namespaced_lease("slonk-syncer", NAMESPACE).spec.renew_time
+    # a renews (the lease moves on) while b only tries: b never leads meanwhile.
+    wait_for("a renewal by a", lambda: api.read_namespaced_lease(
+        "slonk-syncer", NAMESPACE).spec.renew_time != first)  # fmt: skip
+    assert not leading["b"].is_set()
+    assert api.read_namespaced_lease("slonk-syncer", NAMESPACE).spec.holder_identity == "a"
+    release.set()
+    assert leading["b"].wait(30)
+    assert api.read_namespaced_lease("slonk-syncer", NAMESPACE).spec.holder_identity == "b"
+
+
+def test_the_three_patch_types(fake: Fake):
+    from kubernetes import client
+
+    core = client.CoreV1Api(fake.client())
+    node = "local-slonk-cpu-0"
+    # strategic: conditions merge by type (the Ready condition stays)
+    core.patch_node_status(node, {"status": {"conditions": [
+        {"type": "GPUProblem", "status": "True", "reason": "XidError"}]}})  # fmt: skip
+    types = {c.type: c.status for c in core.read_node(node).status.conditions}
+    assert types == {"Ready": "True", "GPUProblem": "True"}
+    # merge: a null removes a key, a list is replaced whole
+    core.patch_node(node, {"metadata": {"labels": {"kubernetes.io/os": None}}},
+                    _content_type="application/merge-patch+json")  # fmt: skip
+    assert "kubernetes.io/os" not in core.read_node(node).metadata.labels
+    # JSON patch, guarded by a test
+    ops = [{"op": "test", "path": "/metadata/labels/kubernetes.io~1arch", "value": "amd64"},
+           {"op": "add", "path": "/spec/unschedulable", "value": True}]  # fmt: skip
+    core.patch_node(node, ops, _content_type="application/json-patch+json")
+    assert core.read_node(node).spec.unschedulable is True
+    from kubernetes.client.rest import ApiException
+
+    with pytest.raises(ApiException) as failed:
+        core.patch_node(node, [{"op": "test", "path": "/spec/unschedulable", "value": False}],
+                        _content_type="application/json-patch+json")  # fmt: skip
+    assert failed.value.status == 422
+    # the main resource leaves status alone
+    core.patch_node(node, {"status": {"conditions": []}})
+    assert len(core.read_node(node).status.conditions) == 2

@@ -33,7 +33,7 @@ from slonk.local.apiserver import objects as api_objects
 from slonk.local.apiserver.controllers import PDBS, STS, Controllers
 from slonk.local.apiserver.http import Api, Server
 from slonk.local.apiserver.rbac import ADMIN, Authorizer
-from slonk.local.apiserver.store import Change, Store
+from slonk.local.apiserver.store import HISTORY, Change, Store
 from slonk.local.kubelet import start_saved, stop_pods
 from slonk.local.manifests import LocalModeError, Plan
 from slonk.local.network import BRIDGE_ADDRESS, NETNS_DIR
@@ -153,8 +153,8 @@ def kubeconfig(cluster: Cluster, server: str = f"{BRIDGE_ADDRESS}:{PORT}") -> st
     }, sort_keys=False)  # fmt: skip
 
 
-def serve(cluster: Cluster, address: str, port: int = PORT,
-          backend: Any = None) -> tuple[Server, Controllers]:  # fmt: skip
+def serve(cluster: Cluster, address: str, port: int = PORT, backend: Any = None,
+          history: int = HISTORY) -> tuple[Server, Controllers]:  # fmt: skip
     """The fake for `cluster`'s apiserver folder, listening (not yet serving)."""
     folder = cluster.apiserver_dir
     config = json.loads((folder / "config.json").read_text())
@@ -170,7 +170,7 @@ def serve(cluster: Cluster, address: str, port: int = PORT,
             else:
                 write_atomically(path, json.dumps(change.object, indent=1))
 
-    store = Store(on_change=snapshot)
+    store = Store(history, on_change=snapshot)
     store.create("/namespaces", api_objects.namespace_object(namespace))
     controllers = Controllers(store, backend or KubeletBackend(cluster), namespace)
     api = Api(store, Authorizer(config["rules"], namespace), controllers, config["tokens"],

@@ -56,14 +56,14 @@ class Controllers:
         for name, address in known.items():
             if self.store.find(NODES, "", objects.node_name(name)) is None:
                 self.store.create(NODES, objects.node_object(name, address, self._selector(name)))
-        for sts in self.store.list(STS, self.namespace)[0]:
-            self._reconcile(sts, known)
         for pod in self.store.list(PODS, self.namespace)[0]:
             name = pod["metadata"]["name"]
             with self._lock:
                 if name in self._busy:
                     continue
             self._pod_status(pod)
+        for sts in self.store.list(STS, self.namespace)[0]:
+            self._reconcile(sts, known)
         self._budgets()
 
     def _selector(self, pod: str) -> dict[str, str]:
@@ -81,7 +81,7 @@ class Controllers:
                 if name in self._busy or name not in known:
                     continue
             if self.store.find(PODS, self.namespace, name) is None:
-                self.store.create(PODS, objects.pod_object(sts, number, known[name]))
+                self._pod_status(self.store.create(PODS, objects.pod_object(sts, number, known[name])))
         for pod in self.store.list(PODS, self.namespace)[0]:
             name = pod["metadata"]["name"]
             owned = name.rpartition("-")[0] == base

@@ -5,6 +5,7 @@ its StatefulSet's controller would make it from the template, landed on its own 
 from __future__ import annotations
 
 import copy
+import platform
 from typing import Any
 
 Object = dict[str, Any]
@@ -140,9 +141,10 @@ def node_object(pod: str, address: str, selector: dict[str, str]) -> Object:
             "addresses": [{"type": "InternalIP", "address": address},
                           {"type": "Hostname", "address": name}],  # fmt: skip
             "nodeInfo": {
-                "kubeletVersion": FAKE_VERSION, "osImage": "slonk local", "kernelVersion": "",
-                "containerRuntimeVersion": "slonk-local://1", "architecture": "amd64",
-                "operatingSystem": "linux",
+                "kubeletVersion": FAKE_VERSION, "kubeProxyVersion": "", "osImage": "slonk local",
+                "kernelVersion": platform.release(), "containerRuntimeVersion": "slonk-local://1",
+                "architecture": "amd64", "operatingSystem": "linux", "bootID": "",
+                "machineID": "", "systemUUID": "",
             },  # fmt: skip
         },
     }

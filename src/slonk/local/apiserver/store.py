@@ -96,9 +96,11 @@ class Store:
             self._record("ADDED", resource, obj)
             return copy.deepcopy(obj)
 
-    def update(self, resource: str, obj: Object, expected: str | None = None) -> Object:
+    def update(self, resource: str, obj: Object, expected: str | None = None,
+               system: bool = False) -> Object:  # fmt: skip
         """Replace an object; `expected`: the resourceVersion the writer read (409 if it moved
-        on since). uid, creationTimestamp and deletionTimestamp stay the server's."""
+        on since). uid, creationTimestamp and (but for the `system`'s own writes)
+        deletionTimestamp stay the server's."""
         obj = copy.deepcopy(obj)
         meta = obj["metadata"]
         name = meta["name"]
@@ -117,7 +119,9 @@ class Store:
             if meta.get("uid") not in (None, was["uid"]):
                 raise conflict(plural, name, f"Precondition failed: UID in precondition: "
                                f"{meta['uid']}, UID in object meta: {was['uid']}")  # fmt: skip
-            for field in ("uid", "creationTimestamp", "deletionTimestamp", "generation"):
+            kept = ("uid", "creationTimestamp", "generation", *(() if system else (
+                "deletionTimestamp", "deletionGracePeriodSeconds")))  # fmt: skip
+            for field in kept:
                 if field in was:
                     meta[field] = was[field]
                 else:
@@ -139,7 +143,7 @@ class Store:
             if current is None:
                 return None
             change(current)
-            return self.update(resource, current)
+            return self.update(resource, current, system=True)
 
     def delete(self, resource: str, namespace: str, name: str) -> Object:
         with self.changed:
