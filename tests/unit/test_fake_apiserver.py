@@ -356,3 +356,124 @@ def test_the_three_patch_types(fake: Fake):
     # the main resource leaves status alone
     core.patch_node(node, {"status": {"conditions": []}})
     assert len(core.read_node(node).status.conditions) == 2
+
+
+def test_every_kind_reads_back_through_the_clients_models(fake: Fake):
+    from kubernetes import client
+
+    admin = fake.client()
+    apps, policy = client.AppsV1Api(admin), client.PolicyV1Api(admin)
+    sts = wait_for("a ready StatefulSet", lambda: (s := apps.read_namespaced_stateful_set(
+        "slonk-cpu", NAMESPACE)).status.ready_replicas == 2 and s)  # fmt: skip
+    assert sts.spec.replicas == 2 and sts.status.replicas == 2
+    scale = apps.read_namespaced_stateful_set_scale("slonk-cpu", NAMESPACE)
+    assert (scale.spec.replicas, scale.status.selector) == (
+        2, "app.kubernetes.io/component=worker,slonk.io/nodepool=cpu")
+    pdb = wait_for("the budget's status", lambda: (p := policy.read_namespaced_pod_disruption_budget(
+        "slonk-cpu", NAMESPACE)).status.current_healthy == 2 and p)  # fmt: skip
+    assert pdb.status.disruptions_allowed == 1
+    core = client.CoreV1Api(admin)
+    assert [n.metadata.name for n in core.list_namespace().items] == [NAMESPACE]
+    core.create_namespaced_event(NAMESPACE, {
+        "metadata": {"generateName": "slonk-cpu-0."}, "reason": "Drained", "type": "Normal",
+        "message": "slonk:k8s:cordoned", "involvedObject": {"kind": "Pod", "name": "slonk-cpu-0"},
+    })  # fmt: skip
+    events = core.list_namespaced_event(NAMESPACE, field_selector="involvedObject.name=slonk-cpu-0")
+    assert [e.reason for e in events.items] == ["Drained"]
+    client.EventsV1Api(admin).create_namespaced_event(NAMESPACE, {
+        "metadata": {"name": "e1"}, "reason": "Lent", "type": "Normal", "action": "Scale",
+        "eventTime": "2026-01-01T00:00:00.000000Z", "reportingController": "slonk",
+        "reportingInstance": "syncer", "regarding": {"kind": "Pod", "name": "slonk-cpu-1"},
+    })  # fmt: skip
+    assert client.EventsV1Api(admin).list_namespaced_event(NAMESPACE).items[0].reason == "Lent"
+
+
+def test_an_eviction_honours_the_disruption_budget(fake: Fake):
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    core, policy = client.CoreV1Api(fake.client()), client.PolicyV1Api(fake.client())
+    wait_for("the budget's status", lambda: policy.read_namespaced_pod_disruption_budget(
+        "slonk-cpu", NAMESPACE).status.disruptions_allowed == 1)  # fmt: skip
+    eviction = {"apiVersion": "policy/v1", "kind": "Eviction",
+                "metadata": {"name": "slonk-cpu-1", "namespace": NAMESPACE}}  # fmt: skip
+    core.create_namespaced_pod_eviction("slonk-cpu-1", NAMESPACE, eviction)
+    # slonk-cpu-1 is down (terminating, then Pending): the budget is spent for slonk-cpu-0.
+    with pytest.raises(ApiException) as refused:
+        core.create_namespaced_pod_eviction("slonk-cpu-0", NAMESPACE, {**eviction, "metadata": {
+            "name": "slonk-cpu-0", "namespace": NAMESPACE}})  # fmt: skip
+    assert refused.value.status == 429
+    assert "disruption budget" in json.loads(refused.value.body)["message"]
+
+
+def test_rbac_refuses_what_no_rule_grants(fake: Fake):
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    controller = fake.client("controller-token")
+    core, apps = client.CoreV1Api(controller), client.AppsV1Api(controller)
+    core.read_namespaced_pod("slonk-cpu-0", NAMESPACE)  # granted
+    core.patch_node("local-slonk-cpu-0", {"metadata": {"annotations": {"a": "b"}}})  # granted
+    refusals = [
+        lambda: core.list_node(),  # list not granted on nodes
+        lambda: core.patch_namespaced_pod("slonk-cpu-0", NAMESPACE, {"metadata": {}}),
+        lambda: apps.patch_namespaced_stateful_set_scale(  # the subresource is not granted
+            "slonk-cpu", NAMESPACE, {"spec": {"replicas": 1}}),
+        lambda: core.create_namespaced_pod_eviction("slonk-cpu-0", NAMESPACE, {
+            "metadata": {"name": "slonk-cpu-0"}}),
+        lambda: core.list_namespaced_pod("kube-system"),  # the Role holds in its namespace only
+        lambda: client.CoordinationV1Api(controller).delete_namespaced_lease("x", NAMESPACE),
+    ]  # fmt: skip
+    for refused in refusals:
+        with pytest.raises(ApiException) as caught:
+            refused()
+        assert caught.value.status == 403, caught.value.body
+        assert "system:serviceaccount:default:slonk-controller" in json.loads(
+            caught.value.body)["message"]  # fmt: skip
+    # an account with no rules (the login pod's, had it a token) may do nothing
+    with pytest.raises(ApiException) as caught:
+        client.CoreV1Api(fake.client("login-token")).read_namespaced_pod("slonk-cpu-0", NAMESPACE)
+    assert caught.value.status == 403
+
+
+def _raw(fake: Fake, method: str, path: str, token: str | None = "admin-token",
+         body: bytes = b"", headers: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:  # fmt: skip
+    import http.client
+    import ssl
+
+    context = ssl.create_default_context(cafile=str(fake.cluster.apiserver_dir / "tls.crt"))
+    connection = http.client.HTTPSConnection("127.0.0.1", fake.port, context=context, timeout=30)
+    sent = {**({"Authorization": f"Bearer {token}"} if token else {}), **(headers or {})}
+    connection.request(method, path, body=body, headers=sent)
+    response = connection.getresponse()
+    data = response.read()
+    connection.close()
+    return response.status, json.loads(data) if data.strip() else {}
+
+
+def test_from_the_attackers_side(fake: Fake):
+    pod = "/api/v1/namespaces/default/pods/slonk-cpu-0"
+    assert _raw(fake, "GET", pod, token=None)[0] == 401
+    assert _raw(fake, "GET", pod, token="guessed")[0] == 401
+    assert _raw(fake, "GET", pod, headers={"Authorization": "Basic YWRtaW46YWRtaW4="})[0] == 401
+    for name in ("..%2F..%2Fconfig.json", "%2E%2E", "a%2Fb", "UPPER", "x" * 300):
+        code, status = _raw(fake, "GET", f"/api/v1/nodes/{name}")
+        assert code == 400 and status["kind"] == "Status", name
+    code, _ = _raw(fake, "PATCH", "/api/v1/nodes/..%2F..%2Fapiserver%2Fconfig",
+                   body=b"{}", headers={"Content-Type": "application/merge-patch+json"})
+    assert code == 400
+    huge = b"{" + b" " * (4 * 1024 * 1024) + b"}"
+    code, status = _raw(fake, "PATCH", "/api/v1/nodes/local-slonk-cpu-0", body=huge,
+                        headers={"Content-Type": "application/merge-patch+json"})  # fmt: skip
+    assert code == 413 and status["reason"] == "RequestEntityTooLarge"
+    code, status = _raw(fake, "PATCH", "/api/v1/nodes/local-slonk-cpu-0", body=b"{not json",
+                        headers={"Content-Type": "application/merge-patch+json"})  # fmt: skip
+    assert code == 400
+    # nothing outside the fake's folder appeared, and the config was not touched
+    assert sorted(p.name for p in fake.cluster.apiserver_dir.iterdir()) == [
+        "chart.json", "config.json", "nodes", "tls.crt", "tls.key"]
+    # a pod's spec is the chart's: no one changes it through the API
+    code, status = _raw(fake, "PATCH", pod, body=json.dumps({"spec": {"containers": [
+        {"name": "slurmd", "image": "evil"}]}}).encode(),
+        headers={"Content-Type": "application/strategic-merge-patch+json"})  # fmt: skip
+    assert code == 422, status

@@ -24,6 +24,7 @@ from slonk.local.apiserver.status import ApiError, invalid
 from slonk.local.apiserver.store import Object, Store
 
 MAX_BODY = 3 * 1024 * 1024
+DRAIN_LIMIT = 16 * 1024 * 1024
 NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 DEFAULT_WATCH_SECONDS = 1800
 BOOKMARK_SECONDS = 5.0
@@ -167,8 +168,16 @@ class Handler(BaseHTTPRequestHandler):
     def _body(self) -> Any:
         if self.headers.get("Transfer-Encoding"):
             raise ApiError(411, "a request body needs a Content-Length here", "LengthRequired")
-        length = int(self.headers.get("Content-Length") or 0)
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            raise ApiError(400, "the Content-Length is no number") from None
         if length > MAX_BODY:
+            # Read (and drop) a moderately large body so that the client hears the 413;
+            # past DRAIN_LIMIT the connection just closes after the answer.
+            left = length if length <= DRAIN_LIMIT else 0
+            while left > 0 and (chunk := self.rfile.read(min(left, 1 << 16))):
+                left -= len(chunk)
             raise ApiError(413, f"the request body of {length} bytes exceeds the limit of "
                            f"{MAX_BODY} bytes")  # fmt: skip
         if length <= 0:
