@@ -4,6 +4,7 @@ driven by the official Python client and by real `kubectl`."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import threading
@@ -49,7 +50,7 @@ RULES = [
      "verbs": ["get", "create", "update"]},
     {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["get", "list"]},
 ]  # fmt: skip
-KUBECTL = shutil.which("kubectl")
+KUBECTL = os.environ.get("SLONK_KUBECTL") or shutil.which("kubectl")  # another to check
 
 
 class StubKubelet:
@@ -94,9 +95,8 @@ class Fake:
             json.dumps({"statefulsets": [STS], "budgets": [PDB]})
         )
         self.kubelet = StubKubelet()
-        self.server, self.controllers = fake_apiserver.serve(
-            self.cluster, "127.0.0.1", 0, self.kubelet, history
-        )
+        api, self.controllers = fake_apiserver.serve(self.cluster, self.kubelet, history)
+        self.server = fake_apiserver.listen(api, self.cluster, "127.0.0.1", 0)
         self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()

@@ -16,12 +16,14 @@ slonk.local.apiserver; this module runs them for a local cluster:
 from __future__ import annotations
 
 import base64
+import ctypes
 import json
 import secrets
 import ssl
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -30,7 +32,7 @@ import yaml
 
 from slonk.files import write_atomically
 from slonk.local.apiserver import objects as api_objects
-from slonk.local.apiserver.controllers import PDBS, STS, Controllers
+from slonk.local.apiserver.controllers import PDBS, RELIST_SECONDS, STS, Controllers
 from slonk.local.apiserver.http import Api, Server
 from slonk.local.apiserver.rbac import ADMIN, Authorizer
 from slonk.local.apiserver.store import HISTORY, Change, Store
@@ -41,6 +43,9 @@ from slonk.local.projection import project
 from slonk.local.state import Cluster
 
 PORT = 6443
+HOST_ADDRESS = "127.0.0.1"
+HOST_FILE = "host-address"  # where the host's listener is, "127.0.0.1:<port>"
+CLONE_NEWNET = 0x40000000
 CHART_FILE = "chart.json"  # the StatefulSets and PDBs in force, as `up` and `upgrade` rendered
 
 
@@ -89,13 +94,14 @@ def load_chart(store: Store, chart: Mapping[str, Any], namespace: str) -> None:
                 store.delete(key, namespace, obj["metadata"]["name"])
 
 
-def certificate(folder: Path, address: str) -> None:
+def certificate(folder: Path, *addresses: str) -> None:
     cert, key = folder / "tls.crt", folder / "tls.key"
+    names = ",".join(f"IP:{a}" for a in addresses)
     if not cert.exists():
         subprocess.run(
             ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
              "-nodes", "-days", "3650", "-subj", "/CN=kubernetes", "-keyout", str(key),
-             "-out", str(cert), "-addext", f"subjectAltName=IP:{address}"],
+             "-out", str(cert), "-addext", f"subjectAltName={names}"],
             check=True, capture_output=True,
         )  # fmt: skip
         key.chmod(0o600)
@@ -107,7 +113,7 @@ def start(cluster: Cluster, objects: Plan, namespace: str) -> None:
     with the rest."""
     folder = cluster.apiserver_dir
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    certificate(folder, BRIDGE_ADDRESS)
+    certificate(folder, BRIDGE_ADDRESS, HOST_ADDRESS)
     cert = (folder / "tls.crt").read_bytes()
     tokens = {secrets.token_urlsafe(32): ADMIN}
     for account in sorted({p.service_account for p in objects.pods if p.service_account}):
@@ -120,22 +126,29 @@ def start(cluster: Cluster, objects: Plan, namespace: str) -> None:
     config = {"tokens": tokens, "rules": objects.permissions(), "namespace": namespace}
     write_atomically(folder / "config.json", json.dumps(config, indent=1), mode=0o600)
     publish(cluster, objects)
+    (folder / HOST_FILE).unlink(missing_ok=True)
     with open(folder / "log", "ab") as log:
-        subprocess.Popen(
-            ["nsenter", f"--net={NETNS_DIR / cluster.network.switch}", "--", sys.executable,
-             "-m", "slonk.local.fake_apiserver", str(cluster.state_dir), BRIDGE_ADDRESS],
+        server = subprocess.Popen(
+            [sys.executable, "-m", "slonk.local.fake_apiserver", str(cluster.state_dir),
+             str(NETNS_DIR / cluster.network.switch)],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True,
         )  # fmt: skip
+    # Serving on both addresses before `up` goes on: the pods' first calls find it there.
+    while not (folder / HOST_FILE).exists():
+        if server.poll() is not None:
+            raise LocalModeError(f"the fake API server stopped: see {folder / 'log'}")
+        time.sleep(0.02)
 
 
-def kubeconfig(cluster: Cluster, server: str = f"{BRIDGE_ADDRESS}:{PORT}") -> str:
-    """An admin kubeconfig for the operator at the host: the bridge's address is the host's
-    own (the switch's bridge), so kubectl reaches the fake from the host's network."""
+def kubeconfig(cluster: Cluster, server: str | None = None) -> str:
+    """An admin kubeconfig for the operator at the host: the fake's address on the host's
+    loopback (the bridge's lives in the cluster's own network namespace)."""
     folder = cluster.apiserver_dir
     try:
         config = json.loads((folder / "config.json").read_text())
         cert = (folder / "tls.crt").read_bytes()
+        server = server or (folder / HOST_FILE).read_text().strip()
     except FileNotFoundError:
         raise LocalModeError(
             f"no fake API server in {cluster.state_dir}: `slonk local up` first"
@@ -153,9 +166,9 @@ def kubeconfig(cluster: Cluster, server: str = f"{BRIDGE_ADDRESS}:{PORT}") -> st
     }, sort_keys=False)  # fmt: skip
 
 
-def serve(cluster: Cluster, address: str, port: int = PORT, backend: Any = None,
-          history: int = HISTORY) -> tuple[Server, Controllers]:  # fmt: skip
-    """The fake for `cluster`'s apiserver folder, listening (not yet serving)."""
+def serve(cluster: Cluster, backend: Any = None, history: int = HISTORY
+          ) -> tuple[Api, Controllers]:  # fmt: skip
+    """The fake for `cluster`'s apiserver folder, its relist running; `listen` serves it."""
     folder = cluster.apiserver_dir
     config = json.loads((folder / "config.json").read_text())
     namespace = config.get("namespace", "default")
@@ -173,12 +186,7 @@ def serve(cluster: Cluster, address: str, port: int = PORT, backend: Any = None,
     store = Store(history, on_change=snapshot)
     store.create("/namespaces", api_objects.namespace_object(namespace))
     controllers = Controllers(store, backend or KubeletBackend(cluster), namespace)
-    api = Api(store, Authorizer(config["rules"], namespace), controllers, config["tokens"],
-              f"{address}:{port}")  # fmt: skip
-    server = Server((address, port), api)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(folder / "tls.crt", folder / "tls.key")
-    server.socket = context.wrap_socket(server.socket, server_side=True)
+    api = Api(store, Authorizer(config["rules"], namespace), controllers, config["tokens"])
     chart_file = folder / CHART_FILE
     loaded = [0.0]
 
@@ -192,7 +200,7 @@ def serve(cluster: Cluster, address: str, port: int = PORT, backend: Any = None,
     controllers.relist()
 
     def loop() -> None:
-        while not controllers.stopped.wait(1.0):
+        while not controllers.stopped.wait(RELIST_SECONDS):
             try:
                 reload()
                 controllers.relist()
@@ -200,15 +208,41 @@ def serve(cluster: Cluster, address: str, port: int = PORT, backend: Any = None,
                 print(f"relist: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
 
     threading.Thread(target=loop, daemon=True).start()
-    return server, controllers
+    return api, controllers
+
+
+def listen(api: Api, cluster: Cluster, address: str, port: int) -> Server:
+    """A TLS listener for `api` on address:port (port 0: any free one), in the network
+    namespace the caller is in now."""
+    server = Server((address, port), api)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cluster.apiserver_dir / "tls.crt", cluster.apiserver_dir / "tls.key")
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    return server
+
+
+def _enter_network(netns: Path) -> None:
+    """Join the cluster's network namespace (Python 3.11 has no os.setns)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    with open(netns) as handle:
+        if libc.setns(handle.fileno(), CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), f"setns {netns}")
 
 
 def main() -> None:
-    """<state dir> <address>: serve until killed (local mode's `down` does that)."""
-    cluster, address = Cluster(Path(sys.argv[1])), sys.argv[2]
-    server, _ = serve(cluster, address)
-    print(f"fake API server on https://{address}:{PORT}", flush=True)
-    server.serve_forever()
+    """<state dir> <the switch's netns>: serve on the host's loopback (a free port, written
+    to apiserver/host-address for `slonk local kubeconfig`) and, from inside the cluster's
+    network, on the bridge's address, where the pods reach it; until killed (`down`)."""
+    cluster, netns = Cluster(Path(sys.argv[1])), Path(sys.argv[2])
+    api, _ = serve(cluster)
+    host = listen(api, cluster, HOST_ADDRESS, 0)
+    _enter_network(netns)  # the host listener's socket stays in the host's namespace
+    bridge = listen(api, cluster, BRIDGE_ADDRESS, PORT)
+    threading.Thread(target=host.serve_forever, daemon=True).start()
+    where = f"{HOST_ADDRESS}:{host.server_address[1]}"
+    write_atomically(cluster.apiserver_dir / HOST_FILE, where + "\n")
+    print(f"fake API server on https://{BRIDGE_ADDRESS}:{PORT} and https://{where}", flush=True)
+    bridge.serve_forever()
 
 
 if __name__ == "__main__":

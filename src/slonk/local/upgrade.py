@@ -28,6 +28,7 @@ from typing import Any
 
 from slonk import chart
 from slonk.health import reasons
+from slonk.local import fake_apiserver
 from slonk.local.cluster import require_root
 from slonk.local.kubelet import start_pod, stop_pods, write_hosts
 from slonk.local.manifests import LocalModeError, Plan, Pod, hosts_file
@@ -339,6 +340,7 @@ def _settle(
     ones their new template (they take it when next started, as with OnDelete), start the
     joining ones and wait until their nodes are up."""
     stop_pods(cluster, leaving, progress)
+    fake_apiserver.publish(cluster, objects)  # the StatefulSets' new replicas and templates
     for name in leaving:
         cluster.network.remove_pod(name)
         shutil.rmtree(cluster.pod_dir(name), ignore_errors=True)

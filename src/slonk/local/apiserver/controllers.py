@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from slonk.local.apiserver import objects
 from slonk.local.apiserver.selectors import selector
-from slonk.local.apiserver.status import ApiError
+from slonk.local.apiserver.status import ApiError, invalid
 from slonk.local.apiserver.store import Object, Store, now
 
 PODS, NODES, STS, PDBS = "/pods", "/nodes", "apps/statefulsets", "policy/poddisruptionbudgets"
@@ -176,12 +176,11 @@ class Controllers:
         known = self.backend.pods()
         most = sum(1 for n in known if n.rpartition("-")[0] == base)
         if not 0 <= replicas <= most:
-            raise ApiError(
-                422,
-                f'StatefulSet.apps "{base}" is invalid: spec.replicas: Invalid value: {replicas}: '
-                f"local mode runs at most the {most} pods the chart's values made (raise the "
-                "pool's replicas with `slonk local upgrade` first)",
-            )
+            raise invalid(
+                "StatefulSet", base, "spec.replicas", f"Invalid value: {replicas}: local mode "
+                f"runs at most the {most} pods the chart's values made (raise the pool's "
+                "replicas with `slonk local upgrade` first)", group="apps",
+            )  # fmt: skip
 
     def scaled(self, sts: Object) -> None:
         """After spec.replicas changed: stop the pods above it, highest ordinal first, one at

@@ -50,9 +50,9 @@ class Api:
     """Everything a request may touch: the store, who is who, what they may do."""
 
     def __init__(self, store: Store, authorizer: Authorizer, controllers: Controllers,
-                 tokens: Mapping[str, str], address: str) -> None:  # fmt: skip
+                 tokens: Mapping[str, str]) -> None:  # fmt: skip
         self.store, self.authorizer, self.controllers = store, authorizer, controllers
-        self.tokens, self.address = tokens, address
+        self.tokens = tokens
 
     def account(self, header: str) -> str:
         scheme, _, token = header.partition(" ")
@@ -157,7 +157,7 @@ class Handler(BaseHTTPRequestHandler):
                 if self.command != "GET":
                     raise ApiError(405, f"{self.command} is not allowed on {url.path!a}")
                 if found.get("kind") == "APIVersions":
-                    found = resources.api_versions(api.address)
+                    found = resources.api_versions("%s:%s" % self.server.server_address[:2])
                 return self._send(200, found)
             self._resource(api, account, found, query, body)
         except ApiError as err:
@@ -310,7 +310,7 @@ class Handler(BaseHTTPRequestHandler):
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = _name(f"{meta['generateName']}{secrets.token_hex(3)[:5]}")
         if not meta.get("name"):
-            raise invalid(target.resource.kind, "", "metadata.name: Required value: name or "
+            raise invalid(target.resource.kind, "", "metadata.name", "Required value: name or "
                           "generateName is required")  # fmt: skip
         _name(meta["name"])
         if target.resource.namespaced and api.store.find(
@@ -348,7 +348,7 @@ class Handler(BaseHTTPRequestHandler):
     def _scale(self, api: Api, target: Target, current: Object, scale: Object) -> tuple[int, Object]:
         replicas = scale.get("spec", {}).get("replicas")
         if not isinstance(replicas, int) or isinstance(replicas, bool):
-            raise invalid("Scale", target.name, "spec.replicas: must be an integer")
+            raise invalid("Scale", target.name, "spec.replicas", "must be an integer")
         updated = dict(current, spec={**current["spec"], "replicas": replicas})
         expected = scale.get("metadata", {}).get("resourceVersion")
         updated["metadata"] = {**current["metadata"], "resourceVersion": expected}
@@ -366,7 +366,7 @@ class Handler(BaseHTTPRequestHandler):
         elif kind in HAS_STATUS and "status" in current:
             obj = dict(obj, status=current["status"])
         if kind == "Pod" and not main and obj.get("spec") != current.get("spec"):
-            raise invalid("Pod", target.name, "spec: Forbidden: local mode's pods take their "
+            raise invalid("Pod", target.name, "spec", "Forbidden: local mode's pods take their "
                           "spec from the chart (labels and annotations may change)")  # fmt: skip
         replicas = lambda o: int(o.get("spec", {}).get("replicas", 1))  # noqa: E731
         if kind == "StatefulSet" and replicas(obj) != replicas(current):
@@ -426,7 +426,7 @@ def _checked(body: Any, target: Target) -> Object:
         if not isinstance(values, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in values.items()
         ):  # fmt: skip
-            raise invalid(resource.kind, meta.get("name", ""), f"metadata.{key}: strings only")
+            raise invalid(resource.kind, meta.get("name", ""), f"metadata.{key}", "strings only")
     return obj
 
 
