@@ -22,10 +22,12 @@ from slonk.local.state import Cluster
 NAMESPACE = "default"
 POOL = {"app.kubernetes.io/component": "worker", "slonk.io/nodepool": "cpu"}
 STS = {
-    "apiVersion": "apps/v1", "kind": "StatefulSet",
+    "apiVersion": "apps/v1",
+    "kind": "StatefulSet",
     "metadata": {"name": "slonk-cpu", "labels": {"app.kubernetes.io/name": "slonk"}},
     "spec": {
-        "replicas": 2, "serviceName": "slonk-workers",
+        "replicas": 2,
+        "serviceName": "slonk-workers",
         "selector": {"matchLabels": POOL},
         "template": {
             "metadata": {"labels": POOL},
@@ -36,20 +38,24 @@ STS = {
             },
         },
     },
-}  # fmt: skip
+}
 PDB = {
-    "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+    "apiVersion": "policy/v1",
+    "kind": "PodDisruptionBudget",
     "metadata": {"name": "slonk-cpu"},
     "spec": {"maxUnavailable": 1, "selector": {"matchLabels": POOL}},
-}  # fmt: skip
+}
 # The test's own Role for the controller's account (the chart's is the lead's to write).
 RULES = [
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "delete"]},
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"], "namespace": None},
-    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-     "verbs": ["get", "create", "update"]},
+    {
+        "apiGroups": ["coordination.k8s.io"],
+        "resources": ["leases"],
+        "verbs": ["get", "create", "update"],
+    },
     {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["get", "list"]},
-]  # fmt: skip
+]
 KUBECTL = os.environ.get("SLONK_KUBECTL") or shutil.which("kubectl")  # another to check
 
 
@@ -84,13 +90,21 @@ class Fake:
         api = self.cluster.apiserver_dir
         api.mkdir(parents=True)
         fake_apiserver.certificate(api, "127.0.0.1")
-        self.tokens = {"admin-token": ADMIN, "controller-token": "slonk-controller",
-                       "login-token": "slonk-login"}  # fmt: skip
+        self.tokens = {
+            "admin-token": ADMIN,
+            "controller-token": "slonk-controller",
+            "login-token": "slonk-login",
+        }
         rules = [{"namespace": NAMESPACE, "resourceNames": [], **r} for r in RULES]
-        (api / "config.json").write_text(json.dumps({
-            "tokens": self.tokens, "namespace": NAMESPACE,
-            "rules": {"slonk-controller": rules},
-        }))  # fmt: skip
+        (api / "config.json").write_text(
+            json.dumps(
+                {
+                    "tokens": self.tokens,
+                    "namespace": NAMESPACE,
+                    "rules": {"slonk-controller": rules},
+                }
+            )
+        )
         (api / fake_apiserver.CHART_FILE).write_text(
             json.dumps({"statefulsets": [STS], "budgets": [PDB]})
         )
@@ -115,8 +129,11 @@ class Fake:
         assert KUBECTL
         result = subprocess.run(
             [KUBECTL, f"--kubeconfig={self.kubeconfig}", f"--cache-dir={self.cache}", *args],
-            capture_output=True, text=True, timeout=60, check=False,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         if check and result.returncode:
             raise AssertionError(f"kubectl {' '.join(args)}: {result.stderr}")
         return result
@@ -198,8 +215,10 @@ def test_kubectl_scales_a_statefulset_down_and_up(fake: Fake):
     assert fake.kubelet.pids["slonk-cpu-1"] is None
     assert fake.kubelet.pids["slonk-cpu-0"] == 100  # untouched
     fake.kubectl("scale", "sts", "slonk-cpu", "--replicas=2")
-    wait_for("slonk-cpu-1 running", lambda: "slonk-cpu-1   1/1     Running" in fake.kubectl(
-        "get", "pods").stdout)  # fmt: skip
+    wait_for(
+        "slonk-cpu-1 running",
+        lambda: "slonk-cpu-1   1/1     Running" in fake.kubectl("get", "pods").stdout,
+    )
     assert fake.kubelet.log == ["stop slonk-cpu-1", "start slonk-cpu-1"]
     refused = fake.kubectl("scale", "sts", "slonk-cpu", "--replicas=4", check=False)
     assert refused.returncode and "local mode runs at most the 3 pods" in refused.stderr
@@ -211,8 +230,14 @@ def test_kubectl_delete_pod_waits_for_the_stop_and_the_statefulset_makes_it_agai
     before = fake.kubectl("get", "pod", "slonk-cpu-0", "-o", "jsonpath={.metadata.uid}").stdout
     fake.kubectl("delete", "pod", "slonk-cpu-0", "--wait", "--timeout=30s")
     assert fake.kubelet.log[0] == "stop slonk-cpu-0"
-    after = wait_for("a new slonk-cpu-0", lambda: fake.kubectl(
-        "get", "pod", "slonk-cpu-0", "-o", "jsonpath={.metadata.uid}", check=False).stdout)
+    after = wait_for(
+        "a new slonk-cpu-0",
+        lambda: (
+            fake.kubectl(
+                "get", "pod", "slonk-cpu-0", "-o", "jsonpath={.metadata.uid}", check=False
+            ).stdout
+        ),
+    )
     assert after != before
     wait_for("it runs", lambda: fake.kubelet.pids["slonk-cpu-0"] not in (None, 100))
 
@@ -222,8 +247,10 @@ def test_kubectl_reads_leases_made_through_the_client(fake: Fake):
     from kubernetes import client
 
     leases = client.CoordinationV1Api(fake.client("controller-token"))
-    leases.create_namespaced_lease(NAMESPACE, {
-        "metadata": {"name": "slonk-syncer"}, "spec": {"holderIdentity": "controller-0"}})
+    leases.create_namespaced_lease(
+        NAMESPACE,
+        {"metadata": {"name": "slonk-syncer"}, "spec": {"holderIdentity": "controller-0"}},
+    )
     out = fake.kubectl("get", "lease").stdout.splitlines()
     assert out[0].split() == ["NAME", "HOLDER", "AGE"]
     assert out[1].split()[:2] == ["slonk-syncer", "controller-0"]
@@ -242,14 +269,19 @@ def test_list_then_watch_from_its_resource_version_sees_each_change_once(fake: F
     core.delete_namespaced_pod("slonk-cpu-1", NAMESPACE)
     seen = []
     for event in watch.Watch().stream(
-        core.list_namespaced_pod, NAMESPACE, resource_version=listed.metadata.resource_version,
-        field_selector="metadata.name=slonk-cpu-1", timeout_seconds=20,
-    ):  # fmt: skip
+        core.list_namespaced_pod,
+        NAMESPACE,
+        resource_version=listed.metadata.resource_version,
+        field_selector="metadata.name=slonk-cpu-1",
+        timeout_seconds=20,
+    ):
         pod = event["object"]
         seen.append((event["type"], bool(pod.metadata.deletion_timestamp), pod.status.phase))
-        if event["type"] == "MODIFIED" and pod.status.phase == "Running" and not (
-            pod.metadata.deletion_timestamp
-        ):  # fmt: skip
+        if (
+            event["type"] == "MODIFIED"
+            and pod.status.phase == "Running"
+            and not (pod.metadata.deletion_timestamp)
+        ):
             break
     assert seen == [
         ("MODIFIED", True, "Running"),  # terminating
@@ -281,8 +313,9 @@ def test_an_update_from_a_stale_read_is_refused_409(fake: Fake):
     from kubernetes.client.rest import ApiException
 
     leases = client.CoordinationV1Api(fake.client("controller-token"))
-    made = leases.create_namespaced_lease(NAMESPACE, {"metadata": {"name": "slonk-syncer"},
-                                                      "spec": {"holderIdentity": "a"}})  # fmt: skip
+    made = leases.create_namespaced_lease(
+        NAMESPACE, {"metadata": {"name": "slonk-syncer"}, "spec": {"holderIdentity": "a"}}
+    )
     made.spec.holder_identity = "b"
     leases.replace_namespaced_lease("slonk-syncer", NAMESPACE, made)
     made.spec.holder_identity = "c"
@@ -319,8 +352,10 @@ def test_leader_election_through_a_lease_lock(fake: Fake):
     threading.Thread(target=candidate, args=("b",), daemon=True).start()
     first = api.read_namespaced_lease("slonk-syncer", NAMESPACE).spec.renew_time
     # a renews (the lease moves on) while b only tries: b never leads meanwhile.
-    wait_for("a renewal by a", lambda: api.read_namespaced_lease(
-        "slonk-syncer", NAMESPACE).spec.renew_time != first)  # fmt: skip
+    wait_for(
+        "a renewal by a",
+        lambda: api.read_namespaced_lease("slonk-syncer", NAMESPACE).spec.renew_time != first,
+    )
     assert not leading["b"].is_set()
     assert api.read_namespaced_lease("slonk-syncer", NAMESPACE).spec.holder_identity == "a"
     release.set()
@@ -334,24 +369,38 @@ def test_the_three_patch_types(fake: Fake):
     core = client.CoreV1Api(fake.client())
     node = "local-slonk-cpu-0"
     # strategic: conditions merge by type (the Ready condition stays)
-    core.patch_node_status(node, {"status": {"conditions": [
-        {"type": "GPUProblem", "status": "True", "reason": "XidError"}]}})  # fmt: skip
+    core.patch_node_status(
+        node,
+        {
+            "status": {
+                "conditions": [{"type": "GPUProblem", "status": "True", "reason": "XidError"}]
+            }
+        },
+    )
     types = {c.type: c.status for c in core.read_node(node).status.conditions}
     assert types == {"Ready": "True", "GPUProblem": "True"}
     # merge: a null removes a key, a list is replaced whole
-    core.patch_node(node, {"metadata": {"labels": {"kubernetes.io/os": None}}},
-                    _content_type="application/merge-patch+json")  # fmt: skip
+    core.patch_node(
+        node,
+        {"metadata": {"labels": {"kubernetes.io/os": None}}},
+        _content_type="application/merge-patch+json",
+    )
     assert "kubernetes.io/os" not in core.read_node(node).metadata.labels
     # JSON patch, guarded by a test
-    ops = [{"op": "test", "path": "/metadata/labels/kubernetes.io~1arch", "value": "amd64"},
-           {"op": "add", "path": "/spec/unschedulable", "value": True}]  # fmt: skip
+    ops = [
+        {"op": "test", "path": "/metadata/labels/kubernetes.io~1arch", "value": "amd64"},
+        {"op": "add", "path": "/spec/unschedulable", "value": True},
+    ]
     core.patch_node(node, ops, _content_type="application/json-patch+json")
     assert core.read_node(node).spec.unschedulable is True
     from kubernetes.client.rest import ApiException
 
     with pytest.raises(ApiException) as failed:
-        core.patch_node(node, [{"op": "test", "path": "/spec/unschedulable", "value": False}],
-                        _content_type="application/json-patch+json")  # fmt: skip
+        core.patch_node(
+            node,
+            [{"op": "test", "path": "/spec/unschedulable", "value": False}],
+            _content_type="application/json-patch+json",
+        )
     assert failed.value.status == 422
     # the main resource leaves status alone
     core.patch_node(node, {"status": {"conditions": []}})
@@ -363,28 +412,58 @@ def test_every_kind_reads_back_through_the_clients_models(fake: Fake):
 
     admin = fake.client()
     apps, policy = client.AppsV1Api(admin), client.PolicyV1Api(admin)
-    sts = wait_for("a ready StatefulSet", lambda: (s := apps.read_namespaced_stateful_set(
-        "slonk-cpu", NAMESPACE)).status.ready_replicas == 2 and s)  # fmt: skip
+    sts = wait_for(
+        "a ready StatefulSet",
+        lambda: (
+            (s := apps.read_namespaced_stateful_set("slonk-cpu", NAMESPACE)).status.ready_replicas
+            == 2
+            and s
+        ),
+    )
     assert sts.spec.replicas == 2 and sts.status.replicas == 2
     scale = apps.read_namespaced_stateful_set_scale("slonk-cpu", NAMESPACE)
     assert (scale.spec.replicas, scale.status.selector) == (
-        2, "app.kubernetes.io/component=worker,slonk.io/nodepool=cpu")
-    pdb = wait_for("the budget's status", lambda: (p := policy.read_namespaced_pod_disruption_budget(
-        "slonk-cpu", NAMESPACE)).status.current_healthy == 2 and p)  # fmt: skip
+        2,
+        "app.kubernetes.io/component=worker,slonk.io/nodepool=cpu",
+    )
+    pdb = wait_for(
+        "the budget's status",
+        lambda: (
+            (
+                p := policy.read_namespaced_pod_disruption_budget("slonk-cpu", NAMESPACE)
+            ).status.current_healthy
+            == 2
+            and p
+        ),
+    )
     assert pdb.status.disruptions_allowed == 1
     core = client.CoreV1Api(admin)
     assert [n.metadata.name for n in core.list_namespace().items] == [NAMESPACE]
-    core.create_namespaced_event(NAMESPACE, {
-        "metadata": {"generateName": "slonk-cpu-0."}, "reason": "Drained", "type": "Normal",
-        "message": "slonk:k8s:cordoned", "involvedObject": {"kind": "Pod", "name": "slonk-cpu-0"},
-    })  # fmt: skip
+    core.create_namespaced_event(
+        NAMESPACE,
+        {
+            "metadata": {"generateName": "slonk-cpu-0."},
+            "reason": "Drained",
+            "type": "Normal",
+            "message": "slonk:k8s:cordoned",
+            "involvedObject": {"kind": "Pod", "name": "slonk-cpu-0"},
+        },
+    )
     events = core.list_namespaced_event(NAMESPACE, field_selector="involvedObject.name=slonk-cpu-0")
     assert [e.reason for e in events.items] == ["Drained"]
-    client.EventsV1Api(admin).create_namespaced_event(NAMESPACE, {
-        "metadata": {"name": "e1"}, "reason": "Lent", "type": "Normal", "action": "Scale",
-        "eventTime": "2026-01-01T00:00:00.000000Z", "reportingController": "slonk",
-        "reportingInstance": "syncer", "regarding": {"kind": "Pod", "name": "slonk-cpu-1"},
-    })  # fmt: skip
+    client.EventsV1Api(admin).create_namespaced_event(
+        NAMESPACE,
+        {
+            "metadata": {"name": "e1"},
+            "reason": "Lent",
+            "type": "Normal",
+            "action": "Scale",
+            "eventTime": "2026-01-01T00:00:00.000000Z",
+            "reportingController": "slonk",
+            "reportingInstance": "syncer",
+            "regarding": {"kind": "Pod", "name": "slonk-cpu-1"},
+        },
+    )
     assert client.EventsV1Api(admin).list_namespaced_event(NAMESPACE).items[0].reason == "Lent"
 
 
@@ -393,15 +472,28 @@ def test_an_eviction_honours_the_disruption_budget(fake: Fake):
     from kubernetes.client.rest import ApiException
 
     core, policy = client.CoreV1Api(fake.client()), client.PolicyV1Api(fake.client())
-    wait_for("the budget's status", lambda: policy.read_namespaced_pod_disruption_budget(
-        "slonk-cpu", NAMESPACE).status.disruptions_allowed == 1)  # fmt: skip
-    eviction = {"apiVersion": "policy/v1", "kind": "Eviction",
-                "metadata": {"name": "slonk-cpu-1", "namespace": NAMESPACE}}  # fmt: skip
+    wait_for(
+        "the budget's status",
+        lambda: (
+            policy.read_namespaced_pod_disruption_budget(
+                "slonk-cpu", NAMESPACE
+            ).status.disruptions_allowed
+            == 1
+        ),
+    )
+    eviction = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": "slonk-cpu-1", "namespace": NAMESPACE},
+    }
     core.create_namespaced_pod_eviction("slonk-cpu-1", NAMESPACE, eviction)
     # slonk-cpu-1 is down (terminating, then Pending): the budget is spent for slonk-cpu-0.
     with pytest.raises(ApiException) as refused:
-        core.create_namespaced_pod_eviction("slonk-cpu-0", NAMESPACE, {**eviction, "metadata": {
-            "name": "slonk-cpu-0", "namespace": NAMESPACE}})  # fmt: skip
+        core.create_namespaced_pod_eviction(
+            "slonk-cpu-0",
+            NAMESPACE,
+            {**eviction, "metadata": {"name": "slonk-cpu-0", "namespace": NAMESPACE}},
+        )
     assert refused.value.status == 429
     assert "disruption budget" in json.loads(refused.value.body)["message"]
 
@@ -418,26 +510,36 @@ def test_rbac_refuses_what_no_rule_grants(fake: Fake):
         lambda: core.list_node(),  # list not granted on nodes
         lambda: core.patch_namespaced_pod("slonk-cpu-0", NAMESPACE, {"metadata": {}}),
         lambda: apps.patch_namespaced_stateful_set_scale(  # the subresource is not granted
-            "slonk-cpu", NAMESPACE, {"spec": {"replicas": 1}}),
-        lambda: core.create_namespaced_pod_eviction("slonk-cpu-0", NAMESPACE, {
-            "metadata": {"name": "slonk-cpu-0"}}),
+            "slonk-cpu", NAMESPACE, {"spec": {"replicas": 1}}
+        ),
+        lambda: core.create_namespaced_pod_eviction(
+            "slonk-cpu-0", NAMESPACE, {"metadata": {"name": "slonk-cpu-0"}}
+        ),
         lambda: core.list_namespaced_pod("kube-system"),  # the Role holds in its namespace only
         lambda: client.CoordinationV1Api(controller).delete_namespaced_lease("x", NAMESPACE),
-    ]  # fmt: skip
+    ]
     for refused in refusals:
         with pytest.raises(ApiException) as caught:
             refused()
         assert caught.value.status == 403, caught.value.body
-        assert "system:serviceaccount:default:slonk-controller" in json.loads(
-            caught.value.body)["message"]  # fmt: skip
+        assert (
+            "system:serviceaccount:default:slonk-controller"
+            in json.loads(caught.value.body)["message"]
+        )
     # an account with no rules (the login pod's, had it a token) may do nothing
     with pytest.raises(ApiException) as caught:
         client.CoreV1Api(fake.client("login-token")).read_namespaced_pod("slonk-cpu-0", NAMESPACE)
     assert caught.value.status == 403
 
 
-def _raw(fake: Fake, method: str, path: str, token: str | None = "admin-token",
-         body: bytes = b"", headers: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:  # fmt: skip
+def _raw(
+    fake: Fake,
+    method: str,
+    path: str,
+    token: str | None = "admin-token",
+    body: bytes = b"",
+    headers: dict[str, str] | None = None,
+) -> tuple[int, dict[str, Any]]:
     import http.client
     import ssl
 
@@ -459,21 +561,45 @@ def test_from_the_attackers_side(fake: Fake):
     for name in ("..%2F..%2Fconfig.json", "%2E%2E", "a%2Fb", "UPPER", "x" * 300):
         code, status = _raw(fake, "GET", f"/api/v1/nodes/{name}")
         assert code == 400 and status["kind"] == "Status", name
-    code, _ = _raw(fake, "PATCH", "/api/v1/nodes/..%2F..%2Fapiserver%2Fconfig",
-                   body=b"{}", headers={"Content-Type": "application/merge-patch+json"})
+    code, _ = _raw(
+        fake,
+        "PATCH",
+        "/api/v1/nodes/..%2F..%2Fapiserver%2Fconfig",
+        body=b"{}",
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
     assert code == 400
     huge = b"{" + b" " * (4 * 1024 * 1024) + b"}"
-    code, status = _raw(fake, "PATCH", "/api/v1/nodes/local-slonk-cpu-0", body=huge,
-                        headers={"Content-Type": "application/merge-patch+json"})  # fmt: skip
+    code, status = _raw(
+        fake,
+        "PATCH",
+        "/api/v1/nodes/local-slonk-cpu-0",
+        body=huge,
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
     assert code == 413 and status["reason"] == "RequestEntityTooLarge"
-    code, status = _raw(fake, "PATCH", "/api/v1/nodes/local-slonk-cpu-0", body=b"{not json",
-                        headers={"Content-Type": "application/merge-patch+json"})  # fmt: skip
+    code, status = _raw(
+        fake,
+        "PATCH",
+        "/api/v1/nodes/local-slonk-cpu-0",
+        body=b"{not json",
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
     assert code == 400
     # nothing outside the fake's folder appeared, and the config was not touched
     assert sorted(p.name for p in fake.cluster.apiserver_dir.iterdir()) == [
-        "chart.json", "config.json", "nodes", "tls.crt", "tls.key"]
+        "chart.json",
+        "config.json",
+        "nodes",
+        "tls.crt",
+        "tls.key",
+    ]
     # a pod's spec is the chart's: no one changes it through the API
-    code, status = _raw(fake, "PATCH", pod, body=json.dumps({"spec": {"containers": [
-        {"name": "slurmd", "image": "evil"}]}}).encode(),
-        headers={"Content-Type": "application/strategic-merge-patch+json"})  # fmt: skip
+    code, status = _raw(
+        fake,
+        "PATCH",
+        pod,
+        body=json.dumps({"spec": {"containers": [{"name": "slurmd", "image": "evil"}]}}).encode(),
+        headers={"Content-Type": "application/strategic-merge-patch+json"},
+    )
     assert code == 422, status

@@ -87,8 +87,14 @@ def load_chart(store: Store, chart: Mapping[str, Any], namespace: str) -> None:
             if current is None:
                 store.create(key, obj)
             else:
-                store.update(key, {**obj, "metadata": {**current["metadata"], **obj["metadata"]},
-                                   "status": current.get("status", {})})  # fmt: skip
+                store.update(
+                    key,
+                    {
+                        **obj,
+                        "metadata": {**current["metadata"], **obj["metadata"]},
+                        "status": current.get("status", {}),
+                    },
+                )
         for obj in store.list(key, namespace)[0]:
             if obj["metadata"]["name"] not in wanted:
                 store.delete(key, namespace, obj["metadata"]["name"])
@@ -99,11 +105,29 @@ def certificate(folder: Path, *addresses: str) -> None:
     names = ",".join(f"IP:{a}" for a in addresses)
     if not cert.exists():
         subprocess.run(
-            ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-             "-nodes", "-days", "3650", "-subj", "/CN=kubernetes", "-keyout", str(key),
-             "-out", str(cert), "-addext", f"subjectAltName={names}"],
-            check=True, capture_output=True,
-        )  # fmt: skip
+            [
+                "openssl",
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+                "-nodes",
+                "-days",
+                "3650",
+                "-subj",
+                "/CN=kubernetes",
+                "-keyout",
+                str(key),
+                "-out",
+                str(cert),
+                "-addext",
+                f"subjectAltName={names}",
+            ],
+            check=True,
+            capture_output=True,
+        )
         key.chmod(0o600)
 
 
@@ -129,11 +153,18 @@ def start(cluster: Cluster, objects: Plan, namespace: str) -> None:
     (folder / HOST_FILE).unlink(missing_ok=True)
     with open(folder / "log", "ab") as log:
         server = subprocess.Popen(
-            [sys.executable, "-m", "slonk.local.fake_apiserver", str(cluster.state_dir),
-             str(NETNS_DIR / cluster.network.switch)],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "slonk.local.fake_apiserver",
+                str(cluster.state_dir),
+                str(NETNS_DIR / cluster.network.switch),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
-        )  # fmt: skip
+        )
     # Serving on both addresses before `up` goes on: the pods' first calls find it there.
     while not (folder / HOST_FILE).exists():
         if server.poll() is not None:
@@ -154,20 +185,37 @@ def kubeconfig(cluster: Cluster, server: str | None = None) -> str:
             f"no fake API server in {cluster.state_dir}: `slonk local up` first"
         ) from None
     token = next(t for t, account in config["tokens"].items() if account == ADMIN)
-    return yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "slonk-local",
-        "clusters": [{"name": "slonk-local", "cluster": {
-            "server": f"https://{server}",
-            "certificate-authority-data": base64.b64encode(cert).decode()}}],
-        "users": [{"name": "slonk-local-admin", "user": {"token": token}}],
-        "contexts": [{"name": "slonk-local", "context": {
-            "cluster": "slonk-local", "user": "slonk-local-admin",
-            "namespace": config.get("namespace", "default")}}],
-    }, sort_keys=False)  # fmt: skip
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "slonk-local",
+            "clusters": [
+                {
+                    "name": "slonk-local",
+                    "cluster": {
+                        "server": f"https://{server}",
+                        "certificate-authority-data": base64.b64encode(cert).decode(),
+                    },
+                }
+            ],
+            "users": [{"name": "slonk-local-admin", "user": {"token": token}}],
+            "contexts": [
+                {
+                    "name": "slonk-local",
+                    "context": {
+                        "cluster": "slonk-local",
+                        "user": "slonk-local-admin",
+                        "namespace": config.get("namespace", "default"),
+                    },
+                }
+            ],
+        },
+        sort_keys=False,
+    )
 
 
-def serve(cluster: Cluster, backend: Any = None, history: int = HISTORY
-          ) -> tuple[Api, Controllers]:  # fmt: skip
+def serve(cluster: Cluster, backend: Any = None, history: int = HISTORY) -> tuple[Api, Controllers]:
     """The fake for `cluster`'s apiserver folder, its relist running; `listen` serves it."""
     folder = cluster.apiserver_dir
     config = json.loads((folder / "config.json").read_text())

@@ -81,7 +81,9 @@ class Controllers:
                 if name in self._busy or name not in known:
                     continue
             if self.store.find(PODS, self.namespace, name) is None:
-                self._pod_status(self.store.create(PODS, objects.pod_object(sts, number, known[name])))
+                self._pod_status(
+                    self.store.create(PODS, objects.pod_object(sts, number, known[name]))
+                )
         for pod in self.store.list(PODS, self.namespace)[0]:
             name = pod["metadata"]["name"]
             owned = name.rpartition("-")[0] == base
@@ -105,17 +107,23 @@ class Controllers:
             self.store.modify(PODS, self.namespace, name, lambda p: p.update(status=status))
 
     def _sts_status(self, name: str) -> None:
-        pods = [p for p in self.store.list(PODS, self.namespace)[0]
-                if p["metadata"]["name"].rpartition("-")[0] == name]  # fmt: skip
+        pods = [
+            p
+            for p in self.store.list(PODS, self.namespace)[0]
+            if p["metadata"]["name"].rpartition("-")[0] == name
+        ]
         ready = sum(1 for p in pods if _ready(p))
 
         def update(sts: Object) -> None:
             sts["status"] = {
                 **sts.get("status", {}),
                 "observedGeneration": sts["metadata"].get("generation", 1),
-                "replicas": len(pods), "readyReplicas": ready, "availableReplicas": ready,
-                "currentReplicas": len(pods), "updatedReplicas": len(pods),
-            }  # fmt: skip
+                "replicas": len(pods),
+                "readyReplicas": ready,
+                "availableReplicas": ready,
+                "currentReplicas": len(pods),
+                "updatedReplicas": len(pods),
+            }
 
         self.store.modify(STS, self.namespace, name, update)
 
@@ -124,8 +132,12 @@ class Controllers:
         for pdb in self.store.list(PDBS, self.namespace)[0]:
             status = budget_status(pdb, pods)
             if status != pdb.get("status"):
-                self.store.modify(PDBS, self.namespace, pdb["metadata"]["name"],
-                                  lambda p, s=status: p.update(status=s))  # fmt: skip
+                self.store.modify(
+                    PDBS,
+                    self.namespace,
+                    pdb["metadata"]["name"],
+                    lambda p, s=status: p.update(status=s),
+                )
 
     # -- deletion, scaling, eviction -----------------------------------------------------
     def delete_pod(self, name: str) -> Object:
@@ -177,16 +189,22 @@ class Controllers:
         most = sum(1 for n in known if n.rpartition("-")[0] == base)
         if not 0 <= replicas <= most:
             raise invalid(
-                "StatefulSet", base, "spec.replicas", f"Invalid value: {replicas}: local mode "
+                "StatefulSet",
+                base,
+                "spec.replicas",
+                f"Invalid value: {replicas}: local mode "
                 f"runs at most the {most} pods the chart's values made (raise the pool's "
-                "replicas with `slonk local upgrade` first)", group="apps",
-            )  # fmt: skip
+                "replicas with `slonk local upgrade` first)",
+                group="apps",
+            )
 
     def scaled(self, sts: Object) -> None:
         """After spec.replicas changed: stop the pods above it, highest ordinal first, one at
         a time (OrderedReady) or together (Parallel); start those below it that are not."""
         base, after = sts["metadata"]["name"], int(sts["spec"].get("replicas", 1))
-        owned = [objects.ordinal(p["metadata"]["name"]) for p in self.store.list(PODS, self.namespace)[0]]
+        owned = [
+            objects.ordinal(p["metadata"]["name"]) for p in self.store.list(PODS, self.namespace)[0]
+        ]
         going = [f"{b}-{n}" for b, n in sorted(owned, reverse=True) if b == base and n >= after]
         parallel = sts["spec"].get("podManagementPolicy") == "Parallel"
 
@@ -220,11 +238,17 @@ class Controllers:
         pod = self.store.get(PODS, self.namespace, name)
         if pod["metadata"].get("deletionTimestamp"):
             return
-        budgets = [b for b in self.store.list(PDBS, self.namespace)[0]
-                   if selector(b["spec"].get("selector") or {})(pod)]  # fmt: skip
+        budgets = [
+            b
+            for b in self.store.list(PDBS, self.namespace)[0]
+            if selector(b["spec"].get("selector") or {})(pod)
+        ]
         if len(budgets) > 1:
-            raise ApiError(500, "This pod has more than one PodDisruptionBudget, which the "
-                           "eviction subresource does not support.")  # fmt: skip
+            raise ApiError(
+                500,
+                "This pod has more than one PodDisruptionBudget, which the "
+                "eviction subresource does not support.",
+            )
         if budgets and _ready(pod):
             pods = self.store.list(PODS, self.namespace)[0]
             if budget_status(budgets[0], pods)["disruptionsAllowed"] <= 0:
@@ -232,10 +256,15 @@ class Controllers:
                     429,
                     "Cannot evict pod as it would violate the pod's disruption budget.",
                     "TooManyRequests",
-                    causes=[{"reason": "DisruptionBudget", "message": f"The disruption budget "
-                             f"{budgets[0]['metadata']['name']} needs "
-                             f"{budget_status(budgets[0], pods)['desiredHealthy']} healthy pods"}],
-                )  # fmt: skip
+                    causes=[
+                        {
+                            "reason": "DisruptionBudget",
+                            "message": f"The disruption budget "
+                            f"{budgets[0]['metadata']['name']} needs "
+                            f"{budget_status(budgets[0], pods)['desiredHealthy']} healthy pods",
+                        }
+                    ],
+                )
         self.delete_pod(name)
 
 

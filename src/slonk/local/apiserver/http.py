@@ -49,8 +49,13 @@ class Target:
 class Api:
     """Everything a request may touch: the store, who is who, what they may do."""
 
-    def __init__(self, store: Store, authorizer: Authorizer, controllers: Controllers,
-                 tokens: Mapping[str, str]) -> None:  # fmt: skip
+    def __init__(
+        self,
+        store: Store,
+        authorizer: Authorizer,
+        controllers: Controllers,
+        tokens: Mapping[str, str],
+    ) -> None:
         self.store, self.authorizer, self.controllers = store, authorizer, controllers
         self.tokens = tokens
 
@@ -89,10 +94,10 @@ def route(path: str) -> Target | Object | None:
     if rest[0] == "namespaces" and len(rest) >= 3:
         namespace, rest = _name(rest[1]), rest[2:]
     resource = resources.find(group, version, rest[0])
-    if resource is None or len(rest) > 3 or resource.namespaced != bool(namespace) and (
-        len(rest) > 1 or not resource.namespaced
-    ):  # fmt: skip
+    if resource is None or len(rest) > 3 or (namespace and not resource.namespaced):
         return None
+    if resource.namespaced and not namespace and len(rest) > 1:
+        return None  # a namespaced object is read in its namespace; all of them only listed
     name = _name(rest[1]) if len(rest) > 1 else ""
     sub = rest[2] if len(rest) > 2 else ""
     if sub and resources.subresource(resource, sub) is None:
@@ -106,8 +111,11 @@ def scale_of(sts: Object) -> Object:
     return {
         "kind": "Scale",
         "apiVersion": "autoscaling/v1",
-        "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion",
-                                          "creationTimestamp") if k in meta},  # fmt: skip
+        "metadata": {
+            k: meta[k]
+            for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+            if k in meta
+        },
         "spec": {"replicas": int(sts["spec"].get("replicas", 1))},
         "status": {
             "replicas": int(sts.get("status", {}).get("replicas", 0)),
@@ -151,13 +159,12 @@ class Handler(BaseHTTPRequestHandler):
             account = api.account(self.headers.get("Authorization", ""))
             found = route(url.path)
             if found is None:
-                raise ApiError(404, f"the fake API server does not serve {url.path!a}",
-                               "NotFound")  # fmt: skip
+                raise ApiError(404, f"the fake API server does not serve {url.path!a}", "NotFound")
             if not isinstance(found, Target):
                 if self.command != "GET":
                     raise ApiError(405, f"{self.command} is not allowed on {url.path!a}")
                 if found.get("kind") == "APIVersions":
-                    found = resources.api_versions("%s:%s" % self.server.server_address[:2])
+                    found = resources.api_versions("{}:{}".format(*self.server.server_address[:2]))
                 return self._send(200, found)
             self._resource(api, account, found, query, body)
         except ApiError as err:
@@ -178,8 +185,9 @@ class Handler(BaseHTTPRequestHandler):
             left = length if length <= DRAIN_LIMIT else 0
             while left > 0 and (chunk := self.rfile.read(min(left, 1 << 16))):
                 left -= len(chunk)
-            raise ApiError(413, f"the request body of {length} bytes exceeds the limit of "
-                           f"{MAX_BODY} bytes")  # fmt: skip
+            raise ApiError(
+                413, f"the request body of {length} bytes exceeds the limit of {MAX_BODY} bytes"
+            )
         if length <= 0:
             return None
         raw = self.rfile.read(length)
@@ -188,27 +196,38 @@ class Handler(BaseHTTPRequestHandler):
         except ValueError:
             raise ApiError(400, "the request body is not JSON (the fake takes JSON only)") from None
 
-    def _resource(self, api: Api, account: str, target: Target, query: Mapping[str, str],
-                  body: Any) -> None:  # fmt: skip
+    def _resource(
+        self, api: Api, account: str, target: Target, query: Mapping[str, str], body: Any
+    ) -> None:
         watching = query.get("watch") in ("1", "true")
         verb = VERBS.get(self.command) or (
             "get" if target.name else "watch" if watching else "list"
         )
         if self.command not in ("GET", *VERBS):
             raise ApiError(405, f"{self.command} is not allowed")
-        api.authorizer.check(account, Request(
-            verb, target.resource.group, target.resource.name, target.subresource,
-            target.namespace, target.name,
-        ))  # fmt: skip
+        api.authorizer.check(
+            account,
+            Request(
+                verb,
+                target.resource.group,
+                target.resource.name,
+                target.subresource,
+                target.namespace,
+                target.name,
+            ),
+        )
         allowed = (
             resources.subresource(target.resource, target.subresource).verbs  # type: ignore[union-attr]
             if target.subresource
             else target.resource.verbs
         )
         if verb not in allowed or (verb in ("update", "patch", "delete") and not target.name):
-            raise ApiError(405, f"the fake API server does not {verb} "
-                           f"{target.resource.name}{'/' + target.subresource if target.subresource else ''}"
-                           " (local mode makes these objects from the chart)")  # fmt: skip
+            raise ApiError(
+                405,
+                f"the fake API server does not {verb} "
+                f"{target.resource.name}{'/' + target.subresource if target.subresource else ''}"
+                " (local mode makes these objects from the chart)",
+            )
         if verb == "watch":
             return self._watch(api, target, query)
         if verb == "list":
@@ -216,8 +235,12 @@ class Handler(BaseHTTPRequestHandler):
         handler: Callable[[Api, Target, Any], tuple[int, Object]] = getattr(self, f"_{verb}")
         code, result = handler(api, target, body)
         if verb == "get" and "as=Table" in self.headers.get("Accept", ""):
-            result = tables.table(result["kind"], [result], int(result["metadata"].get(
-                "resourceVersion", 0)), query.get("includeObject") == "Object")  # fmt: skip
+            result = tables.table(
+                result["kind"],
+                [result],
+                int(result["metadata"].get("resourceVersion", 0)),
+                query.get("includeObject") == "Object",
+            )
         self._send(code, result)
 
     # -- verbs ---------------------------------------------------------------------------
@@ -241,10 +264,15 @@ class Handler(BaseHTTPRequestHandler):
             return self._send(200, tables.table(target.resource.kind, items, rv, full))
         for item in items:
             item.pop("apiVersion", None), item.pop("kind", None)
-        self._send(200, {
-            "kind": target.resource.list_kind, "apiVersion": target.resource.api_version,
-            "metadata": {"resourceVersion": str(rv)}, "items": items,
-        })  # fmt: skip
+        self._send(
+            200,
+            {
+                "kind": target.resource.list_kind,
+                "apiVersion": target.resource.api_version,
+                "metadata": {"resourceVersion": str(rv)},
+                "items": items,
+            },
+        )
 
     def _watch(self, api: Api, target: Target, query: Mapping[str, str]) -> None:
         match = self._matching(query)
@@ -260,8 +288,12 @@ class Handler(BaseHTTPRequestHandler):
 
         def send(kind: str, obj: Object) -> None:
             if as_table and kind in ("ADDED", "MODIFIED", "DELETED"):
-                obj = tables.table(target.resource.kind, [obj], int(obj["metadata"][
-                    "resourceVersion"]), query.get("includeObject") == "Object")  # fmt: skip
+                obj = tables.table(
+                    target.resource.kind,
+                    [obj],
+                    int(obj["metadata"]["resourceVersion"]),
+                    query.get("includeObject") == "Object",
+                )
             self._chunk(json.dumps({"type": kind, "object": obj}).encode() + b"\n")
 
         start = query.get("resourceVersion", "")
@@ -283,15 +315,19 @@ class Handler(BaseHTTPRequestHandler):
                         api.store.changed.wait(min(left, BOOKMARK_SECONDS))
                         changes, head = api.store.changes(target.key, cursor)
                 for change in changes:
-                    kind = _event(change.type, change.object, change.old, target.namespace,
-                                  match)  # fmt: skip
+                    kind = _event(change.type, change.object, change.old, target.namespace, match)
                     if kind:
                         send(kind, _typed(change.object, target.resource))
                 cursor = head
                 if bookmarks and time.monotonic() - last_bookmark >= BOOKMARK_SECONDS:
-                    send("BOOKMARK", {"kind": target.resource.kind, "apiVersion":
-                                      target.resource.api_version,
-                                      "metadata": {"resourceVersion": str(cursor)}})  # fmt: skip
+                    send(
+                        "BOOKMARK",
+                        {
+                            "kind": target.resource.kind,
+                            "apiVersion": target.resource.api_version,
+                            "metadata": {"resourceVersion": str(cursor)},
+                        },
+                    )
                     last_bookmark = time.monotonic()
         except ApiError as err:
             self._chunk(json.dumps({"type": "ERROR", "object": err.status()}).encode() + b"\n")
@@ -303,19 +339,29 @@ class Handler(BaseHTTPRequestHandler):
             if not isinstance(body, dict) or body.get("kind") != "Eviction":
                 raise ApiError(400, "an eviction's body is a policy/v1 Eviction")
             api.controllers.evict(target.name)
-            return 201, {"kind": "Status", "apiVersion": "v1", "metadata": {},
-                         "status": "Success", "code": 201}  # fmt: skip
+            return 201, {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Success",
+                "code": 201,
+            }
         obj = _checked(body, target)
         meta = obj["metadata"]
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = _name(f"{meta['generateName']}{secrets.token_hex(3)[:5]}")
         if not meta.get("name"):
-            raise invalid(target.resource.kind, "", "metadata.name", "Required value: name or "
-                          "generateName is required")  # fmt: skip
+            raise invalid(
+                target.resource.kind,
+                "",
+                "metadata.name",
+                "Required value: name or generateName is required",
+            )
         _name(meta["name"])
-        if target.resource.namespaced and api.store.find(
-            "/namespaces", "", target.namespace
-        ) is None:  # fmt: skip
+        if (
+            target.resource.namespaced
+            and api.store.find("/namespaces", "", target.namespace) is None
+        ):
             raise ApiError(404, f'namespaces "{target.namespace}" not found')
         meta.pop("resourceVersion", None)
         return 201, _typed(api.store.create(target.key, obj), target.resource)
@@ -345,7 +391,9 @@ class Handler(BaseHTTPRequestHandler):
             patched["metadata"]["resourceVersion"] = given
             return 200, self._write(api, target, current, patched)
 
-    def _scale(self, api: Api, target: Target, current: Object, scale: Object) -> tuple[int, Object]:
+    def _scale(
+        self, api: Api, target: Target, current: Object, scale: Object
+    ) -> tuple[int, Object]:
         replicas = scale.get("spec", {}).get("replicas")
         if not isinstance(replicas, int) or isinstance(replicas, bool):
             raise invalid("Scale", target.name, "spec.replicas", "must be an integer")
@@ -355,8 +403,9 @@ class Handler(BaseHTTPRequestHandler):
         written = self._write(api, target, current, updated, main=True)
         return 200, scale_of(written)
 
-    def _write(self, api: Api, target: Target, current: Object, obj: Object,
-               main: bool = False) -> Object:  # fmt: skip
+    def _write(
+        self, api: Api, target: Target, current: Object, obj: Object, main: bool = False
+    ) -> Object:
         """Update with the API's rules: the status subresource writes only status, the main
         resource everything but status; a resourceVersion in the body is a precondition."""
         expected = obj["metadata"].get("resourceVersion")
@@ -366,8 +415,13 @@ class Handler(BaseHTTPRequestHandler):
         elif kind in HAS_STATUS and "status" in current:
             obj = dict(obj, status=current["status"])
         if kind == "Pod" and not main and obj.get("spec") != current.get("spec"):
-            raise invalid("Pod", target.name, "spec", "Forbidden: local mode's pods take their "
-                          "spec from the chart (labels and annotations may change)")  # fmt: skip
+            raise invalid(
+                "Pod",
+                target.name,
+                "spec",
+                "Forbidden: local mode's pods take their "
+                "spec from the chart (labels and annotations may change)",
+            )
         replicas = lambda o: int(o.get("spec", {}).get("replicas", 1))  # noqa: E731
         if kind == "StatefulSet" and replicas(obj) != replicas(current):
             api.controllers.check_scale(current, replicas(obj))
@@ -382,15 +436,26 @@ class Handler(BaseHTTPRequestHandler):
         wanted = (body or {}).get("preconditions") or {} if isinstance(body, dict) else {}
         for field in ("uid", "resourceVersion"):
             if wanted.get(field) and wanted[field] != current["metadata"].get(field):
-                raise ApiError(409, f"Precondition failed: {field} in precondition: "
-                               f"{wanted[field]}, {field} in object meta: "
-                               f"{current['metadata'].get(field)}")  # fmt: skip
+                raise ApiError(
+                    409,
+                    f"Precondition failed: {field} in precondition: "
+                    f"{wanted[field]}, {field} in object meta: "
+                    f"{current['metadata'].get(field)}",
+                )
         if target.resource.kind == "Pod":
             return 200, _typed(api.controllers.delete_pod(target.name), target.resource)
         gone = api.store.delete(target.key, target.namespace, target.name)
-        return 200, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-                     "details": {"name": target.name, "kind": target.resource.name,
-                                 "uid": gone["metadata"]["uid"]}}  # fmt: skip
+        return 200, {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Success",
+            "details": {
+                "name": target.name,
+                "kind": target.resource.name,
+                "uid": gone["metadata"]["uid"],
+            },
+        }
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _handle
 
@@ -404,34 +469,44 @@ def _checked(body: Any, target: Target) -> Object:
     resource = target.resource
     if not isinstance(body, dict) or not isinstance(body.get("metadata", {}), dict):
         raise ApiError(400, f"the body must be a {resource.kind} object")
-    if body.get("kind", resource.kind) != resource.kind or body.get(
-        "apiVersion", resource.api_version
-    ) != resource.api_version:  # fmt: skip
-        raise ApiError(400, f"the body is a {body.get('apiVersion')}/{body.get('kind')}, the URL "
-                       f"a {resource.api_version}/{resource.kind}")  # fmt: skip
+    if (
+        body.get("kind", resource.kind) != resource.kind
+        or body.get("apiVersion", resource.api_version) != resource.api_version
+    ):
+        raise ApiError(
+            400,
+            f"the body is a {body.get('apiVersion')}/{body.get('kind')}, the URL "
+            f"a {resource.api_version}/{resource.kind}",
+        )
     obj = {**body, "apiVersion": resource.api_version, "kind": resource.kind}
     meta = obj["metadata"] = dict(body.get("metadata") or {})
     if target.name and meta.get("name", target.name) != target.name:
-        raise ApiError(400, f"the name of the object ({meta.get('name')}) does not match the "
-                       f"name on the URL ({target.name})")  # fmt: skip
+        raise ApiError(
+            400,
+            f"the name of the object ({meta.get('name')}) does not match the "
+            f"name on the URL ({target.name})",
+        )
     if target.name:
         meta["name"] = target.name
     if meta.get("namespace", target.namespace) != target.namespace:
-        raise ApiError(400, "the namespace of the provided object does not match the namespace "
-                       "sent on the request")  # fmt: skip
+        raise ApiError(
+            400,
+            "the namespace of the provided object does not match the namespace sent on the request",
+        )
     if resource.namespaced:
         meta["namespace"] = target.namespace
     for key in ("labels", "annotations"):
         values = meta.get(key) or {}
         if not isinstance(values, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in values.items()
-        ):  # fmt: skip
+        ):
             raise invalid(resource.kind, meta.get("name", ""), f"metadata.{key}", "strings only")
     return obj
 
 
-def _event(kind: str, new: Object, old: Object | None, namespace: str,
-           match: Callable[[Object], bool]) -> str | None:  # fmt: skip
+def _event(
+    kind: str, new: Object, old: Object | None, namespace: str, match: Callable[[Object], bool]
+) -> str | None:
     """What a watcher with a selector sees of a change: an object leaving the selection is
     DELETED for it, one entering ADDED."""
     if namespace and new["metadata"].get("namespace") != namespace:

@@ -45,8 +45,12 @@ def statefulset_object(rendered: Object, namespace: str) -> Object:
 def budget_object(rendered: Object, namespace: str) -> Object:
     pdb = copy.deepcopy(rendered)
     pdb["metadata"]["namespace"] = namespace
-    pdb["status"] = {"currentHealthy": 0, "desiredHealthy": 0, "disruptionsAllowed": 0,
-                     "expectedPods": 0}  # fmt: skip
+    pdb["status"] = {
+        "currentHealthy": 0,
+        "desiredHealthy": 0,
+        "disruptionsAllowed": 0,
+        "expectedPods": 0,
+    }
     return pdb
 
 
@@ -56,12 +60,15 @@ def pod_object(sts: Object, number: int, address: str) -> Object:
     template = sts["spec"]["template"]
     name = f"{sts['metadata']['name']}-{number}"
     spec = copy.deepcopy(template["spec"])
-    spec.update({
-        "nodeName": node_name(name), "hostname": name,
-        "subdomain": sts["spec"].get("serviceName", ""),
-        "terminationGracePeriodSeconds": spec.get("terminationGracePeriodSeconds", 30),
-        "restartPolicy": spec.get("restartPolicy", "Always"),
-    })  # fmt: skip
+    spec.update(
+        {
+            "nodeName": node_name(name),
+            "hostname": name,
+            "subdomain": sts["spec"].get("serviceName", ""),
+            "terminationGracePeriodSeconds": spec.get("terminationGracePeriodSeconds", 30),
+            "restartPolicy": spec.get("restartPolicy", "Always"),
+        }
+    )
     spec.setdefault("serviceAccountName", "default")
     return {
         "apiVersion": "v1",
@@ -71,15 +78,25 @@ def pod_object(sts: Object, number: int, address: str) -> Object:
             "namespace": sts["metadata"]["namespace"],
             "labels": {**template["metadata"].get("labels", {}), POD_NAME_LABEL: name},
             "annotations": dict(template["metadata"].get("annotations") or {}),
-            "ownerReferences": [{
-                "apiVersion": "apps/v1", "kind": "StatefulSet", "name": sts["metadata"]["name"],
-                "uid": sts["metadata"].get("uid", ""), "controller": True,
-                "blockOwnerDeletion": True,
-            }],  # fmt: skip
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "StatefulSet",
+                    "name": sts["metadata"]["name"],
+                    "uid": sts["metadata"].get("uid", ""),
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
         },
         "spec": spec,
-        "status": {"phase": "Pending", "podIP": address, "podIPs": [{"ip": address}],
-                   "conditions": [], "containerStatuses": []},  # fmt: skip
+        "status": {
+            "phase": "Pending",
+            "podIP": address,
+            "podIPs": [{"ip": address}],
+            "conditions": [],
+            "containerStatuses": [],
+        },
     }
 
 
@@ -96,25 +113,38 @@ def pod_status(pod: Object, pid: int | None, restarts: int, started: str | None)
         value = "True" if kind in ("PodScheduled", "Initialized") else flag
         old = conditions.get(kind, {})
         conditions[kind] = {
-            "type": kind, "status": value, "lastProbeTime": None,
-            "lastTransitionTime": old.get("lastTransitionTime") if old.get("status") == value
+            "type": kind,
+            "status": value,
+            "lastProbeTime": None,
+            "lastTransitionTime": old.get("lastTransitionTime")
+            if old.get("status") == value
             else stamp,
-        }  # fmt: skip
+        }
     state: Object = (
         {"running": {"startedAt": started}}
         if running
         else {"waiting": {"reason": "ContainerCreating"}}
     )
-    status.update({
-        "phase": "Running" if running else "Pending",
-        "conditions": list(conditions.values()),
-        "startTime": status.get("startTime") or pod["metadata"].get("creationTimestamp"),
-        "containerStatuses": [{
-            "name": c["name"], "image": c.get("image", ""), "imageID": "",
-            "ready": running, "started": running, "restartCount": restarts, "state": state,
-            "containerID": f"local://{pid}" if running else "",
-        } for c in containers],  # fmt: skip
-    })
+    status.update(
+        {
+            "phase": "Running" if running else "Pending",
+            "conditions": list(conditions.values()),
+            "startTime": status.get("startTime") or pod["metadata"].get("creationTimestamp"),
+            "containerStatuses": [
+                {
+                    "name": c["name"],
+                    "image": c.get("image", ""),
+                    "imageID": "",
+                    "ready": running,
+                    "started": running,
+                    "restartCount": restarts,
+                    "state": state,
+                    "containerID": f"local://{pid}" if running else "",
+                }
+                for c in containers
+            ],
+        }
+    )
     return status
 
 
@@ -126,25 +156,40 @@ def node_object(pod: str, address: str, selector: dict[str, str]) -> Object:
         "metadata": {
             "name": name,
             "labels": {
-                "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
-                "kubernetes.io/arch": "amd64", **selector,
-            },  # fmt: skip
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                **selector,
+            },
             "annotations": {},
         },
         "spec": {},
         "status": {
-            "conditions": [{
-                "type": "Ready", "status": "True", "reason": "KubeletReady",
-                "message": "local mode's stand-in kubelet is posting ready status",
-                "lastHeartbeatTime": None, "lastTransitionTime": None,
-            }],  # fmt: skip
-            "addresses": [{"type": "InternalIP", "address": address},
-                          {"type": "Hostname", "address": name}],  # fmt: skip
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "KubeletReady",
+                    "message": "local mode's stand-in kubelet is posting ready status",
+                    "lastHeartbeatTime": None,
+                    "lastTransitionTime": None,
+                }
+            ],
+            "addresses": [
+                {"type": "InternalIP", "address": address},
+                {"type": "Hostname", "address": name},
+            ],
             "nodeInfo": {
-                "kubeletVersion": FAKE_VERSION, "kubeProxyVersion": "", "osImage": "slonk local",
-                "kernelVersion": platform.release(), "containerRuntimeVersion": "slonk-local://1",
-                "architecture": "amd64", "operatingSystem": "linux", "bootID": "",
-                "machineID": "", "systemUUID": "",
-            },  # fmt: skip
+                "kubeletVersion": FAKE_VERSION,
+                "kubeProxyVersion": "",
+                "osImage": "slonk local",
+                "kernelVersion": platform.release(),
+                "containerRuntimeVersion": "slonk-local://1",
+                "architecture": "amd64",
+                "operatingSystem": "linux",
+                "bootID": "",
+                "machineID": "",
+                "systemUUID": "",
+            },
         },
     }

@@ -43,8 +43,11 @@ def apply(kind: str, target: dict[str, Any], patch: Any) -> dict[str, Any]:
         return _strategic(target, patch)
     if kind == JSON_PATCH:
         return _json_patch(target, patch)
-    raise ApiError(415, f"the fake API server does not take patches of type {kind!a} "
-                   f"(it takes {MERGE}, {STRATEGIC} and {JSON_PATCH})")  # fmt: skip
+    raise ApiError(
+        415,
+        f"the fake API server does not take patches of type {kind!a} "
+        f"(it takes {MERGE}, {STRATEGIC} and {JSON_PATCH})",
+    )
 
 
 def _merge(target: Any, patch: Any) -> Any:
@@ -136,8 +139,13 @@ def _json_patch(target: dict[str, Any], operations: Any) -> dict[str, Any]:
     doc: Any = copy.deepcopy(target)
     for op in operations:
         if not isinstance(op, dict) or op.get("op") not in (
-            "add", "remove", "replace", "move", "copy", "test"
-        ):  # fmt: skip
+            "add",
+            "remove",
+            "replace",
+            "move",
+            "copy",
+            "test",
+        ):
             raise ApiError(400, f"JSON patch: bad operation {op!a}")
         path = op.get("path", "")
         if not isinstance(path, str):

@@ -60,11 +60,13 @@ class Authorizer:
             return
         user = f"system:serviceaccount:{self.namespace}:{account}"
         where = (
-            f' in the namespace "{request.namespace}"' if request.namespace else " at the cluster scope"
+            f' in the namespace "{request.namespace}"'
+            if request.namespace
+            else " at the cluster scope"
         )
         raise ApiError(
             403,
-            f'{request.full_resource}{f" {request.name!r}" if request.name else ""} is forbidden: '
+            f"{request.full_resource}{f' {request.name!r}' if request.name else ''} is forbidden: "
             f'User "{user}" cannot {request.verb} resource "{request.full_resource}" in API '
             f'group "{request.group}"{where} (not granted by the chart\'s RBAC)',
             kind=request.resource,

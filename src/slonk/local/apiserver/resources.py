@@ -62,12 +62,17 @@ RESOURCES = (
     Resource("apps", "v1", "statefulsets", "StatefulSet", True, ALL_VERBS, ("sts",)),
     Resource("coordination.k8s.io", "v1", "leases", "Lease", True),
     Resource("events.k8s.io", "v1", "events", "Event", True, ALL_VERBS, ("ev",)),
-    Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, READ_VERBS,
-             ("pdb",)),
-)  # fmt: skip
+    Resource(
+        "policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, READ_VERBS, ("pdb",)
+    ),
+)
 SUBRESOURCES = (
-    Subresource("apps", "statefulsets", "scale", "autoscaling", "v1", "Scale", ("get", "patch", "update")),
-    Subresource("apps", "statefulsets", "status", "apps", "v1", "StatefulSet", ("get", "patch", "update")),
+    Subresource(
+        "apps", "statefulsets", "scale", "autoscaling", "v1", "Scale", ("get", "patch", "update")
+    ),
+    Subresource(
+        "apps", "statefulsets", "status", "apps", "v1", "StatefulSet", ("get", "patch", "update")
+    ),
     Subresource("", "pods", "status", "", "v1", "Pod", ("get", "patch", "update")),
     Subresource("", "pods", "eviction", "policy", "v1", "Eviction", ("create",)),
     Subresource("", "nodes", "status", "", "v1", "Node", ("get", "patch", "update")),
@@ -132,17 +137,29 @@ def resource_list(group: str, version: str) -> dict[str, object] | None:
         return None
     entries: list[dict[str, object]] = []
     for r in served:
-        entries.append({
-            "name": r.name, "singularName": r.singular or r.kind.lower(),
-            "namespaced": r.namespaced, "kind": r.kind, "verbs": list(r.verbs),
-            **({"shortNames": list(r.short_names)} if r.short_names else {}),
-        })  # fmt: skip
+        entries.append(
+            {
+                "name": r.name,
+                "singularName": r.singular or r.kind.lower(),
+                "namespaced": r.namespaced,
+                "kind": r.kind,
+                "verbs": list(r.verbs),
+                **({"shortNames": list(r.short_names)} if r.short_names else {}),
+            }
+        )
         for s in SUBRESOURCES:
             if (s.parent_group, s.parent) == (r.group, r.name):
-                entries.append({
-                    "name": f"{r.name}/{s.name}", "singularName": "", "namespaced": r.namespaced,
-                    "group": s.group, "version": s.version, "kind": s.kind, "verbs": list(s.verbs),
-                })  # fmt: skip
+                entries.append(
+                    {
+                        "name": f"{r.name}/{s.name}",
+                        "singularName": "",
+                        "namespaced": r.namespaced,
+                        "group": s.group,
+                        "version": s.version,
+                        "kind": s.kind,
+                        "verbs": list(s.verbs),
+                    }
+                )
     return {
         "kind": "APIResourceList",
         "apiVersion": "v1",

@@ -63,11 +63,14 @@ def fields(selector: str) -> Match:
             raise ApiError(400, f"invalid field selector {selector!a}: {part!a} has no operator")
         key, op, value = pieces[0].strip(), pieces[1], pieces[2]
         if key not in FIELDS:
-            raise ApiError(400, f'"{key}" is not a known field selector: only '
-                           f'{", ".join(FIELDS)}')  # fmt: skip
+            raise ApiError(400, f'"{key}" is not a known field selector: only {", ".join(FIELDS)}')
 
-        def test(obj: Mapping[str, Any], path: tuple[str, ...] = FIELDS[key],
-                 op: str = op, want: str = value.strip()) -> bool:  # fmt: skip
+        def test(
+            obj: Mapping[str, Any],
+            path: tuple[str, ...] = FIELDS[key],
+            op: str = op,
+            want: str = value.strip(),
+        ) -> bool:
             got: Any = obj
             for step in path:
                 got = got.get(step) if isinstance(got, Mapping) else None
@@ -84,7 +87,12 @@ def selector(label_selector: Mapping[str, Any]) -> Match:
     parts = [f"{k}={v}" for k, v in (label_selector.get("matchLabels") or {}).items()]
     for expression in label_selector.get("matchExpressions") or []:
         key, op, values = expression["key"], expression["operator"], expression.get("values", [])
-        parts.append({"In": f"{key} in ({','.join(values)})", "NotIn":
-                      f"{key} notin ({','.join(values)})", "Exists": key,
-                      "DoesNotExist": f"!{key}"}[op])  # fmt: skip
+        parts.append(
+            {
+                "In": f"{key} in ({','.join(values)})",
+                "NotIn": f"{key} notin ({','.join(values)})",
+                "Exists": key,
+                "DoesNotExist": f"!{key}",
+            }[op]
+        )
     return labels(",".join(parts))

@@ -67,7 +67,10 @@ def invalid(kind: str, name: str, field: str, message: str, group: str = "") -> 
     """422 with the field in `causes` (kubectl 1.20 prints only those; 1.32 the message)."""
     shown = f"{kind}.{group}" if group else kind
     return ApiError(
-        422, f'{shown} "{name}" is invalid: {field}: {message}', kind=kind, name=name,
+        422,
+        f'{shown} "{name}" is invalid: {field}: {message}',
+        kind=kind,
+        name=name,
         **({"group": group} if group else {}),
         causes=[{"reason": "FieldValueInvalid", "message": message, "field": field}],
-    )  # fmt: skip
+    )

@@ -43,8 +43,9 @@ class Store:
         self._history: deque[Change] = deque(maxlen=history)
         self.compacted = 0  # changes up to here are gone from the history
 
-    def _record(self, change_type: str, resource: str, obj: Object, old: Object | None = None
-                ) -> None:  # fmt: skip
+    def _record(
+        self, change_type: str, resource: str, obj: Object, old: Object | None = None
+    ) -> None:
         if len(self._history) == self._history.maxlen:
             self.compacted = self._history[0].rv
         change = Change(self.rv, change_type, resource, copy.deepcopy(obj), old)
@@ -96,8 +97,9 @@ class Store:
             self._record("ADDED", resource, obj)
             return copy.deepcopy(obj)
 
-    def update(self, resource: str, obj: Object, expected: str | None = None,
-               system: bool = False) -> Object:  # fmt: skip
+    def update(
+        self, resource: str, obj: Object, expected: str | None = None, system: bool = False
+    ) -> Object:
         """Replace an object; `expected`: the resourceVersion the writer read (409 if it moved
         on since). uid, creationTimestamp and (but for the `system`'s own writes)
         deletionTimestamp stay the server's."""
@@ -113,14 +115,24 @@ class Store:
             was = current["metadata"]
             if expected and expected != was["resourceVersion"]:
                 raise conflict(
-                    plural, name, "the object has been modified; please apply your changes to "
+                    plural,
+                    name,
+                    "the object has been modified; please apply your changes to "
                     "the latest version and try again",
-                )  # fmt: skip
+                )
             if meta.get("uid") not in (None, was["uid"]):
-                raise conflict(plural, name, f"Precondition failed: UID in precondition: "
-                               f"{meta['uid']}, UID in object meta: {was['uid']}")  # fmt: skip
-            kept = ("uid", "creationTimestamp", "generation", *(() if system else (
-                "deletionTimestamp", "deletionGracePeriodSeconds")))  # fmt: skip
+                raise conflict(
+                    plural,
+                    name,
+                    f"Precondition failed: UID in precondition: "
+                    f"{meta['uid']}, UID in object meta: {was['uid']}",
+                )
+            kept = (
+                "uid",
+                "creationTimestamp",
+                "generation",
+                *(() if system else ("deletionTimestamp", "deletionGracePeriodSeconds")),
+            )
             for field in kept:
                 if field in was:
                     meta[field] = was[field]
@@ -135,8 +147,9 @@ class Store:
             self._record("MODIFIED", resource, obj, copy.deepcopy(current))
             return copy.deepcopy(obj)
 
-    def modify(self, resource: str, namespace: str, name: str, change: Callable[[Object], None]
-               ) -> Object | None:  # fmt: skip
+    def modify(
+        self, resource: str, namespace: str, name: str, change: Callable[[Object], None]
+    ) -> Object | None:
         """Change an object in place, atomically (a controller's write); None if it is gone."""
         with self.changed:
             current = self.find(resource, namespace, name)

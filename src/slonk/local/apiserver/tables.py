@@ -60,10 +60,16 @@ def _pod(pod: Object) -> list[Any]:
         status = "Terminating"
     restarts = sum(int(s.get("restartCount", 0)) for s in statuses)
     return [
-        pod["metadata"]["name"], f"{ready}/{len(containers)}", status, restarts,
-        age(pod["metadata"].get("creationTimestamp")), pod.get("status", {}).get("podIP", "<none>"),
-        pod.get("spec", {}).get("nodeName", "<none>"), "<none>", "<none>",
-    ]  # fmt: skip
+        pod["metadata"]["name"],
+        f"{ready}/{len(containers)}",
+        status,
+        restarts,
+        age(pod["metadata"].get("creationTimestamp")),
+        pod.get("status", {}).get("podIP", "<none>"),
+        pod.get("spec", {}).get("nodeName", "<none>"),
+        "<none>",
+        "<none>",
+    ]
 
 
 def _node(node: Object) -> list[Any]:
@@ -72,15 +78,21 @@ def _node(node: Object) -> list[Any]:
         status += ",SchedulingDisabled"
     labels = node["metadata"].get("labels") or {}
     prefix = "node-role.kubernetes.io/"
-    roles = ",".join(sorted(k[len(prefix):] for k in labels if k.startswith(prefix))) or "<none>"
+    roles = ",".join(sorted(k[len(prefix) :] for k in labels if k.startswith(prefix))) or "<none>"
     info = node.get("status", {}).get("nodeInfo", {})
     addresses = {a["type"]: a["address"] for a in node.get("status", {}).get("addresses") or []}
     return [
-        node["metadata"]["name"], status, roles, age(node["metadata"].get("creationTimestamp")),
-        info.get("kubeletVersion", ""), addresses.get("InternalIP", "<none>"),
-        addresses.get("ExternalIP", "<none>"), info.get("osImage", ""),
-        info.get("kernelVersion", ""), info.get("containerRuntimeVersion", ""),
-    ]  # fmt: skip
+        node["metadata"]["name"],
+        status,
+        roles,
+        age(node["metadata"].get("creationTimestamp")),
+        info.get("kubeletVersion", ""),
+        addresses.get("InternalIP", "<none>"),
+        addresses.get("ExternalIP", "<none>"),
+        info.get("osImage", ""),
+        info.get("kernelVersion", ""),
+        info.get("containerRuntimeVersion", ""),
+    ]
 
 
 def _statefulset(sts: Object) -> list[Any]:
@@ -105,45 +117,91 @@ def _lease(lease: Object) -> list[Any]:
 def _budget(pdb: Object) -> list[Any]:
     spec = pdb.get("spec", {})
     return [
-        pdb["metadata"]["name"], spec.get("minAvailable", "N/A"), spec.get("maxUnavailable", "N/A"),
+        pdb["metadata"]["name"],
+        spec.get("minAvailable", "N/A"),
+        spec.get("maxUnavailable", "N/A"),
         pdb.get("status", {}).get("disruptionsAllowed", 0),
         age(pdb["metadata"].get("creationTimestamp")),
-    ]  # fmt: skip
+    ]
 
 
 def _event(event: Object) -> list[Any]:
     regarding = event.get("involvedObject") or event.get("regarding") or {}
-    last = event.get("lastTimestamp") or event.get("eventTime") or event["metadata"].get(
-        "creationTimestamp"
+    last = (
+        event.get("lastTimestamp")
+        or event.get("eventTime")
+        or event["metadata"].get("creationTimestamp")
     )
     return [
         age(last if isinstance(last, str) and len(last) == 20 else None),
-        event.get("type", ""), event.get("reason", ""),
+        event.get("type", ""),
+        event.get("reason", ""),
         f"{regarding.get('kind', '').lower()}/{regarding.get('name', '')}",
         event.get("message") or event.get("note", ""),
-    ]  # fmt: skip
+    ]
 
 
 def _default(obj: Object) -> list[Any]:
     return [obj["metadata"]["name"], age(obj["metadata"].get("creationTimestamp"))]
 
 
-S, I = "string", "integer"
+S, INT = "string", "integer"
 PRINTERS: dict[str, tuple[Sequence[Column], Callable[[Object], list[Any]]]] = {
-    "Pod": ((("Name", S, 0), ("Ready", S, 0), ("Status", S, 0), ("Restarts", I, 0),
-             ("Age", S, 0), ("IP", S, 1), ("Node", S, 1), ("Nominated Node", S, 1),
-             ("Readiness Gates", S, 1)), _pod),
-    "Node": ((("Name", S, 0), ("Status", S, 0), ("Roles", S, 0), ("Age", S, 0),
-              ("Version", S, 0), ("Internal-IP", S, 1), ("External-IP", S, 1),
-              ("OS-Image", S, 1), ("Kernel-Version", S, 1), ("Container-Runtime", S, 1)), _node),
-    "StatefulSet": ((("Name", S, 0), ("Ready", S, 0), ("Age", S, 0), ("Containers", S, 1),
-                     ("Images", S, 1)), _statefulset),
+    "Pod": (
+        (
+            ("Name", S, 0),
+            ("Ready", S, 0),
+            ("Status", S, 0),
+            ("Restarts", INT, 0),
+            ("Age", S, 0),
+            ("IP", S, 1),
+            ("Node", S, 1),
+            ("Nominated Node", S, 1),
+            ("Readiness Gates", S, 1),
+        ),
+        _pod,
+    ),
+    "Node": (
+        (
+            ("Name", S, 0),
+            ("Status", S, 0),
+            ("Roles", S, 0),
+            ("Age", S, 0),
+            ("Version", S, 0),
+            ("Internal-IP", S, 1),
+            ("External-IP", S, 1),
+            ("OS-Image", S, 1),
+            ("Kernel-Version", S, 1),
+            ("Container-Runtime", S, 1),
+        ),
+        _node,
+    ),
+    "StatefulSet": (
+        (("Name", S, 0), ("Ready", S, 0), ("Age", S, 0), ("Containers", S, 1), ("Images", S, 1)),
+        _statefulset,
+    ),
     "Lease": ((("Name", S, 0), ("Holder", S, 0), ("Age", S, 0)), _lease),
-    "PodDisruptionBudget": ((("Name", S, 0), ("Min Available", S, 0), ("Max Unavailable", S, 0),
-                             ("Allowed Disruptions", I, 0), ("Age", S, 0)), _budget),
-    "Event": ((("Last Seen", S, 0), ("Type", S, 0), ("Reason", S, 0), ("Object", S, 0),
-               ("Message", S, 0)), _event),
-}  # fmt: skip
+    "PodDisruptionBudget": (
+        (
+            ("Name", S, 0),
+            ("Min Available", S, 0),
+            ("Max Unavailable", S, 0),
+            ("Allowed Disruptions", INT, 0),
+            ("Age", S, 0),
+        ),
+        _budget,
+    ),
+    "Event": (
+        (
+            ("Last Seen", S, 0),
+            ("Type", S, 0),
+            ("Reason", S, 0),
+            ("Object", S, 0),
+            ("Message", S, 0),
+        ),
+        _event,
+    ),
+}
 
 
 def table(kind: str, items: Sequence[Object], resource_version: int, full: bool) -> Object:
@@ -155,10 +213,15 @@ def table(kind: str, items: Sequence[Object], resource_version: int, full: bool)
         "apiVersion": "meta.k8s.io/v1",
         "metadata": {"resourceVersion": str(resource_version)},
         "columnDefinitions": [
-            {"name": name, "type": kind_, "format": "name" if name == "Name" else "",
-             "description": "", "priority": priority}
+            {
+                "name": name,
+                "type": kind_,
+                "format": "name" if name == "Name" else "",
+                "description": "",
+                "priority": priority,
+            }
             for name, kind_, priority in columns
-        ],  # fmt: skip
+        ],
         "rows": [
             {
                 "cells": printer(obj),
