@@ -7,7 +7,7 @@ ordinals or starting them again), graceful deletion, and evictions that honour P
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from slonk.local.apiserver import objects
@@ -104,7 +104,7 @@ class Controllers:
         self._seen[name] = (pid, restarts, started)
         status = objects.pod_status(pod, pid, restarts, started)
         if status != pod.get("status"):
-            self.store.modify(PODS, self.namespace, name, lambda p: p.update(status=status))
+            self.store.modify(PODS, self.namespace, name, _status(status))
 
     def _sts_status(self, name: str) -> None:
         pods = [
@@ -132,12 +132,7 @@ class Controllers:
         for pdb in self.store.list(PDBS, self.namespace)[0]:
             status = budget_status(pdb, pods)
             if status != pdb.get("status"):
-                self.store.modify(
-                    PDBS,
-                    self.namespace,
-                    pdb["metadata"]["name"],
-                    lambda p, s=status: p.update(status=s),
-                )
+                self.store.modify(PDBS, self.namespace, pdb["metadata"]["name"], _status(status))
 
     # -- deletion, scaling, eviction -----------------------------------------------------
     def delete_pod(self, name: str) -> Object:
@@ -266,6 +261,10 @@ class Controllers:
                     ],
                 )
         self.delete_pod(name)
+
+
+def _status(status: Object) -> Callable[[Object], None]:
+    return lambda obj: obj.update(status=status)
 
 
 def _ready(pod: Object) -> bool:

@@ -422,7 +422,6 @@ class Handler(BaseHTTPRequestHandler):
                 "Forbidden: local mode's pods take their "
                 "spec from the chart (labels and annotations may change)",
             )
-        replicas = lambda o: int(o.get("spec", {}).get("replicas", 1))  # noqa: E731
         if kind == "StatefulSet" and replicas(obj) != replicas(current):
             api.controllers.check_scale(current, replicas(obj))
         obj["metadata"]["namespace"] = target.namespace
@@ -458,6 +457,10 @@ class Handler(BaseHTTPRequestHandler):
         }
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _handle
+
+
+def replicas(obj: Object) -> int:
+    return int(obj.get("spec", {}).get("replicas", 1))
 
 
 def _typed(obj: Object, resource: Resource) -> Object:

@@ -37,21 +37,26 @@ def labels(selector: str) -> Match:
         if found is None or found.end() == position:
             raise ApiError(400, f"unable to parse requirement: invalid label selector {selector!a}")
         position = found.end()
-        if found["absent"]:
-            tests.append(lambda got, k=found["absent"]: k not in got)
-        elif found["op"] in ("=", "=="):
-            tests.append(lambda got, k=found["key"], v=found["value"]: got.get(k) == v)
-        elif found["op"] == "!=":
-            tests.append(lambda got, k=found["key"], v=found["value"]: got.get(k) != v)
-        elif found["set"]:
-            values = {v.strip() for v in found["values"].split(",") if v.strip()}
-            if found["set"] == "in":
-                tests.append(lambda got, k=found["key"], vs=values: got.get(k) in vs)
-            else:
-                tests.append(lambda got, k=found["key"], vs=values: got.get(k) not in vs)
-        else:
-            tests.append(lambda got, k=found["key"]: k in got)
+        tests.append(_requirement(found))
     return lambda obj: all(t(obj.get("metadata", {}).get("labels") or {}) for t in tests)
+
+
+def _requirement(found: re.Match[str]) -> Callable[[Mapping[str, str]], bool]:
+    if found["absent"]:
+        absent = found["absent"]
+        return lambda got: absent not in got
+    key, op = found["key"], found["op"]
+    if op in ("=", "=="):
+        value = found["value"]
+        return lambda got: got.get(key) == value
+    if op == "!=":
+        value = found["value"]
+        return lambda got: got.get(key) != value
+    if found["set"]:
+        values = {v.strip() for v in found["values"].split(",") if v.strip()}
+        inside = found["set"] == "in"
+        return lambda got: (got.get(key) in values) == inside
+    return lambda got: key in got
 
 
 def fields(selector: str) -> Match:

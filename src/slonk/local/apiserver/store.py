@@ -3,6 +3,7 @@ for all of them (as etcd's revision) and the recent changes kept for watches."""
 
 from __future__ import annotations
 
+import builtins
 import copy
 import threading
 import uuid
@@ -167,7 +168,7 @@ class Store:
             self._record("DELETED", resource, current)
             return copy.deepcopy(current)
 
-    def changes(self, resource: str, since: int) -> tuple[list[Change], int]:
+    def changes(self, resource: str, since: int) -> tuple[builtins.list[Change], int]:
         """The changes to `resource` after resourceVersion `since`, and the resourceVersion
         they bring a watcher to; 410 once they are no longer all kept."""
         with self.changed:
@@ -179,5 +180,7 @@ class Store:
 
 
 def _same(a: Object, b: Object) -> bool:
-    strip = lambda o: {**o, "metadata": {**o["metadata"], "resourceVersion": None}}  # noqa: E731
-    return bool(strip(a) == strip(b))
+    def strip(o: Object) -> Object:
+        return {**o, "metadata": {**o["metadata"], "resourceVersion": None}}
+
+    return strip(a) == strip(b)
