@@ -603,3 +603,30 @@ def test_from_the_attackers_side(fake: Fake):
         headers={"Content-Type": "application/strategic-merge-patch+json"},
     )
     assert code == 422, status
+
+
+@needs_kubectl
+def test_a_pod_made_again_on_a_cordoned_node_waits_pending_until_uncordoned(fake: Fake):
+    """Each local pod has one Node: the scheduler would not place it elsewhere."""
+    fake.kubectl("cordon", "local-slonk-cpu-1")
+    fake.kubectl("delete", "pod", "slonk-cpu-1", "--wait", "--timeout=30s")
+    pod = wait_for(
+        "slonk-cpu-1 made again",
+        lambda: fake.kubectl("get", "pod", "slonk-cpu-1", "-o", "json", check=False).stdout,
+    )
+    found = json.loads(pod)
+    assert "nodeName" not in found["spec"]
+    assert found["status"]["phase"] == "Pending"
+    assert found["status"]["conditions"][0]["reason"] == "Unschedulable"
+    assert fake.kubelet.pids["slonk-cpu-1"] is None
+    fake.kubectl("uncordon", "local-slonk-cpu-1")
+    wait_for(
+        "it runs on its node",
+        lambda: (
+            fake.kubectl(
+                "get", "pod", "slonk-cpu-1", "-o", "jsonpath={.spec.nodeName} {.status.phase}"
+            ).stdout
+            == "local-slonk-cpu-1 Running"
+        ),
+    )
+    assert fake.kubelet.log == ["stop slonk-cpu-1", "start slonk-cpu-1"]

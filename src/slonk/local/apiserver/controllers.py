@@ -61,6 +61,9 @@ class Controllers:
             with self._lock:
                 if name in self._busy:
                     continue
+            if not pod["spec"].get("nodeName"):
+                self._bind(pod)
+                continue
             self._pod_status(pod)
         for sts in self.store.list(STS, self.namespace)[0]:
             self._reconcile(sts, known)
@@ -169,12 +172,42 @@ class Controllers:
                 self._busy.discard(name)
 
     def _make(self, sts: Object, number: int) -> None:
+        """The StatefulSet's pod made again: bound to its Node and started, or left
+        Pending (unbound) while the scheduler would not place it there (cordoned, tainted);
+        the relist binds it once it would."""
         name = f"{sts['metadata']['name']}-{number}"
         address = self.backend.pods()[name]
+        node = self.store.find(NODES, "", objects.node_name(name))
+        why = objects.unschedulable(sts["spec"]["template"]["spec"], node)
         if self.store.find(PODS, self.namespace, name) is None:
-            self.store.create(PODS, objects.pod_object(sts, number, address))
-        if self.backend.running(name) is None:
+            made = self.store.create(PODS, objects.pod_object(sts, number, address, not why))
+            if why:
+                status = objects.unscheduled_status(made, why)
+                self.store.modify(PODS, self.namespace, name, _status(status))
+        if not why and self.backend.running(name) is None:
             self.backend.start(name)
+
+    def _bind(self, pod: Object) -> None:
+        """An unbound pod whose Node now takes it: bound, then started (kubelet's part)."""
+        name = pod["metadata"]["name"]
+        node = self.store.find(NODES, "", objects.node_name(name))
+        if objects.unschedulable(pod["spec"], node):
+            return
+        with self._lock:
+            if name in self._busy:
+                return
+            self._busy.add(name)
+
+        def bind(p: Object) -> None:
+            p["spec"]["nodeName"] = objects.node_name(name)
+
+        try:
+            self.store.modify(PODS, self.namespace, name, bind)
+            if self.backend.running(name) is None:
+                self.backend.start(name)
+        finally:
+            with self._lock:
+                self._busy.discard(name)
 
     def check_scale(self, sts: Object, replicas: int) -> None:
         """422 for a scale local mode cannot follow: pods beyond those `up` or `upgrade`

@@ -54,15 +54,48 @@ def budget_object(rendered: Object, namespace: str) -> Object:
     return pdb
 
 
-def pod_object(sts: Object, number: int, address: str) -> Object:
+def unschedulable(spec: Object, node: Object | None) -> str | None:
+    """Why the scheduler would not bind a pod of this spec to `node` (its only one: each
+    local pod has its own), None if it would: the node cordoned, or tainted NoSchedule or
+    NoExecute without a matching toleration."""
+    if node is None:
+        return "its node does not exist"
+    taints = list(node.get("spec", {}).get("taints") or [])
+    if node.get("spec", {}).get("unschedulable"):
+        taints.append({"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"})
+    for taint in taints:
+        if taint.get("effect") not in ("NoSchedule", "NoExecute"):
+            continue
+        if not any(_tolerates(t, taint) for t in spec.get("tolerations") or []):
+            return (
+                f"0/1 nodes are available: 1 node(s) had untolerated taint "
+                f"{{{taint['key']}: {taint.get('value', '')}}}"
+                if "unschedulable" not in taint["key"]
+                else "0/1 nodes are available: 1 node(s) were unschedulable"
+            )
+    return None
+
+
+def _tolerates(toleration: Object, taint: Object) -> bool:
+    if toleration.get("effect") not in (None, "", taint.get("effect")):
+        return False
+    if toleration.get("operator") == "Exists":
+        return toleration.get("key") in (None, "", taint.get("key"))
+    return toleration.get("key") == taint.get("key") and toleration.get("value", "") == taint.get(
+        "value", ""
+    )
+
+
+def pod_object(sts: Object, number: int, address: str, bound: bool = True) -> Object:
     """Pod `number` of `sts` as its controller makes it: the template's metadata and spec,
-    its name label and owner, bound to its own Node; Pending until kubelet says more."""
+    its name label and owner, bound to its own Node (unless `bound` is False: the scheduler
+    would not place it there); Pending until kubelet says more."""
     template = sts["spec"]["template"]
     name = f"{sts['metadata']['name']}-{number}"
     spec = copy.deepcopy(template["spec"])
     spec.update(
         {
-            "nodeName": node_name(name),
+            **({"nodeName": node_name(name)} if bound else {}),
             "hostname": name,
             "subdomain": sts["spec"].get("serviceName", ""),
             "terminationGracePeriodSeconds": spec.get("terminationGracePeriodSeconds", 30),
@@ -103,6 +136,8 @@ def pod_object(sts: Object, number: int, address: str) -> Object:
 def pod_status(pod: Object, pid: int | None, restarts: int, started: str | None) -> Object:
     """The status kubelet reports: Running and Ready while the pod's process runs, else
     Pending and not Ready (local mode restarts no container by itself)."""
+    if not pod["spec"].get("nodeName"):
+        return unscheduled_status(pod, "")
     running = pid is not None
     containers = pod["spec"].get("containers") or []
     flag = "True" if running else "False"
@@ -192,4 +227,25 @@ def node_object(pod: str, address: str, selector: dict[str, str]) -> Object:
                 "systemUUID": "",
             },
         },
+    }
+
+
+def unscheduled_status(pod: Object, why: str) -> Object:
+    """Pending, not bound: PodScheduled False, as the scheduler reports it."""
+    old = next(
+        (c for c in pod.get("status", {}).get("conditions") or [] if c["type"] == "PodScheduled"),
+        {},
+    )
+    return {
+        "phase": "Pending",
+        "conditions": [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": why or old.get("message", ""),
+                "lastProbeTime": None,
+                "lastTransitionTime": pod["metadata"].get("creationTimestamp"),
+            }
+        ],
     }
