@@ -220,6 +220,8 @@ def test_kubectl_scales_a_statefulset_down_and_up(fake: Fake):
         lambda: "slonk-cpu-1   1/1     Running" in fake.kubectl("get", "pods").stdout,
     )
     assert fake.kubelet.log == ["stop slonk-cpu-1", "start slonk-cpu-1"]
+    events = fake.kubectl("get", "events", "--field-selector", "involvedObject.name=slonk-cpu")
+    assert "SuccessfulDelete" in events.stdout and "SuccessfulCreate" in events.stdout
     refused = fake.kubectl("scale", "sts", "slonk-cpu", "--replicas=4", check=False)
     assert refused.returncode and "local mode runs at most the 3 pods" in refused.stderr
     assert fake.kubectl("get", "sts", "slonk-cpu").stdout.splitlines()[1].split()[1] == "2/2"
@@ -630,3 +632,27 @@ def test_a_pod_made_again_on_a_cordoned_node_waits_pending_until_uncordoned(fake
         ),
     )
     assert fake.kubelet.log == ["stop slonk-cpu-1", "start slonk-cpu-1"]
+
+
+def test_a_watch_with_a_selector_sees_objects_enter_and_leave_it_and_bookmarks(
+    fake: Fake, monkeypatch: pytest.MonkeyPatch
+):
+    from kubernetes import client, watch
+
+    from slonk.local.apiserver import http
+
+    monkeypatch.setattr(http, "BOOKMARK_SECONDS", 0.2)
+    core = client.CoreV1Api(fake.client())
+    start = core.list_node(label_selector="goal").metadata.resource_version
+    core.patch_node("local-slonk-cpu-1", {"metadata": {"labels": {"goal": "drain"}}})
+    core.patch_node("local-slonk-cpu-1", {"metadata": {"labels": {"goal": None}}})
+    seen = []
+    stream = watch.Watch().stream(
+        core.list_node, label_selector="goal", resource_version=start,
+        allow_watch_bookmarks=True, timeout_seconds=20,
+    )  # fmt: skip
+    for event in stream:
+        seen.append(event["type"])
+        if event["type"] == "BOOKMARK":
+            break
+    assert seen == ["ADDED", "DELETED", "BOOKMARK"]

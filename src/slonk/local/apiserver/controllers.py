@@ -7,6 +7,7 @@ ordinals or starting them again), graceful deletion, and evictions that honour P
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
@@ -16,6 +17,7 @@ from slonk.local.apiserver.status import ApiError, invalid
 from slonk.local.apiserver.store import Object, Store, now
 
 PODS, NODES, STS, PDBS = "/pods", "/nodes", "apps/statefulsets", "policy/poddisruptionbudgets"
+EVENTS = "/events"
 RELIST_SECONDS = 1.0
 
 
@@ -48,6 +50,22 @@ class Controllers:
         self._seen: dict[str, tuple[int | None, int, str | None]] = {}  # pid, restarts, start
         self._lock = threading.Lock()
         self.stopped = threading.Event()  # set: the server's relist loop ends
+
+    def _event(self, about: Object, reason: str, message: str, kind: str = "Normal") -> None:
+        """A core/v1 Event, as kubelet and the controllers record theirs."""
+        meta, stamp = about["metadata"], now()
+        self.store.create(EVENTS, {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:16]}",
+                         "namespace": self.namespace},
+            "involvedObject": {"apiVersion": about.get("apiVersion", "v1"),
+                               "kind": about.get("kind", ""), "name": meta["name"],
+                               "namespace": self.namespace, "uid": meta.get("uid", "")},
+            "reason": reason, "message": message, "type": kind, "count": 1,
+            "firstTimestamp": stamp, "lastTimestamp": stamp,
+            "source": {"component": "slonk-local"},
+            "reportingComponent": "slonk-local", "reportingInstance": "",
+        })  # fmt: skip
 
     # -- the relist ----------------------------------------------------------------------
 
@@ -155,6 +173,7 @@ class Controllers:
             )
 
         marked = self.store.modify(PODS, self.namespace, name, mark) or pod
+        self._event({"kind": "Pod", **marked}, "Killing", "Stopping the pod's containers")
         threading.Thread(target=self._terminate, args=(name,), daemon=True).start()
         return marked
 
@@ -181,7 +200,10 @@ class Controllers:
         why = objects.unschedulable(sts["spec"]["template"]["spec"], node)
         if self.store.find(PODS, self.namespace, name) is None:
             made = self.store.create(PODS, objects.pod_object(sts, number, address, not why))
+            self._event(sts, "SuccessfulCreate", f"create Pod {name} in StatefulSet "
+                        f"{sts['metadata']['name']} successful")  # fmt: skip
             if why:
+                self._event({"kind": "Pod", **made}, "FailedScheduling", why, "Warning")
                 status = objects.unscheduled_status(made, why)
                 self.store.modify(PODS, self.namespace, name, _status(status))
         if not why and self.backend.running(name) is None:
@@ -239,6 +261,8 @@ class Controllers:
         def act() -> None:
             for name in going:
                 self.delete_pod(name)
+                self._event(sts, "SuccessfulDelete", f"delete Pod {name} in StatefulSet {base} "
+                            "successful")  # fmt: skip
                 if not parallel:
                     self._wait_gone(name)
             for number in range(after):
