@@ -232,7 +232,7 @@ def node_object(pod: str, address: str, selector: dict[str, str]) -> Object:
 
 def unscheduled_status(pod: Object, why: str) -> Object:
     """Pending, not bound: PodScheduled False, as the scheduler reports it."""
-    old = next(
+    old: Object = next(
         (c for c in pod.get("status", {}).get("conditions") or [] if c["type"] == "PodScheduled"),
         {},
     )
