@@ -656,3 +656,18 @@ def test_a_watch_with_a_selector_sees_objects_enter_and_leave_it_and_bookmarks(
         if event["type"] == "BOOKMARK":
             break
     assert seen == ["ADDED", "DELETED", "BOOKMARK"]
+
+
+def test_a_published_chart_sets_the_replicas_back_as_helm_upgrade_would(fake: Fake):
+    from kubernetes import client
+
+    apps = client.AppsV1Api(fake.client())
+    apps.patch_namespaced_stateful_set_scale("slonk-cpu", NAMESPACE, {"spec": {"replicas": 1}})
+    wait_for("slonk-cpu-1 stopped", lambda: fake.kubelet.pids["slonk-cpu-1"] is None)
+    labelled = {**STS, "metadata": {**STS["metadata"], "labels": {"release": "2"}}}
+    (fake.cluster.apiserver_dir / fake_apiserver.CHART_FILE).write_text(
+        json.dumps({"statefulsets": [labelled], "budgets": [PDB]})
+    )
+    wait_for("slonk-cpu-1 started again", lambda: fake.kubelet.pids["slonk-cpu-1"])
+    sts = apps.read_namespaced_stateful_set("slonk-cpu", NAMESPACE)
+    assert (sts.spec.replicas, sts.metadata.labels) == (2, {"release": "2"})

@@ -33,7 +33,7 @@ import yaml
 from slonk.files import write_atomically
 from slonk.local.apiserver import objects as api_objects
 from slonk.local.apiserver.controllers import PDBS, RELIST_SECONDS, STS, Controllers
-from slonk.local.apiserver.http import Api, Server
+from slonk.local.apiserver.http import Api, Server, replicas
 from slonk.local.apiserver.rbac import ADMIN, Authorizer
 from slonk.local.apiserver.store import HISTORY, Change, Store
 from slonk.local.kubelet import start_saved, stop_pods
@@ -74,9 +74,11 @@ def publish(cluster: Cluster, plan: Plan) -> None:
     write_atomically(cluster.apiserver_dir / CHART_FILE, json.dumps(chart, indent=1))
 
 
-def load_chart(store: Store, chart: Mapping[str, Any], namespace: str) -> None:
+def load_chart(store: Store, chart: Mapping[str, Any], namespace: str) -> list[dict[str, Any]]:
     """The rendered objects into the store, as `helm upgrade` applies them: spec and metadata
-    from the chart, status kept; the pods themselves were changed by `up` or `upgrade`."""
+    from the chart, status kept. Returns the StatefulSets whose replicas this changed (a
+    `kubectl scale` since, undone by the chart's value), for their controller to follow."""
+    rescaled = []
     for key, made, rendered in (
         (STS, api_objects.statefulset_object, chart["statefulsets"]),
         (PDBS, api_objects.budget_object, chart["budgets"]),
@@ -86,18 +88,16 @@ def load_chart(store: Store, chart: Mapping[str, Any], namespace: str) -> None:
             current = store.find(key, namespace, name)
             if current is None:
                 store.create(key, obj)
-            else:
-                store.update(
-                    key,
-                    {
-                        **obj,
-                        "metadata": {**current["metadata"], **obj["metadata"]},
-                        "status": current.get("status", {}),
-                    },
-                )
+                continue
+            metadata = {**current["metadata"], **obj["metadata"]}
+            status = current.get("status", {})
+            written = store.update(key, {**obj, "metadata": metadata, "status": status})
+            if key == STS and replicas(written) != replicas(current):
+                rescaled.append(written)
         for obj in store.list(key, namespace)[0]:
             if obj["metadata"]["name"] not in wanted:
                 store.delete(key, namespace, obj["metadata"]["name"])
+    return rescaled
 
 
 def certificate(folder: Path, *addresses: str) -> None:
@@ -241,7 +241,8 @@ def serve(cluster: Cluster, backend: Any = None, history: int = HISTORY) -> tupl
     def reload() -> None:
         stamp = chart_file.stat().st_mtime
         if stamp != loaded[0]:
-            load_chart(store, json.loads(chart_file.read_text()), namespace)
+            for sts in load_chart(store, json.loads(chart_file.read_text()), namespace):
+                controllers.scaled(sts)
             loaded[0] = stamp
 
     reload()

@@ -340,7 +340,6 @@ def _settle(
     ones their new template (they take it when next started, as with OnDelete), start the
     joining ones and wait until their nodes are up."""
     stop_pods(cluster, leaving, progress)
-    fake_apiserver.publish(cluster, objects)  # the StatefulSets' new replicas and templates
     for name in leaving:
         cluster.network.remove_pod(name)
         shutil.rmtree(cluster.pod_dir(name), ignore_errors=True)
@@ -356,5 +355,8 @@ def _settle(
             write_pod_spec(cluster, name, template)
     for pod in joining:
         start_pod(cluster, pod, templates[pod.name], progress)
+    # The fake API's StatefulSets take the chart's replicas and templates now that the pods
+    # match them: it starts only a pod a `kubectl scale` had stopped.
+    fake_apiserver.publish(cluster, objects)
     if joining:
         wait_nodes_up(cluster, progress=progress, pods=[p.name for p in joining])
