@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
+import select
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -309,6 +310,9 @@ class Handler(BaseHTTPRequestHandler):
                     raise ApiError(400, f"invalid resourceVersion {start!a}")
             last_bookmark = time.monotonic()
             while (left := deadline - time.monotonic()) > 0:
+                if select.select([self.connection], [], [], 0)[0]:
+                    self.close_connection = True  # the watcher hung up (it sends nothing
+                    return  # while it watches)
                 with api.store.changed:
                     changes, head = api.store.changes(target.key, cursor)
                     if not changes:
