@@ -6,6 +6,7 @@ ordinals or starting them again), graceful deletion, and evictions that honour P
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import uuid
 from collections.abc import Callable, Mapping
@@ -180,7 +181,8 @@ class Controllers:
     def _terminate(self, name: str) -> None:
         try:
             self.backend.stop(name)
-            self.store.delete(PODS, self.namespace, name)
+            with contextlib.suppress(ApiError):  # gone already: `upgrade` removed the pod
+                self.store.delete(PODS, self.namespace, name)
             self._seen.pop(name, None)
             base, number = objects.ordinal(name)
             sts = self.store.find(STS, self.namespace, base)
@@ -260,7 +262,10 @@ class Controllers:
 
         def act() -> None:
             for name in going:
-                self.delete_pod(name)
+                try:
+                    self.delete_pod(name)
+                except ApiError:
+                    continue  # gone meanwhile (`upgrade` removed it)
                 self._event(sts, "SuccessfulDelete", f"delete Pod {name} in StatefulSet {base} "
                             "successful")  # fmt: skip
                 if not parallel:
