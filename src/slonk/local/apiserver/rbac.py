@@ -64,9 +64,10 @@ class Authorizer:
             if request.namespace
             else " at the cluster scope"
         )
+        named = f' "{request.name}"' if request.name else ""
         raise ApiError(
             403,
-            f"{request.full_resource}{f' {request.name!r}' if request.name else ''} is forbidden: "
+            f"{request.full_resource}{named} is forbidden: "
             f'User "{user}" cannot {request.verb} resource "{request.full_resource}" in API '
             f'group "{request.group}"{where} (not granted by the chart\'s RBAC)',
             kind=request.resource,
