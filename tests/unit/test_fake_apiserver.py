@@ -671,3 +671,22 @@ def test_a_published_chart_sets_the_replicas_back_as_helm_upgrade_would(fake: Fa
     wait_for("slonk-cpu-1 started again", lambda: fake.kubelet.pids["slonk-cpu-1"])
     sts = apps.read_namespaced_stateful_set("slonk-cpu", NAMESPACE)
     assert (sts.spec.replicas, sts.metadata.labels) == (2, {"release": "2"})
+
+
+def test_an_eviction_of_a_pod_two_budgets_match_is_refused_500(fake: Fake):
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    second = {**PDB, "metadata": {"name": "also-cpu"}}
+    (fake.cluster.apiserver_dir / fake_apiserver.CHART_FILE).write_text(
+        json.dumps({"statefulsets": [STS], "budgets": [PDB, second]})
+    )
+    policy = client.PolicyV1Api(fake.client())
+    wait_for("the second budget", lambda: len(
+        policy.list_namespaced_pod_disruption_budget(NAMESPACE).items) == 2)  # fmt: skip
+    with pytest.raises(ApiException) as refused:
+        client.CoreV1Api(fake.client()).create_namespaced_pod_eviction(
+            "slonk-cpu-0", NAMESPACE, {"metadata": {"name": "slonk-cpu-0"}, "kind": "Eviction",
+                                        "apiVersion": "policy/v1"})  # fmt: skip
+    assert refused.value.status == 500
+    assert fake.kubelet.log == []
