@@ -700,3 +700,11 @@ def test_bad_queries_get_a_status_not_a_dropped_connection(fake: Fake):
             assert status["type"] == "ERROR" and status["object"]["code"] == 400, query
         else:
             assert code == 400 and status["kind"] == "Status", query
+
+
+def test_a_watch_asked_for_as_older_clients_do_is_a_watch(fake: Fake):
+    """The controller image's client (Debian's python3-kubernetes 30) sends `watch=True`."""
+    for spelling in ("True", "true", "1"):
+        code, event = _raw(fake, "GET", f"/api/v1/nodes?watch={spelling}&timeoutSeconds=1"
+                           "&fieldSelector=metadata.name%3Dlocal-slonk-cpu-0")  # fmt: skip
+        assert (code, event["type"]) == (200, "ADDED"), spelling

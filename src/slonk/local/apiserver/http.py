@@ -70,6 +70,12 @@ class Api:
         raise ApiError(401, "Unauthorized")
 
 
+def flag(value: str | None) -> bool:
+    """A boolean query parameter as the API reads it (Go's ParseBool): older Python clients
+    send `watch=True`, newer ones `watch=true`, kubectl `watch=1`."""
+    return value in ("1", "t", "T", "true", "True", "TRUE")
+
+
 def _name(name: str) -> str:
     if not (len(name) <= 253 and NAME.fullmatch(name)):
         raise ApiError(400, f"invalid resource name {name!a}: a DNS subdomain is expected")
@@ -207,7 +213,7 @@ class Handler(BaseHTTPRequestHandler):
     def _resource(
         self, api: Api, account: str, target: Target, query: Mapping[str, str], body: Any
     ) -> None:
-        watching = query.get("watch") in ("1", "true")
+        watching = flag(query.get("watch"))
         verb = VERBS.get(self.command) or (
             "get" if target.name else "watch" if watching else "list"
         )
@@ -290,7 +296,7 @@ class Handler(BaseHTTPRequestHandler):
         except ValueError:
             raise ApiError(400, "timeoutSeconds is no number") from None
         deadline = time.monotonic() + timeout
-        bookmarks = query.get("allowWatchBookmarks") in ("1", "true")
+        bookmarks = flag(query.get("allowWatchBookmarks"))
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Transfer-Encoding", "chunked")
