@@ -694,7 +694,8 @@ def test_an_eviction_of_a_pod_two_budgets_match_is_refused_500(fake: Fake):
 
 def test_bad_queries_get_a_status_not_a_dropped_connection(fake: Fake):
     for query in ("watch=1&timeoutSeconds=soon", "labelSelector=a%20in%20b",
-                  "fieldSelector=spec.secret%3Dx", "watch=1&resourceVersion=abc"):  # fmt: skip
+                  "fieldSelector=spec.secret%3Dx", "watch=1&resourceVersion=abc",
+                  "dryRun=All"):  # fmt: skip
         code, status = _raw(fake, "GET", f"/api/v1/namespaces/default/pods?{query}")
         if code == 200:  # a watch's error comes in the stream, as the API sends it
             assert status["type"] == "ERROR" and status["object"]["code"] == 400, query

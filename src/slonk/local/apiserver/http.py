@@ -242,6 +242,8 @@ class Handler(BaseHTTPRequestHandler):
                 f"{target.resource.name}{'/' + target.subresource if target.subresource else ''}"
                 " (local mode makes these objects from the chart)",
             )
+        if query.get("dryRun"):
+            raise ApiError(400, "the fake API server does no dry runs: it would have written")
         if verb == "watch":
             return self._watch(api, target, query)
         if verb == "list":
