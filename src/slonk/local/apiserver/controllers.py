@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
@@ -20,6 +21,10 @@ from slonk.local.apiserver.store import Object, Store, now
 PODS, NODES, STS, PDBS = "/pods", "/nodes", "apps/statefulsets", "policy/poddisruptionbudgets"
 EVENTS = "/events"
 RELIST_SECONDS = 1.0
+# A deleted pod is made again by a later sync of its StatefulSet, as on Kubernetes, where the
+# controller hears of the deletion through its watch. At once, `kubectl delete --wait` could
+# list the new pod before it saw the old one go, and wait for a deletion it never sees.
+RECREATE_SECONDS = 1.0
 
 
 class Backend(Protocol):
@@ -48,6 +53,7 @@ class Controllers:
     def __init__(self, store: Store, backend: Backend, namespace: str) -> None:
         self.store, self.backend, self.namespace = store, backend, namespace
         self._busy: set[str] = set()  # pods being stopped or started: the relist keeps off
+        self._due: dict[str, float] = {}  # deleted pods to make again, by monotonic time
         self._seen: dict[str, tuple[int | None, int, str | None]] = {}  # pid, restarts, start
         self._lock = threading.Lock()
         self.stopped = threading.Event()  # set: the server's relist loop ends
@@ -71,6 +77,7 @@ class Controllers:
     # -- the relist ----------------------------------------------------------------------
 
     def relist(self) -> None:
+        self._recreate()
         known = self.backend.pods()
         for name, address in known.items():
             if self.store.find(NODES, "", objects.node_name(name)) is None:
@@ -100,7 +107,7 @@ class Controllers:
         for number in range(replicas):
             name = f"{base}-{number}"
             with self._lock:
-                if name in self._busy or name not in known:
+                if name in self._busy or name in self._due or name not in known:
                     continue
             if self.store.find(PODS, self.namespace, name) is None:
                 self._pod_status(
@@ -151,8 +158,9 @@ class Controllers:
 
     def _budgets(self) -> None:
         pods = self.store.list(PODS, self.namespace)[0]
+        sets = self.store.list(STS, self.namespace)[0]
         for pdb in self.store.list(PDBS, self.namespace)[0]:
-            status = budget_status(pdb, pods)
+            status = budget_status(pdb, pods, sets)
             if status != pdb.get("status"):
                 self.store.modify(PDBS, self.namespace, pdb["metadata"]["name"], _status(status))
 
@@ -184,13 +192,23 @@ class Controllers:
             with contextlib.suppress(ApiError):  # gone already: `upgrade` removed the pod
                 self.store.delete(PODS, self.namespace, name)
             self._seen.pop(name, None)
+            with self._lock:  # made again by a later sync of its StatefulSet (see relist)
+                self._due[name] = time.monotonic() + RECREATE_SECONDS
+        finally:
+            with self._lock:
+                self._busy.discard(name)
+
+    def _recreate(self) -> None:
+        """Deleted pods whose StatefulSet still wants them, made again once due."""
+        with self._lock:
+            due = [n for n, at in self._due.items() if at <= time.monotonic()]
+            for name in due:
+                del self._due[name]
+        for name in due:
             base, number = objects.ordinal(name)
             sts = self.store.find(STS, self.namespace, base)
             if sts and number < int(sts["spec"].get("replicas", 1)):
                 self._make(sts, number)
-        finally:
-            with self._lock:
-                self._busy.discard(name)
 
     def _make(self, sts: Object, number: int) -> None:
         """The StatefulSet's pod made again: bound to its Node and started, or left
@@ -308,19 +326,17 @@ class Controllers:
             )
         if budgets and _ready(pod):
             pods = self.store.list(PODS, self.namespace)[0]
-            if budget_status(budgets[0], pods)["disruptionsAllowed"] <= 0:
+            status = budget_status(budgets[0], pods, self.store.list(STS, self.namespace)[0])
+            if status["disruptionsAllowed"] <= 0:
+                message = (
+                    f"The disruption budget {budgets[0]['metadata']['name']} needs "
+                    f"{status['desiredHealthy']} healthy pods and has {status['currentHealthy']}"
+                )
                 raise ApiError(
                     429,
                     "Cannot evict pod as it would violate the pod's disruption budget.",
                     "TooManyRequests",
-                    causes=[
-                        {
-                            "reason": "DisruptionBudget",
-                            "message": f"The disruption budget "
-                            f"{budgets[0]['metadata']['name']} needs "
-                            f"{budget_status(budgets[0], pods)['desiredHealthy']} healthy pods",
-                        }
-                    ],
+                    causes=[{"reason": "DisruptionBudget", "message": message}],
                 )
         self.delete_pod(name)
 
@@ -344,9 +360,14 @@ def _count(value: Any, total: int, round_up: bool) -> int:
     return int(value)
 
 
-def budget_status(pdb: Object, pods: list[Object]) -> Object:
-    matched = [p for p in pods if selector(pdb["spec"].get("selector") or {})(p)]
-    expected, healthy = len(matched), sum(1 for p in matched if _ready(p))
+def budget_status(pdb: Object, pods: list[Object], sets: list[Object]) -> Object:
+    """As the disruption controller computes it: the pods expected are their StatefulSets'
+    replicas (a pod deleted and not yet made again still counts), the healthy ones Ready."""
+    match = selector(pdb["spec"].get("selector") or {})
+    matched = [p for p in pods if match(p)]
+    owners = [s for s in sets if match({"metadata": s["spec"]["template"]["metadata"]})]
+    expected = sum(int(s["spec"].get("replicas", 1)) for s in owners) if owners else len(matched)
+    healthy = sum(1 for p in matched if _ready(p))
     spec = pdb["spec"]
     if "minAvailable" in spec:
         desired = _count(spec["minAvailable"], expected, round_up=True)
