@@ -156,6 +156,11 @@ def _local(args: argparse.Namespace) -> int:
         cluster.restart(state, args.pod, stop_only=args.local_command == "stop")
         return 0
     local = cluster.Cluster(state.resolve())
+    if args.local_command == "kubeconfig":
+        from slonk.local import fake_apiserver
+
+        print(fake_apiserver.kubeconfig(local), end="")
+        return 0
     if args.local_command == "exec":
         if not args.argv:
             raise LocalModeError("exec needs a command: slonk local exec POD -- CMD...")
@@ -389,6 +394,7 @@ def _add_local(local: argparse.ArgumentParser) -> None:
     sub("stop", "stop a pod (its preStop hook, SIGTERM, then SIGKILL)").add_argument("pod")
     sub("exec", "run a command in a pod: exec POD -- CMD...").add_argument("pod")
     sub("ssh", "ssh to the login pod as USER (-- CMD... runs a command)").add_argument("user")
+    sub("kubeconfig", "print an admin kubeconfig for the cluster's fake Kubernetes API (host only)")
 
 
 # name: (help, what defines its arguments and handler), in the order `slonk --help` lists them.

@@ -257,7 +257,7 @@ def test_a_node_failing_boot_checks_registers_drained_then_is_recycled_then_quar
     quarantine = f"slonk:quarantine: recycled 2 times in 600 s; last {reason}"
     wait_for(f"{BAD} quarantined", lambda: cluster.nodes()[BAD] == ("idle+drain", quarantine))
     assert _deletes(cluster, BAD, deletes) == 2
-    node = json.loads((cluster.state_dir / "apiserver" / "nodes" / "local.json").read_text())
+    node = json.loads((cluster.state_dir / "apiserver" / "nodes" / f"local-{BAD}.json").read_text())
     assert {"key": "slonk.io/quarantine", "value": BAD, "effect": "NoSchedule"} in node["spec"][
         "taints"
     ]

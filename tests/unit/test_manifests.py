@@ -121,3 +121,40 @@ def test_an_object_whose_image_is_no_reference_is_refused(image):
     with pytest.raises(LocalModeError, match=r"StatefulSet slonk-cpu, container '.*': image "
                                              r".* is not an image reference"):  # fmt: skip
         plan(docs, "default")
+
+
+def test_rbac_becomes_rules_scoped_by_their_bindings():
+    """A RoleBinding holds in the release's namespace, a ClusterRoleBinding everywhere;
+    the fake API server authorizes by these (apiGroups, resources, verbs as written)."""
+
+    def doc(kind: str, name: str, **rest):
+        return {"kind": kind, "metadata": {"name": name}, **rest}
+
+    sa = [
+        {"kind": "ServiceAccount", "name": "ctl", "namespace": "default"},
+        {"kind": "ServiceAccount", "name": "elsewhere", "namespace": "other"},
+    ]
+    rules = [{"apiGroups": ["apps"], "resources": ["statefulsets/scale"], "verbs": ["patch"]}]
+    docs = [
+        doc("Role", "r", rules=rules),
+        doc("RoleBinding", "r", roleRef={"kind": "Role", "name": "r"}, subjects=sa),
+        doc("ClusterRole", "c", rules=[{"apiGroups": [""], "resources": ["nodes"],
+                                        "verbs": ["get"], "resourceNames": ["n1"]}]),
+        doc("ClusterRoleBinding", "c", roleRef={"kind": "ClusterRole", "name": "c"},
+            subjects=sa[:1]),
+    ]  # fmt: skip
+    assert plan(docs, "default").permissions() == {
+        "ctl": [
+            {**rules[0], "resourceNames": [], "namespace": "default"},
+            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"],
+             "resourceNames": ["n1"], "namespace": None},
+        ]
+    }  # fmt: skip
+
+
+def test_the_statefulsets_and_budgets_are_kept_for_the_fake_api_server():
+    objects = _plan()
+    assert [s["metadata"]["name"] for s in objects.statefulsets] == [
+        "slonk-controller", "slonk-login", "slonk-cpu"]  # fmt: skip
+    assert [b["spec"]["selector"]["matchLabels"]["slonk.io/nodepool"]
+            for b in objects.disruption_budgets] == ["cpu"]  # fmt: skip

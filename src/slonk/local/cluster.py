@@ -4,8 +4,8 @@ StatefulSet replica as a pod, `down` undoes it, `restart` and `status` act on it
 The parts, each in its own module, each importing only modules below it in this list:
   release         the chart's values, objects and spec for local mode, and their files
   podspec         a rendered pod as the spec a runtime starts (pod.json)
-  fake_apiserver  the Kubernetes API the controller's recycle loop talks to; it deletes
-                  (restarts) pods through kubelet
+  fake_apiserver  a FAKE Kubernetes API (parts in slonk.local.apiserver) for the pods and
+                  kubectl; it stops and starts pods through kubelet
   kubelet         start, stop and restart one pod; sidecars, its stand-in processes
   nodes           the cluster's Slurm nodes as its controller sees them
   state           the state directory's layout, and `Cluster`, the handle every part reads it by

@@ -1,188 +1,297 @@
-"""A FAKE Kubernetes API server for local mode: the few calls slonk's pods make, nothing more.
+"""A FAKE Kubernetes API server for local mode, so that what talks to Kubernetes (the
+controller's recycle loop and syncer through the official client, people through real
+`kubectl`) is tested against the API's real wire shapes. Not Kubernetes: one process, objects
+in memory, made from the rendered chart, gone with `down`. The parts live in
+slonk.local.apiserver; this module runs them for a local cluster:
 
-Local mode has no Kubernetes, but the controller's recycle loop talks to one through the
-official client. This stand-in serves exactly those calls, over TLS with a ServiceAccount
-token as in a cluster, and refuses what the chart's RBAC rules do not grant, so a Role that
-lacks a verb fails here as it would on Kubernetes:
-  GET    /api/v1/namespaces/<ns>/pods/<name>   the pod, on node `local`
-  DELETE /api/v1/namespaces/<ns>/pods/<name>   restart the pod, as its StatefulSet would
-  GET    /api/v1/nodes/<name>                  the node, with its recorded taints
-  PATCH  /api/v1/nodes/<name>                  record labels, annotations and taints
-Nodes are kept in <state>/apiserver/nodes/<name>.json for tests and people to read.
-It restarts pods through slonk.local.kubelet; `slonk local up` starts it (`start`).
+- over TLS on the bridge's address (port 6443), with a token for every ServiceAccount a pod
+  mounts, refusing what the chart's RBAC does not grant, and an admin token for
+  `slonk local kubeconfig` (the operator's, at the host; never mounted in a pod);
+- with the kubelet side here: pods are local mode's processes, stopped and started through
+  slonk.local.kubelet, their status read from them every second;
+- keeping <state>/apiserver/nodes/<node>.json current, for tests and people to read, and
+  reloading the chart's StatefulSets and PDBs when `slonk local upgrade` publishes new ones.
 """
 
 from __future__ import annotations
 
+import base64
+import ctypes
 import json
-import re
 import secrets
 import ssl
 import subprocess
 import sys
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from slonk.local.kubelet import restart_pod
-from slonk.local.manifests import Plan
+import yaml
+
+from slonk.files import write_atomically
+from slonk.local.apiserver import objects as api_objects
+from slonk.local.apiserver.controllers import PDBS, RELIST_SECONDS, STS, Controllers
+from slonk.local.apiserver.http import Api, Server, replicas
+from slonk.local.apiserver.rbac import ADMIN, Authorizer
+from slonk.local.apiserver.store import HISTORY, Change, Store
+from slonk.local.kubelet import start_saved, stop_pods
+from slonk.local.manifests import LocalModeError, Plan
 from slonk.local.network import BRIDGE_ADDRESS, NETNS_DIR
 from slonk.local.projection import project
 from slonk.local.state import Cluster
 
-NODE = "local"
 PORT = 6443
-ROUTES = [
-    (re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/?]+)"), "pods"),
-    (re.compile(r"^/api/v1/nodes/(?P<name>[^/?]+)"), "nodes"),
-]
-VERBS = {"GET": "get", "DELETE": "delete", "PATCH": "patch"}
+HOST_ADDRESS = "127.0.0.1"
+HOST_FILE = "host-address"  # where the host's listener is, "127.0.0.1:<port>"
+CLONE_NEWNET = 0x40000000
+CHART_FILE = "chart.json"  # the StatefulSets and PDBs in force, as `up` and `upgrade` rendered
 
 
-def pod_object(namespace: str, name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"nodeName": NODE, "containers": []},
-        "status": {"phase": "Running"},
-    }
+class KubeletBackend:
+    """Local mode's pods as the fake's controllers see them."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+
+    def pods(self) -> dict[str, str]:
+        return {name: pod["address"] for name, pod in self.cluster.record()["pods"].items()}
+
+    def running(self, name: str) -> int | None:
+        return self.cluster.pid(name)
+
+    def stop(self, name: str) -> None:
+        stop_pods(self.cluster, [name])
+
+    def start(self, name: str) -> None:
+        start_saved(self.cluster, name)
 
 
-class Handler(BaseHTTPRequestHandler):
-    server: ApiServer
+def publish(cluster: Cluster, plan: Plan) -> None:
+    """The chart's StatefulSets and PDBs for the fake (it reloads them on change)."""
+    chart = {"statefulsets": plan.statefulsets, "budgets": plan.disruption_budgets}
+    write_atomically(cluster.apiserver_dir / CHART_FILE, json.dumps(chart, indent=1))
 
-    def _reply(self, status: int, body: dict[str, Any]) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
 
-    def _status(self, code: int, message: str) -> None:
-        self._reply(
-            code,
-            {
-                "kind": "Status",
-                "apiVersion": "v1",
-                "status": "Failure",
-                "message": message,
-                "code": code,
-            },
+def load_chart(store: Store, chart: Mapping[str, Any], namespace: str) -> list[dict[str, Any]]:
+    """The rendered objects into the store, as `helm upgrade` applies them: spec and metadata
+    from the chart, status kept. Returns the StatefulSets whose replicas this changed (a
+    `kubectl scale` since, undone by the chart's value), for their controller to follow."""
+    rescaled = []
+    for key, made, rendered in (
+        (STS, api_objects.statefulset_object, chart["statefulsets"]),
+        (PDBS, api_objects.budget_object, chart["budgets"]),
+    ):
+        wanted = {doc["metadata"]["name"]: made(doc, namespace) for doc in rendered}
+        for name, obj in wanted.items():
+            current = store.find(key, namespace, name)
+            if current is None:
+                store.create(key, obj)
+                continue
+            metadata = {**current["metadata"], **obj["metadata"]}
+            status = current.get("status", {})
+            written = store.update(key, {**obj, "metadata": metadata, "status": status})
+            if key == STS and replicas(written) != replicas(current):
+                rescaled.append(written)
+        for obj in store.list(key, namespace)[0]:
+            if obj["metadata"]["name"] not in wanted:
+                store.delete(key, namespace, obj["metadata"]["name"])
+    return rescaled
+
+
+def certificate(folder: Path, *addresses: str) -> None:
+    cert, key = folder / "tls.crt", folder / "tls.key"
+    names = ",".join(f"IP:{a}" for a in addresses)
+    if not cert.exists():
+        subprocess.run(
+            [
+                "openssl",
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+                "-nodes",
+                "-days",
+                "3650",
+                "-subj",
+                "/CN=kubernetes",
+                "-keyout",
+                str(key),
+                "-out",
+                str(cert),
+                "-addext",
+                f"subjectAltName={names}",
+            ],
+            check=True,
+            capture_output=True,
         )
-
-    def _handle(self) -> None:
-        scheme, _, token = self.headers.get("Authorization", "").partition(" ")
-        account = self.server.tokens.get(token) if scheme.lower() == "bearer" else None
-        if account is None:
-            return self._status(401, "Unauthorized")
-        match, resource = next(
-            ((m, r) for pattern, r in ROUTES if (m := pattern.match(self.path))), (None, "")
-        )
-        verb = VERBS.get(self.command, "")
-        if match is None:
-            return self._status(404, f"the fake API server does not serve {self.path}")
-        if verb not in self.server.rules.get(account, {}).get(resource, []):
-            return self._status(
-                403, f'{account} cannot {verb} resource "{resource}" (forbidden by the chart RBAC)'
-            )
-        if resource == "pods":
-            return self._pods(match["ns"], match["name"], verb)
-        return self._nodes(match["name"], verb)
-
-    def _pods(self, namespace: str, name: str, verb: str) -> None:
-        if name not in self.server.cluster.pod_names():
-            return self._status(404, f'pods "{name}" not found')
-        if verb == "delete":
-            threading.Thread(
-                target=restart_pod, args=(self.server.cluster, name), daemon=True
-            ).start()
-            self.log_message("restarting pod %s", name)
-        self._reply(200, pod_object(namespace, name))
-
-    def _nodes(self, name: str, verb: str) -> None:
-        path = self.server.cluster.apiserver_dir / "nodes" / f"{name}.json"
-        node: dict[str, Any] = (
-            json.loads(path.read_text())
-            if path.exists()
-            else {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}, "spec": {}}
-        )
-        if verb == "patch":
-            patch = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            for key in ("labels", "annotations"):
-                node["metadata"].setdefault(key, {}).update(patch.get("metadata", {}).get(key, {}))
-            if "taints" in patch.get("spec", {}):
-                node["spec"]["taints"] = patch["spec"]["taints"]
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(node, indent=1))
-            self.log_message("patched node %s", name)
-        self._reply(200, node)
-
-    do_GET = do_DELETE = do_PATCH = _handle
-
-
-class ApiServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(
-        self,
-        cluster: Cluster,
-        address: str,
-        tokens: dict[str, str],
-        rules: dict[str, dict[str, list[str]]],
-    ) -> None:
-        super().__init__((address, PORT), Handler)
-        self.cluster, self.tokens, self.rules = cluster, tokens, rules
+        key.chmod(0o600)
 
 
 def start(cluster: Cluster, objects: Plan, namespace: str) -> None:
     """Serve on the bridge's address (in the switch's namespace), with a token for every
-    ServiceAccount a pod mounts and the chart's RBAC rules; `down` stops it with the rest."""
-    accounts = {p.service_account for p in objects.pods if p.service_account}
-    if not accounts:
-        return
+    ServiceAccount a pod mounts, the admin token and the chart's RBAC rules; `down` stops it
+    with the rest."""
     folder = cluster.apiserver_dir
-    folder.mkdir(parents=True, exist_ok=True)
-    cert, key = folder / "tls.crt", folder / "tls.key"
-    if not cert.exists():
-        subprocess.run(
-            ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-             "-nodes", "-days", "3650", "-subj", "/CN=kubernetes", "-keyout", str(key),
-             "-out", str(cert), "-addext", f"subjectAltName=IP:{BRIDGE_ADDRESS}"],
-            check=True, capture_output=True,
-        )  # fmt: skip
-    tokens = {}
-    for account in sorted(accounts):
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    certificate(folder, BRIDGE_ADDRESS, HOST_ADDRESS)
+    cert = (folder / "tls.crt").read_bytes()
+    tokens = {secrets.token_urlsafe(32): ADMIN}
+    for account in sorted({p.service_account for p in objects.pods if p.service_account}):
         token = secrets.token_urlsafe(32)
         tokens[token] = account
         project(
             cluster.serviceaccount_dir(account),
-            {"token": token.encode(), "ca.crt": cert.read_bytes(), "namespace": namespace.encode()},
+            {"token": token.encode(), "ca.crt": cert, "namespace": namespace.encode()},
         )
-    config = {"tokens": tokens, "rules": objects.permissions()}
-    (folder / "config.json").write_text(json.dumps(config, indent=1))
+    config = {"tokens": tokens, "rules": objects.permissions(), "namespace": namespace}
+    write_atomically(folder / "config.json", json.dumps(config, indent=1), mode=0o600)
+    publish(cluster, objects)
+    (folder / HOST_FILE).unlink(missing_ok=True)
     with open(folder / "log", "ab") as log:
-        subprocess.Popen(
-            ["nsenter", f"--net={NETNS_DIR / cluster.network.switch}", "--", sys.executable,
-             "-m", "slonk.local.fake_apiserver", str(cluster.state_dir), BRIDGE_ADDRESS],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+        server = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "slonk.local.fake_apiserver",
+                str(cluster.state_dir),
+                str(NETNS_DIR / cluster.network.switch),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
-        )  # fmt: skip
+        )
+    # Serving on both addresses before `up` goes on: the pods' first calls find it there.
+    while not (folder / HOST_FILE).exists():
+        if server.poll() is not None:
+            raise LocalModeError(f"the fake API server stopped: see {folder / 'log'}")
+        time.sleep(0.02)
+
+
+def kubeconfig(cluster: Cluster, server: str | None = None) -> str:
+    """An admin kubeconfig for the operator at the host: the fake's address on the host's
+    loopback (the bridge's lives in the cluster's own network namespace)."""
+    folder = cluster.apiserver_dir
+    try:
+        config = json.loads((folder / "config.json").read_text())
+        cert = (folder / "tls.crt").read_bytes()
+        server = server or (folder / HOST_FILE).read_text().strip()
+    except FileNotFoundError:
+        raise LocalModeError(
+            f"no fake API server in {cluster.state_dir}: `slonk local up` first"
+        ) from None
+    token = next(t for t, account in config["tokens"].items() if account == ADMIN)
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "slonk-local",
+            "clusters": [
+                {
+                    "name": "slonk-local",
+                    "cluster": {
+                        "server": f"https://{server}",
+                        "certificate-authority-data": base64.b64encode(cert).decode(),
+                    },
+                }
+            ],
+            "users": [{"name": "slonk-local-admin", "user": {"token": token}}],
+            "contexts": [
+                {
+                    "name": "slonk-local",
+                    "context": {
+                        "cluster": "slonk-local",
+                        "user": "slonk-local-admin",
+                        "namespace": config.get("namespace", "default"),
+                    },
+                }
+            ],
+        },
+        sort_keys=False,
+    )
+
+
+def serve(cluster: Cluster, backend: Any = None, history: int = HISTORY) -> tuple[Api, Controllers]:
+    """The fake for `cluster`'s apiserver folder, its relist running; `listen` serves it."""
+    folder = cluster.apiserver_dir
+    config = json.loads((folder / "config.json").read_text())
+    namespace = config.get("namespace", "default")
+    nodes = folder / "nodes"
+    nodes.mkdir(exist_ok=True)
+
+    def snapshot(change: Change) -> None:
+        if change.resource == "/nodes":
+            path = nodes / f"{change.object['metadata']['name']}.json"
+            if change.type == "DELETED":
+                path.unlink(missing_ok=True)
+            else:
+                write_atomically(path, json.dumps(change.object, indent=1))
+
+    store = Store(history, on_change=snapshot)
+    store.create("/namespaces", api_objects.namespace_object(namespace))
+    controllers = Controllers(store, backend or KubeletBackend(cluster), namespace)
+    api = Api(store, Authorizer(config["rules"], namespace), controllers, config["tokens"])
+    chart_file = folder / CHART_FILE
+    loaded = [0.0]
+
+    def reload() -> None:
+        stamp = chart_file.stat().st_mtime
+        if stamp != loaded[0]:
+            for sts in load_chart(store, json.loads(chart_file.read_text()), namespace):
+                controllers.scaled(sts)
+            loaded[0] = stamp
+
+    reload()
+    controllers.relist()
+
+    def loop() -> None:
+        while not controllers.stopped.wait(RELIST_SECONDS):
+            try:
+                reload()
+                controllers.relist()
+            except Exception as err:  # a bad moment (a pod half-made) must not end the loop
+                print(f"relist: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
+
+    threading.Thread(target=loop, daemon=True).start()
+    return api, controllers
+
+
+def listen(api: Api, cluster: Cluster, address: str, port: int) -> Server:
+    """A TLS listener for `api` on address:port (port 0: any free one), in the network
+    namespace the caller is in now."""
+    server = Server((address, port), api)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cluster.apiserver_dir / "tls.crt", cluster.apiserver_dir / "tls.key")
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    return server
+
+
+def _enter_network(netns: Path) -> None:
+    """Join the cluster's network namespace (Python 3.11 has no os.setns)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    with open(netns) as handle:
+        if libc.setns(handle.fileno(), CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), f"setns {netns}")
 
 
 def main() -> None:
-    """<state dir> <address>: serve until killed (local mode's `down` does that)."""
-    cluster, address = Cluster(Path(sys.argv[1])), sys.argv[2]
-    folder = cluster.apiserver_dir
-    config = json.loads((folder / "config.json").read_text())
-    server = ApiServer(cluster, address, config["tokens"], config["rules"])
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(folder / "tls.crt", folder / "tls.key")
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    print(f"fake API server on https://{address}:{PORT}", flush=True)
-    server.serve_forever()
+    """<state dir> <the switch's netns>: serve on the host's loopback (a free port, written
+    to apiserver/host-address for `slonk local kubeconfig`) and, from inside the cluster's
+    network, on the bridge's address, where the pods reach it; until killed (`down`)."""
+    cluster, netns = Cluster(Path(sys.argv[1])), Path(sys.argv[2])
+    api, _ = serve(cluster)
+    host = listen(api, cluster, HOST_ADDRESS, 0)
+    _enter_network(netns)  # the host listener's socket stays in the host's namespace
+    bridge = listen(api, cluster, BRIDGE_ADDRESS, PORT)
+    threading.Thread(target=host.serve_forever, daemon=True).start()
+    where = f"{HOST_ADDRESS}:{host.server_address[1]}"
+    write_atomically(cluster.apiserver_dir / HOST_FILE, where + "\n")
+    print(f"fake API server on https://{BRIDGE_ADDRESS}:{PORT} and https://{where}", flush=True)
+    bridge.serve_forever()
 
 
 if __name__ == "__main__":

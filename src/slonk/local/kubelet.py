@@ -109,12 +109,18 @@ def stop_pods(
         list(pool.map(stop, names))
 
 
+def start_saved(cluster: Cluster, name: str) -> None:
+    """Start a stopped pod again from its saved template (pod.json), as its StatefulSet
+    would make it again."""
+    _launch(cluster, name, read_pod_spec(cluster, name))
+
+
 def restart_pod(cluster: Cluster, name: str, stop_only: bool = False) -> None:
     """Stop a pod (its preStop hook, SIGTERM, SIGKILL) and start it again from its template,
     as its StatefulSet would."""
     stop_pods(cluster, [name])
     if not stop_only:
-        _launch(cluster, name, read_pod_spec(cluster, name))
+        start_saved(cluster, name)
 
 
 def write_hosts(cluster: Cluster, name: str, hosts: str) -> None:

@@ -12,6 +12,7 @@ from slonk.errors import SlonkError
 
 COMPONENT = "app.kubernetes.io/component"
 POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"
+RULE_KEYS = ("apiGroups", "resources", "verbs", "resourceNames")
 
 
 class LocalModeError(SlonkError):
@@ -69,15 +70,21 @@ class Plan:
     configmaps: dict[str, dict[str, bytes]] = field(default_factory=dict)
     secrets: dict[str, dict[str, bytes]] = field(default_factory=dict)
     services: dict[str, dict[str, str]] = field(default_factory=dict)
-    roles: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # resource -> verbs
-    bindings: list[tuple[str, str]] = field(default_factory=list)  # (service account, role)
+    roles: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # "Kind/name" -> rules
+    # (service account, "Kind/name" of the role, the namespace it holds in; None: everywhere)
+    bindings: list[tuple[str, str, str | None]] = field(default_factory=list)
+    # The rendered StatefulSets and PodDisruptionBudgets, as the API serves them.
+    statefulsets: list[dict[str, Any]] = field(default_factory=list)
+    disruption_budgets: list[dict[str, Any]] = field(default_factory=list)
 
-    def permissions(self) -> dict[str, dict[str, list[str]]]:
-        """What each ServiceAccount may do, from the Roles and bindings: resource -> verbs."""
-        granted: dict[str, dict[str, list[str]]] = {}
-        for account, role in self.bindings:
-            for resource, verbs in self.roles.get(role, {}).items():
-                granted.setdefault(account, {}).setdefault(resource, []).extend(verbs)
+    def permissions(self) -> dict[str, list[dict[str, Any]]]:
+        """What each ServiceAccount may do, from the Roles and bindings: its rules (apiGroups,
+        resources, verbs, resourceNames as in a Role), each with the namespace it holds in
+        (None: every namespace and the cluster-scoped resources, a ClusterRoleBinding's)."""
+        granted: dict[str, list[dict[str, Any]]] = {}
+        for account, role, namespace in self.bindings:
+            for rule in self.roles.get(role, []):
+                granted.setdefault(account, []).append({**rule, "namespace": namespace})
         return granted
 
     def pod(self, name: str) -> Pod:
@@ -150,17 +157,22 @@ def plan(documents: Iterable[Mapping[str, Any]], namespace: str) -> Plan:
         elif kind == "Service":
             result.services[meta["name"]] = dict(doc["spec"].get("selector", {}))
         elif kind in ("Role", "ClusterRole"):
-            result.roles[f"{kind}/{meta['name']}"] = {
-                resource: list(rule["verbs"])
-                for rule in doc.get("rules", [])
-                for resource in rule.get("resources", [])
-            }
+            result.roles[f"{kind}/{meta['name']}"] = [
+                {key: list(rule.get(key) or []) for key in RULE_KEYS}
+                for rule in doc.get("rules") or []
+            ]
         elif kind in ("RoleBinding", "ClusterRoleBinding"):
             role = f"{doc['roleRef']['kind']}/{doc['roleRef']['name']}"
+            scope = namespace if kind == "RoleBinding" else None
             result.bindings += [
-                (s["name"], role) for s in doc.get("subjects", []) if s["kind"] == "ServiceAccount"
+                (s["name"], role, scope)
+                for s in doc.get("subjects", [])
+                if s["kind"] == "ServiceAccount" and s.get("namespace", namespace) == namespace
             ]
+        elif kind == "PodDisruptionBudget":
+            result.disruption_budgets.append(dict(doc))
         elif kind == "StatefulSet":
+            result.statefulsets.append(dict(doc))
             template = doc["spec"]["template"]
             pod_spec = template["spec"]
             account = pod_spec.get("serviceAccountName", "default")

@@ -9,7 +9,8 @@ Layout (everything local mode makes lives here or in /run/netns):
   secrets/<name>/          projected Secrets, kept across `down` like Helm's kept Secrets
   volumes/<claim>/         PersistentVolumeClaims, kept across `down`
   pods/<pod>/              pod.json, log, log-start, pid, and the pod's writable layers
-  apiserver/               the fake Kubernetes API server's TLS, tokens, rules, nodes and log
+  apiserver/               the fake Kubernetes API server's TLS, tokens, rules, the chart's
+                           StatefulSets and PDBs, its Nodes (nodes/), host address and log
   serviceaccounts/<name>/  what kubelet mounts at /var/run/secrets/kubernetes.io/serviceaccount
 """
 

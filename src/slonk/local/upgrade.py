@@ -28,6 +28,7 @@ from typing import Any
 
 from slonk import chart
 from slonk.health import reasons
+from slonk.local import fake_apiserver
 from slonk.local.cluster import require_root
 from slonk.local.kubelet import start_pod, stop_pods, write_hosts
 from slonk.local.manifests import LocalModeError, Plan, Pod, hosts_file
@@ -354,5 +355,8 @@ def _settle(
             write_pod_spec(cluster, name, template)
     for pod in joining:
         start_pod(cluster, pod, templates[pod.name], progress)
+    # The fake API's StatefulSets take the chart's replicas and templates now that the pods
+    # match them: it starts only a pod a `kubectl scale` had stopped.
+    fake_apiserver.publish(cluster, objects)
     if joining:
         wait_nodes_up(cluster, progress=progress, pods=[p.name for p in joining])

@@ -1,0 +1,110 @@
+"""A real local cluster through its FAKE Kubernetes API and real `kubectl`: the pods run on
+their own Nodes, the controller's ServiceAccount gets what the chart's RBAC grants and no
+more, and scaling a StatefulSet stops and starts the highest ordinal's pod."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from slonk.local.state import Cluster
+
+from ..support.cluster import LocalCluster, running, slonk, wait_for
+
+CONTROLLER = "slonk-controller-0"
+WORKERS = ("slonk-cpu-0", "slonk-cpu-1")
+SELECTOR = {"example.com/pool": "cpu"}
+VALUES = {
+    "nodepools": {"cpu": {"replicas": 2, "cpus": 2, "memoryMiB": 512, "nodeSelector": SELECTOR}},
+    "login": {"replicas": 0},
+    "ldap": {"dev": {"enabled": False}},
+}
+KUBECTL = shutil.which("kubectl")
+
+
+class Kube(LocalCluster):
+    def __init__(self, state_dir: Path, kubeconfig: Path) -> None:
+        super().__init__(state_dir)
+        self.kubeconfig = kubeconfig
+        self.local = Cluster(state_dir)
+
+    def kubectl(self, *args: str) -> str:
+        assert KUBECTL, "no kubectl: scripts/setup installs Debian's kubernetes-client"
+        result = subprocess.run(
+            [KUBECTL, f"--kubeconfig={self.kubeconfig}",
+             f"--cache-dir={self.kubeconfig.parent / 'kube-cache'}", *args],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        if result.returncode:
+            raise AssertionError(f"kubectl {' '.join(args)}: {result.stderr}")
+        return result.stdout
+
+    def pods(self) -> dict[str, list[str]]:
+        """`kubectl get pods -o wide`'s rows by pod name."""
+        rows = self.kubectl("get", "pods", "-o", "wide").splitlines()[1:]
+        return {row.split()[0]: row.split() for row in rows}
+
+
+@pytest.fixture(scope="module")
+def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
+    state_dir = tmp_path_factory.mktemp("kube") / "state"
+    with running(state_dir, values=VALUES):
+        kubeconfig = state_dir.parent / "kubeconfig"
+        kubeconfig.write_text(slonk("local", "kubeconfig", "--state-dir", str(state_dir)).stdout)
+        cluster = Kube(state_dir, kubeconfig)
+        cluster.wait_idle(WORKERS)
+        yield cluster
+
+
+def test_kubectl_shows_every_pod_running_on_its_own_node(kube: Kube) -> None:
+    pods = wait_for("every pod Running", lambda: (p := kube.pods()) and all(
+        row[2] == "Running" for row in p.values()) and p)  # fmt: skip
+    assert sorted(pods) == sorted([CONTROLLER, *WORKERS])
+    for name, row in pods.items():
+        assert row[1] == "1/1" and row[5] == kube.local.address(name) and row[6] == f"local-{name}"
+    labelled = kube.kubectl("get", "nodes", "-l", "example.com/pool=cpu", "-o", "name").split()
+    assert labelled == [f"node/local-{w}" for w in WORKERS]
+
+
+def test_the_controllers_account_has_the_charts_rights_and_no_more(kube: Kube) -> None:
+    """From inside the controller pod, as the recycle loop and the syncer call it: the
+    official client with the pod's ServiceAccount, over the bridge."""
+    script = (
+        "from kubernetes import client, config\n"
+        "config.load_incluster_config()\n"
+        "api = client.CoreV1Api()\n"
+        "pod = api.read_namespaced_pod('slonk-cpu-0', 'default')\n"
+        "print(pod.spec.node_name, pod.status.phase)\n"
+        "try:\n"
+        "    api.list_node()\n"
+        "except client.ApiException as err:\n"
+        "    print(err.status)\n"
+    )
+    result = kube.local.run(CONTROLLER, ["python3", "-c", script])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["local-slonk-cpu-0", "Running", "403"]
+
+
+def test_scaling_the_statefulset_stops_and_starts_the_highest_ordinal(kube: Kube) -> None:
+    started = kube.slurmd_started("slonk-cpu-1")
+    kube.kubectl("scale", "statefulset", "slonk-cpu", "--replicas=1")
+    wait_for("slonk-cpu-1's processes gone", lambda: kube.local.pid("slonk-cpu-1") is None)
+    wait_for("its pod object gone", lambda: "slonk-cpu-1" not in kube.pods())
+    assert kube.local.pid("slonk-cpu-0") is not None
+    assert json.loads(kube.kubectl("get", "sts", "slonk-cpu", "-o", "json"))["spec"][
+        "replicas"] == 1  # fmt: skip
+    kube.kubectl("scale", "statefulset", "slonk-cpu", "--replicas=2")
+    wait_for(
+        "a new slurmd on slonk-cpu-1 registered",
+        lambda: kube.slurmd_started("slonk-cpu-1") not in ("", "0", started),
+        timeout=120,
+    )
+    wait_for(
+        "slonk-cpu-1 Running", lambda: kube.pods().get("slonk-cpu-1", [""] * 3)[2] == "Running"
+    )
+    kube.wait_idle(WORKERS)

@@ -1,0 +1,711 @@
+"""Local mode's FAKE Kubernetes API server, in-process on 127.0.0.1 with a stub kubelet,
+driven by the official Python client and by real `kubectl`."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from slonk.local import fake_apiserver
+from slonk.local.apiserver.rbac import ADMIN
+from slonk.local.state import Cluster
+
+NAMESPACE = "default"
+POOL = {"app.kubernetes.io/component": "worker", "slonk.io/nodepool": "cpu"}
+STS = {
+    "apiVersion": "apps/v1",
+    "kind": "StatefulSet",
+    "metadata": {"name": "slonk-cpu", "labels": {"app.kubernetes.io/name": "slonk"}},
+    "spec": {
+        "replicas": 2,
+        "serviceName": "slonk-workers",
+        "selector": {"matchLabels": POOL},
+        "template": {
+            "metadata": {"labels": POOL},
+            "spec": {
+                "nodeSelector": {"example.com/pool": "cpu"},
+                "terminationGracePeriodSeconds": 60,
+                "containers": [{"name": "slurmd", "image": "localhost/slonk/worker:0.3.0"}],
+            },
+        },
+    },
+}
+PDB = {
+    "apiVersion": "policy/v1",
+    "kind": "PodDisruptionBudget",
+    "metadata": {"name": "slonk-cpu"},
+    "spec": {"maxUnavailable": 1, "selector": {"matchLabels": POOL}},
+}
+# The test's own Role for the controller's account (the chart's is the lead's to write).
+RULES = [
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "delete"]},
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"], "namespace": None},
+    {
+        "apiGroups": ["coordination.k8s.io"],
+        "resources": ["leases"],
+        "verbs": ["get", "create", "update"],
+    },
+    {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["get", "list"]},
+]
+KUBECTL = os.environ.get("SLONK_KUBECTL") or shutil.which("kubectl")  # another to check
+
+
+class StubKubelet:
+    """Pods as entries: running while they have a pid."""
+
+    def __init__(self) -> None:
+        self.addresses = {f"slonk-cpu-{n}": f"10.1.0.{n + 2}" for n in range(3)}
+        self.pids: dict[str, int | None] = {"slonk-cpu-0": 100, "slonk-cpu-1": 101}
+        self.next_pid = 200
+        self.log: list[str] = []
+
+    def pods(self) -> dict[str, str]:
+        return dict(self.addresses)
+
+    def running(self, name: str) -> int | None:
+        return self.pids.get(name)
+
+    def stop(self, name: str) -> None:
+        self.log.append(f"stop {name}")
+        self.pids[name] = None
+
+    def start(self, name: str) -> None:
+        self.log.append(f"start {name}")
+        self.next_pid += 1
+        self.pids[name] = self.next_pid
+
+
+class Fake:
+    def __init__(self, folder: Path, history: int = 2000) -> None:
+        self.cluster = Cluster(folder)
+        api = self.cluster.apiserver_dir
+        api.mkdir(parents=True)
+        fake_apiserver.certificate(api, "127.0.0.1")
+        self.tokens = {
+            "admin-token": ADMIN,
+            "controller-token": "slonk-controller",
+            "login-token": "slonk-login",
+        }
+        rules = [{"namespace": NAMESPACE, "resourceNames": [], **r} for r in RULES]
+        (api / "config.json").write_text(
+            json.dumps(
+                {
+                    "tokens": self.tokens,
+                    "namespace": NAMESPACE,
+                    "rules": {"slonk-controller": rules},
+                }
+            )
+        )
+        (api / fake_apiserver.CHART_FILE).write_text(
+            json.dumps({"statefulsets": [STS], "budgets": [PDB]})
+        )
+        self.kubelet = StubKubelet()
+        api, self.controllers = fake_apiserver.serve(self.cluster, self.kubelet, history)
+        self.server = fake_apiserver.listen(api, self.cluster, "127.0.0.1", 0)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.kubeconfig = folder / "kubeconfig"
+        self.kubeconfig.write_text(
+            fake_apiserver.kubeconfig(self.cluster, f"127.0.0.1:{self.port}")
+        )
+        self.cache = folder / "kube-cache"
+
+    def close(self) -> None:
+        self.controllers.stopped.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+    def kubectl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        assert KUBECTL
+        result = subprocess.run(
+            [KUBECTL, f"--kubeconfig={self.kubeconfig}", f"--cache-dir={self.cache}", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        if check and result.returncode:
+            raise AssertionError(f"kubectl {' '.join(args)}: {result.stderr}")
+        return result
+
+    def client(self, token: str = "admin-token") -> Any:
+        from kubernetes import client
+
+        config = client.Configuration()
+        config.host = f"https://127.0.0.1:{self.port}"
+        config.ssl_ca_cert = str(self.cluster.apiserver_dir / "tls.crt")
+        config.api_key = {"authorization": f"Bearer {token}"}
+        return client.ApiClient(config)
+
+    def node(self, name: str) -> dict[str, Any]:
+        return json.loads((self.cluster.apiserver_dir / "nodes" / f"{name}.json").read_text())
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> Iterator[Fake]:
+    made = Fake(tmp_path)
+    yield made
+    made.close()
+
+
+def wait_for(what: str, check: Any, timeout: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (result := check()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+    return result
+
+
+needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="no kubectl on PATH")
+
+
+@needs_kubectl
+def test_kubectl_get_pods_shows_the_columns(fake: Fake):
+    out = fake.kubectl("get", "pods", "-o", "wide", "-L", "slonk.io/nodepool").stdout
+    print(out)
+    lines = out.splitlines()
+    assert lines[0].split()[:5] == ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]
+    assert lines[1].split()[:3] == ["slonk-cpu-0", "1/1", "Running"]
+    assert "local-slonk-cpu-0" in lines[1] and "10.1.0.2" in lines[1] and "cpu" in lines[1]
+    nodes = fake.kubectl("get", "nodes").stdout
+    print(nodes)
+    assert nodes.splitlines()[1].split()[:2] == ["local-slonk-cpu-0", "Ready"]
+
+
+@needs_kubectl
+def test_kubectl_cordons_labels_annotates_and_taints_a_node(fake: Fake):
+    node = "local-slonk-cpu-1"
+    fake.kubectl("cordon", node)
+    assert fake.node(node)["spec"]["unschedulable"] is True
+    assert "Ready,SchedulingDisabled" in fake.kubectl("get", "node", node).stdout
+    fake.kubectl("annotate", "node", node, "slonk.io/goal=drain", "slonk.io/goal-reason=disk")
+    fake.kubectl("label", "node", node, "example.com/block=b1")
+    fake.kubectl("taint", "node", node, "maintenance=now:NoSchedule")
+    got = fake.node(node)
+    assert got["metadata"]["annotations"]["slonk.io/goal"] == "drain"
+    assert got["metadata"]["labels"]["example.com/block"] == "b1"
+    assert got["metadata"]["labels"]["example.com/pool"] == "cpu"  # the pool's nodeSelector
+    assert {"key": "maintenance", "value": "now", "effect": "NoSchedule"} in got["spec"]["taints"]
+    fake.kubectl("uncordon", node)
+    fake.kubectl("taint", "node", node, "maintenance-")
+    fake.kubectl("annotate", "node", node, "slonk.io/goal-")
+    got = fake.node(node)
+    assert not got["spec"].get("unschedulable")
+    assert not got["spec"].get("taints")
+    assert "slonk.io/goal" not in got["metadata"]["annotations"]
+    shown = fake.kubectl("get", "nodes", "-L", "example.com/block", "-l", "example.com/block")
+    assert shown.stdout.splitlines()[1].split()[0] == node
+
+
+@needs_kubectl
+def test_kubectl_scales_a_statefulset_down_and_up(fake: Fake):
+    fake.kubectl("scale", "statefulset", "slonk-cpu", "--replicas=1")
+    wait_for("slonk-cpu-1 gone", lambda: "slonk-cpu-1" not in fake.kubectl("get", "pods").stdout)
+    assert fake.kubelet.pids["slonk-cpu-1"] is None
+    assert fake.kubelet.pids["slonk-cpu-0"] == 100  # untouched
+    fake.kubectl("scale", "sts", "slonk-cpu", "--replicas=2")
+    wait_for(
+        "slonk-cpu-1 running",
+        lambda: "slonk-cpu-1   1/1     Running" in fake.kubectl("get", "pods").stdout,
+    )
+    assert fake.kubelet.log == ["stop slonk-cpu-1", "start slonk-cpu-1"]
+    events = fake.kubectl("get", "events", "--field-selector", "involvedObject.name=slonk-cpu")
+    assert "SuccessfulDelete" in events.stdout and "SuccessfulCreate" in events.stdout
+    refused = fake.kubectl("scale", "sts", "slonk-cpu", "--replicas=4", check=False)
+    assert refused.returncode and "local mode runs at most the 3 pods" in refused.stderr
+    assert fake.kubectl("get", "sts", "slonk-cpu").stdout.splitlines()[1].split()[1] == "2/2"
+
+
+@needs_kubectl
+def test_kubectl_delete_pod_waits_for_the_stop_and_the_statefulset_makes_it_again(fake: Fake):
+    before = fake.kubectl("get", "pod", "slonk-cpu-0", "-o", "jsonpath={.metadata.uid}").stdout
+    fake.kubectl("delete", "pod", "slonk-cpu-0", "--wait", "--timeout=30s")
+    assert fake.kubelet.log[0] == "stop slonk-cpu-0"
+    after = wait_for(
+        "a new slonk-cpu-0",
+        lambda: (
+            fake.kubectl(
+                "get", "pod", "slonk-cpu-0", "-o", "jsonpath={.metadata.uid}", check=False
+            ).stdout
+        ),
+    )
+    assert after != before
+    wait_for("it runs", lambda: fake.kubelet.pids["slonk-cpu-0"] not in (None, 100))
+
+
+@needs_kubectl
+def test_kubectl_reads_leases_made_through_the_client(fake: Fake):
+    from kubernetes import client
+
+    leases = client.CoordinationV1Api(fake.client("controller-token"))
+    leases.create_namespaced_lease(
+        NAMESPACE,
+        {"metadata": {"name": "slonk-syncer"}, "spec": {"holderIdentity": "controller-0"}},
+    )
+    out = fake.kubectl("get", "lease").stdout.splitlines()
+    assert out[0].split() == ["NAME", "HOLDER", "AGE"]
+    assert out[1].split()[:2] == ["slonk-syncer", "controller-0"]
+
+
+def test_list_then_watch_from_its_resource_version_sees_each_change_once(fake: Fake):
+    from kubernetes import client, watch
+
+    core = client.CoreV1Api(fake.client("controller-token"))
+    listed = core.list_namespaced_pod(NAMESPACE, label_selector="slonk.io/nodepool in (cpu,gpu)")
+    assert [p.metadata.name for p in listed.items] == ["slonk-cpu-0", "slonk-cpu-1"]
+    assert listed.items[0].spec.node_name == "local-slonk-cpu-0"
+    assert listed.items[0].spec.termination_grace_period_seconds == 60
+    nodes = client.CoreV1Api(fake.client())
+    nodes.patch_node("local-slonk-cpu-0", {"metadata": {"labels": {"x": "1"}}})  # not a pod
+    core.delete_namespaced_pod("slonk-cpu-1", NAMESPACE)
+    seen = []
+    for event in watch.Watch().stream(
+        core.list_namespaced_pod,
+        NAMESPACE,
+        resource_version=listed.metadata.resource_version,
+        field_selector="metadata.name=slonk-cpu-1",
+        timeout_seconds=20,
+    ):
+        pod = event["object"]
+        seen.append((event["type"], bool(pod.metadata.deletion_timestamp), pod.status.phase))
+        if (
+            event["type"] == "MODIFIED"
+            and pod.status.phase == "Running"
+            and not (pod.metadata.deletion_timestamp)
+        ):
+            break
+    assert seen == [
+        ("MODIFIED", True, "Running"),  # terminating
+        ("DELETED", True, "Running"),
+        ("ADDED", False, "Pending"),  # its StatefulSet made it again
+        ("MODIFIED", False, "Running"),  # kubelet started it
+    ]
+
+
+def test_a_watch_from_a_forgotten_resource_version_gets_410(tmp_path: Path):
+    from kubernetes import client, watch
+    from kubernetes.client.rest import ApiException
+
+    fake = Fake(tmp_path, history=3)
+    try:
+        core = client.CoreV1Api(fake.client())
+        old = core.list_node().metadata.resource_version
+        for n in range(4):
+            core.patch_node("local-slonk-cpu-0", {"metadata": {"labels": {"n": str(n)}}})
+        with pytest.raises(ApiException) as gone:
+            list(watch.Watch().stream(core.list_node, resource_version=old, timeout_seconds=5))
+        assert gone.value.status == 410
+    finally:
+        fake.close()
+
+
+def test_an_update_from_a_stale_read_is_refused_409(fake: Fake):
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    leases = client.CoordinationV1Api(fake.client("controller-token"))
+    made = leases.create_namespaced_lease(
+        NAMESPACE, {"metadata": {"name": "slonk-syncer"}, "spec": {"holderIdentity": "a"}}
+    )
+    made.spec.holder_identity = "b"
+    leases.replace_namespaced_lease("slonk-syncer", NAMESPACE, made)
+    made.spec.holder_identity = "c"
+    with pytest.raises(ApiException) as stale:
+        leases.replace_namespaced_lease("slonk-syncer", NAMESPACE, made)
+    assert stale.value.status == 409
+    assert json.loads(stale.value.body)["reason"] == "Conflict"
+    assert leases.read_namespaced_lease("slonk-syncer", NAMESPACE).spec.holder_identity == "b"
+
+
+def test_leader_election_through_a_lease_lock(fake: Fake):
+    from kubernetes import client
+    from kubernetes.leaderelection import electionconfig, leaderelection
+    from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
+
+    api = client.CoordinationV1Api(fake.client("controller-token"))
+    leading = {"a": threading.Event(), "b": threading.Event()}
+    release = threading.Event()
+
+    def candidate(name: str) -> None:
+        lock = LeaseLock("slonk-syncer", NAMESPACE, name)
+        lock.api_instance = api
+
+        def lead() -> None:
+            leading[name].set()
+            release.wait(60)
+            raise RuntimeError("stepping down")  # stops renewing: the other may take over
+
+        config = electionconfig.Config(lock, 3, 2, 1, lead, lambda: None)
+        leaderelection.LeaderElection(config).run()
+
+    threading.Thread(target=candidate, args=("a",), daemon=True).start()
+    assert leading["a"].wait(30)
+    threading.Thread(target=candidate, args=("b",), daemon=True).start()
+    first = api.read_namespaced_lease("slonk-syncer", NAMESPACE).spec.renew_time
+    # a renews (the lease moves on) while b only tries: b never leads meanwhile.
+    wait_for(
+        "a renewal by a",
+        lambda: api.read_namespaced_lease("slonk-syncer", NAMESPACE).spec.renew_time != first,
+    )
+    assert not leading["b"].is_set()
+    assert api.read_namespaced_lease("slonk-syncer", NAMESPACE).spec.holder_identity == "a"
+    release.set()
+    assert leading["b"].wait(30)
+    assert api.read_namespaced_lease("slonk-syncer", NAMESPACE).spec.holder_identity == "b"
+
+
+def test_the_three_patch_types(fake: Fake):
+    from kubernetes import client
+
+    core = client.CoreV1Api(fake.client())
+    node = "local-slonk-cpu-0"
+    # strategic: conditions merge by type (the Ready condition stays)
+    core.patch_node_status(
+        node,
+        {
+            "status": {
+                "conditions": [{"type": "GPUProblem", "status": "True", "reason": "XidError"}]
+            }
+        },
+    )
+    types = {c.type: c.status for c in core.read_node(node).status.conditions}
+    assert types == {"Ready": "True", "GPUProblem": "True"}
+    # merge: a null removes a key, a list is replaced whole
+    core.patch_node(
+        node,
+        {"metadata": {"labels": {"kubernetes.io/os": None}}},
+        _content_type="application/merge-patch+json",
+    )
+    assert "kubernetes.io/os" not in core.read_node(node).metadata.labels
+    # JSON patch, guarded by a test
+    ops = [
+        {"op": "test", "path": "/metadata/labels/kubernetes.io~1arch", "value": "amd64"},
+        {"op": "add", "path": "/spec/unschedulable", "value": True},
+    ]
+    core.patch_node(node, ops, _content_type="application/json-patch+json")
+    assert core.read_node(node).spec.unschedulable is True
+    from kubernetes.client.rest import ApiException
+
+    with pytest.raises(ApiException) as failed:
+        core.patch_node(
+            node,
+            [{"op": "test", "path": "/spec/unschedulable", "value": False}],
+            _content_type="application/json-patch+json",
+        )
+    assert failed.value.status == 422
+    # the main resource leaves status alone
+    core.patch_node(node, {"status": {"conditions": []}})
+    assert len(core.read_node(node).status.conditions) == 2
+
+
+def test_every_kind_reads_back_through_the_clients_models(fake: Fake):
+    from kubernetes import client
+
+    admin = fake.client()
+    apps, policy = client.AppsV1Api(admin), client.PolicyV1Api(admin)
+    sts = wait_for(
+        "a ready StatefulSet",
+        lambda: (
+            (s := apps.read_namespaced_stateful_set("slonk-cpu", NAMESPACE)).status.ready_replicas
+            == 2
+            and s
+        ),
+    )
+    assert sts.spec.replicas == 2 and sts.status.replicas == 2
+    scale = apps.read_namespaced_stateful_set_scale("slonk-cpu", NAMESPACE)
+    assert (scale.spec.replicas, scale.status.selector) == (
+        2,
+        "app.kubernetes.io/component=worker,slonk.io/nodepool=cpu",
+    )
+    pdb = wait_for(
+        "the budget's status",
+        lambda: (
+            (
+                p := policy.read_namespaced_pod_disruption_budget("slonk-cpu", NAMESPACE)
+            ).status.current_healthy
+            == 2
+            and p
+        ),
+    )
+    assert pdb.status.disruptions_allowed == 1
+    core = client.CoreV1Api(admin)
+    assert [n.metadata.name for n in core.list_namespace().items] == [NAMESPACE]
+    core.create_namespaced_event(
+        NAMESPACE,
+        {
+            "metadata": {"generateName": "slonk-cpu-0."},
+            "reason": "Drained",
+            "type": "Normal",
+            "message": "slonk:k8s:cordoned",
+            "involvedObject": {"kind": "Pod", "name": "slonk-cpu-0"},
+        },
+    )
+    events = core.list_namespaced_event(NAMESPACE, field_selector="involvedObject.name=slonk-cpu-0")
+    assert [e.reason for e in events.items] == ["Drained"]
+    client.EventsV1Api(admin).create_namespaced_event(
+        NAMESPACE,
+        {
+            "metadata": {"name": "e1"},
+            "reason": "Lent",
+            "type": "Normal",
+            "action": "Scale",
+            "eventTime": "2026-01-01T00:00:00.000000Z",
+            "reportingController": "slonk",
+            "reportingInstance": "syncer",
+            "regarding": {"kind": "Pod", "name": "slonk-cpu-1"},
+        },
+    )
+    assert client.EventsV1Api(admin).list_namespaced_event(NAMESPACE).items[0].reason == "Lent"
+
+
+def test_an_eviction_honours_the_disruption_budget(fake: Fake):
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    core, policy = client.CoreV1Api(fake.client()), client.PolicyV1Api(fake.client())
+    wait_for(
+        "the budget's status",
+        lambda: (
+            policy.read_namespaced_pod_disruption_budget(
+                "slonk-cpu", NAMESPACE
+            ).status.disruptions_allowed
+            == 1
+        ),
+    )
+    eviction = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": "slonk-cpu-1", "namespace": NAMESPACE},
+    }
+    core.create_namespaced_pod_eviction("slonk-cpu-1", NAMESPACE, eviction)
+    # slonk-cpu-1 is down (terminating, then Pending): the budget is spent for slonk-cpu-0.
+    with pytest.raises(ApiException) as refused:
+        core.create_namespaced_pod_eviction(
+            "slonk-cpu-0",
+            NAMESPACE,
+            {**eviction, "metadata": {"name": "slonk-cpu-0", "namespace": NAMESPACE}},
+        )
+    assert refused.value.status == 429
+    assert "disruption budget" in json.loads(refused.value.body)["message"]
+
+
+def test_rbac_refuses_what_no_rule_grants(fake: Fake):
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    controller = fake.client("controller-token")
+    core, apps = client.CoreV1Api(controller), client.AppsV1Api(controller)
+    core.read_namespaced_pod("slonk-cpu-0", NAMESPACE)  # granted
+    core.patch_node("local-slonk-cpu-0", {"metadata": {"annotations": {"a": "b"}}})  # granted
+    refusals = [
+        lambda: core.list_node(),  # list not granted on nodes
+        lambda: core.patch_namespaced_pod("slonk-cpu-0", NAMESPACE, {"metadata": {}}),
+        lambda: apps.patch_namespaced_stateful_set_scale(  # the subresource is not granted
+            "slonk-cpu", NAMESPACE, {"spec": {"replicas": 1}}
+        ),
+        lambda: core.create_namespaced_pod_eviction(
+            "slonk-cpu-0", NAMESPACE, {"metadata": {"name": "slonk-cpu-0"}}
+        ),
+        lambda: core.list_namespaced_pod("kube-system"),  # the Role holds in its namespace only
+        lambda: client.CoordinationV1Api(controller).delete_namespaced_lease("x", NAMESPACE),
+    ]
+    for refused in refusals:
+        with pytest.raises(ApiException) as caught:
+            refused()
+        assert caught.value.status == 403, caught.value.body
+        assert (
+            "system:serviceaccount:default:slonk-controller"
+            in json.loads(caught.value.body)["message"]
+        )
+    # an account with no rules (the login pod's, had it a token) may do nothing
+    with pytest.raises(ApiException) as caught:
+        client.CoreV1Api(fake.client("login-token")).read_namespaced_pod("slonk-cpu-0", NAMESPACE)
+    assert caught.value.status == 403
+
+
+def _raw(
+    fake: Fake,
+    method: str,
+    path: str,
+    token: str | None = "admin-token",
+    body: bytes = b"",
+    headers: dict[str, str] | None = None,
+) -> tuple[int, dict[str, Any]]:
+    import http.client
+    import ssl
+
+    context = ssl.create_default_context(cafile=str(fake.cluster.apiserver_dir / "tls.crt"))
+    connection = http.client.HTTPSConnection("127.0.0.1", fake.port, context=context, timeout=30)
+    sent = {**({"Authorization": f"Bearer {token}"} if token else {}), **(headers or {})}
+    connection.request(method, path, body=body, headers=sent)
+    response = connection.getresponse()
+    data = response.read()
+    connection.close()
+    return response.status, json.loads(data) if data.strip() else {}
+
+
+def test_from_the_attackers_side(fake: Fake):
+    pod = "/api/v1/namespaces/default/pods/slonk-cpu-0"
+    assert _raw(fake, "GET", pod, token=None)[0] == 401
+    assert _raw(fake, "GET", pod, token="guessed")[0] == 401
+    assert _raw(fake, "GET", pod, headers={"Authorization": "Basic YWRtaW46YWRtaW4="})[0] == 401
+    for name in ("..%2F..%2Fconfig.json", "%2E%2E", "a%2Fb", "UPPER", "x" * 300):
+        code, status = _raw(fake, "GET", f"/api/v1/nodes/{name}")
+        assert code == 400 and status["kind"] == "Status", name
+    code, _ = _raw(
+        fake,
+        "PATCH",
+        "/api/v1/nodes/..%2F..%2Fapiserver%2Fconfig",
+        body=b"{}",
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
+    assert code == 400
+    huge = b"{" + b" " * (4 * 1024 * 1024) + b"}"
+    code, status = _raw(
+        fake,
+        "PATCH",
+        "/api/v1/nodes/local-slonk-cpu-0",
+        body=huge,
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
+    assert code == 413 and status["reason"] == "RequestEntityTooLarge"
+    code, status = _raw(
+        fake,
+        "PATCH",
+        "/api/v1/nodes/local-slonk-cpu-0",
+        body=b"{not json",
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
+    assert code == 400
+    # nothing outside the fake's folder appeared, and the config was not touched
+    assert sorted(p.name for p in fake.cluster.apiserver_dir.iterdir()) == [
+        "chart.json",
+        "config.json",
+        "nodes",
+        "tls.crt",
+        "tls.key",
+    ]
+    # a pod's spec is the chart's: no one changes it through the API
+    code, status = _raw(
+        fake,
+        "PATCH",
+        pod,
+        body=json.dumps({"spec": {"containers": [{"name": "slurmd", "image": "evil"}]}}).encode(),
+        headers={"Content-Type": "application/strategic-merge-patch+json"},
+    )
+    assert code == 422, status
+
+
+@needs_kubectl
+def test_a_pod_made_again_on_a_cordoned_node_waits_pending_until_uncordoned(fake: Fake):
+    """Each local pod has one Node: the scheduler would not place it elsewhere."""
+    fake.kubectl("cordon", "local-slonk-cpu-1")
+    fake.kubectl("delete", "pod", "slonk-cpu-1", "--wait", "--timeout=30s")
+    pod = wait_for(
+        "slonk-cpu-1 made again",
+        lambda: fake.kubectl("get", "pod", "slonk-cpu-1", "-o", "json", check=False).stdout,
+    )
+    found = json.loads(pod)
+    assert "nodeName" not in found["spec"]
+    assert found["status"]["phase"] == "Pending"
+    assert found["status"]["conditions"][0]["reason"] == "Unschedulable"
+    assert fake.kubelet.pids["slonk-cpu-1"] is None
+    fake.kubectl("uncordon", "local-slonk-cpu-1")
+    wait_for(
+        "it runs on its node",
+        lambda: (
+            fake.kubectl(
+                "get", "pod", "slonk-cpu-1", "-o", "jsonpath={.spec.nodeName} {.status.phase}"
+            ).stdout
+            == "local-slonk-cpu-1 Running"
+        ),
+    )
+    assert fake.kubelet.log == ["stop slonk-cpu-1", "start slonk-cpu-1"]
+
+
+def test_a_watch_with_a_selector_sees_objects_enter_and_leave_it_and_bookmarks(
+    fake: Fake, monkeypatch: pytest.MonkeyPatch
+):
+    from kubernetes import client, watch
+
+    from slonk.local.apiserver import http
+
+    monkeypatch.setattr(http, "BOOKMARK_SECONDS", 0.2)
+    core = client.CoreV1Api(fake.client())
+    start = core.list_node(label_selector="goal").metadata.resource_version
+    core.patch_node("local-slonk-cpu-1", {"metadata": {"labels": {"goal": "drain"}}})
+    core.patch_node("local-slonk-cpu-1", {"metadata": {"labels": {"goal": None}}})
+    seen = []
+    stream = watch.Watch().stream(
+        core.list_node, label_selector="goal", resource_version=start,
+        allow_watch_bookmarks=True, timeout_seconds=20,
+    )  # fmt: skip
+    for event in stream:
+        seen.append(event["type"])
+        if event["type"] == "BOOKMARK":
+            break
+    assert seen == ["ADDED", "DELETED", "BOOKMARK"]
+
+
+def test_a_published_chart_sets_the_replicas_back_as_helm_upgrade_would(fake: Fake):
+    from kubernetes import client
+
+    apps = client.AppsV1Api(fake.client())
+    apps.patch_namespaced_stateful_set_scale("slonk-cpu", NAMESPACE, {"spec": {"replicas": 1}})
+    wait_for("slonk-cpu-1 stopped", lambda: fake.kubelet.pids["slonk-cpu-1"] is None)
+    labelled = {**STS, "metadata": {**STS["metadata"], "labels": {"release": "2"}}}
+    (fake.cluster.apiserver_dir / fake_apiserver.CHART_FILE).write_text(
+        json.dumps({"statefulsets": [labelled], "budgets": [PDB]})
+    )
+    wait_for("slonk-cpu-1 started again", lambda: fake.kubelet.pids["slonk-cpu-1"])
+    sts = apps.read_namespaced_stateful_set("slonk-cpu", NAMESPACE)
+    assert (sts.spec.replicas, sts.metadata.labels) == (2, {"release": "2"})
+
+
+def test_an_eviction_of_a_pod_two_budgets_match_is_refused_500(fake: Fake):
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    second = {**PDB, "metadata": {"name": "also-cpu"}}
+    (fake.cluster.apiserver_dir / fake_apiserver.CHART_FILE).write_text(
+        json.dumps({"statefulsets": [STS], "budgets": [PDB, second]})
+    )
+    policy = client.PolicyV1Api(fake.client())
+    wait_for("the second budget", lambda: len(
+        policy.list_namespaced_pod_disruption_budget(NAMESPACE).items) == 2)  # fmt: skip
+    with pytest.raises(ApiException) as refused:
+        client.CoreV1Api(fake.client()).create_namespaced_pod_eviction(
+            "slonk-cpu-0", NAMESPACE, {"metadata": {"name": "slonk-cpu-0"}, "kind": "Eviction",
+                                        "apiVersion": "policy/v1"})  # fmt: skip
+    assert refused.value.status == 500
+    assert fake.kubelet.log == []
+
+
+def test_bad_queries_get_a_status_not_a_dropped_connection(fake: Fake):
+    for query in ("watch=1&timeoutSeconds=soon", "labelSelector=a%20in%20b",
+                  "fieldSelector=spec.secret%3Dx", "watch=1&resourceVersion=abc",
+                  "dryRun=All"):  # fmt: skip
+        code, status = _raw(fake, "GET", f"/api/v1/namespaces/default/pods?{query}")
+        if code == 200:  # a watch's error comes in the stream, as the API sends it
+            assert status["type"] == "ERROR" and status["object"]["code"] == 400, query
+        else:
+            assert code == 400 and status["kind"] == "Status", query
+
+
+def test_a_watch_asked_for_as_older_clients_do_is_a_watch(fake: Fake):
+    """The controller image's client (Debian's python3-kubernetes 30) sends `watch=True`."""
+    for spelling in ("True", "true", "1"):
+        code, event = _raw(fake, "GET", f"/api/v1/nodes?watch={spelling}&timeoutSeconds=1"
+                           "&fieldSelector=metadata.name%3Dlocal-slonk-cpu-0")  # fmt: skip
+        assert (code, event["type"]) == (200, "ADDED"), spelling
