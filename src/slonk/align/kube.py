@@ -17,6 +17,7 @@ from slonk.health.kube import KubeError
 
 WATCH_SECONDS = 240  # each watch request ends by then; the next resumes from the last version
 BACKOFF_SECONDS = (1, 2, 5, 10, 30)
+CONNECT_SECONDS, LIST_SECONDS, WRITE_SECONDS = 10, 120, 30
 
 
 def log(message: str) -> None:
@@ -70,7 +71,7 @@ class Reflector:
         return self.lister(**self.selectors, **kwargs, _preload_content=False)
 
     def relist(self) -> None:
-        response = self._request()
+        response = self._request(_request_timeout=(CONNECT_SECONDS, LIST_SECONDS))
         listed = json.loads(response.data)
         objects = {item["metadata"]["name"]: item for item in listed.get("items") or []}
         with self._lock:
@@ -83,11 +84,14 @@ class Reflector:
         from kubernetes.watch.watch import iter_resp_lines
 
         seconds = max(1, min(WATCH_SECONDS, int(until - time.monotonic())))
+        seconds += random.randint(0, seconds // 4)  # no herd of re-watches
         response = self._request(
             watch=True,
             resource_version=self.version,
             allow_watch_bookmarks=True,
-            timeout_seconds=seconds + random.randint(0, seconds // 4),  # no herd of re-watches
+            timeout_seconds=seconds,
+            # A connection that died silently ends too: bookmarks come well within this.
+            _request_timeout=(CONNECT_SECONDS, seconds + 60),
         )
         try:
             for line in iter_resp_lines(response):
@@ -139,14 +143,16 @@ class Reflector:
 class Cluster:
     """The release's Kubernetes objects the syncer follows, and its writes."""
 
-    def __init__(self, namespace: str, release: str, resync_seconds: float) -> None:
+    def __init__(
+        self, namespace: str, release: str, resync_seconds: float, api: Any = None
+    ) -> None:
         from kubernetes import client
 
         self.namespace, self.release = namespace, release
         self.changed = threading.Event()
-        self._api = api_client()
-        self.core = client.CoreV1Api(self._api)
-        self.apps = client.AppsV1Api(self._api)
+        self.api_client = api or api_client()
+        self.core = client.CoreV1Api(self.api_client)
+        self.apps = client.AppsV1Api(self.api_client)
         self._error = client.ApiException
         instance = f"app.kubernetes.io/instance={release}"
         self.nodes = Reflector("nodes", self.core.list_node, self.changed, resync_seconds)
@@ -192,11 +198,15 @@ class Cluster:
         }
 
     def _call(self, what: str, method: Callable[..., Any], *args: Any) -> Any:
+        from urllib3.exceptions import HTTPError
+
         self.writes += 1
         try:
-            return method(*args)
+            return method(*args, _request_timeout=(CONNECT_SECONDS, WRITE_SECONDS))
         except self._error as err:
             raise KubeError(f"{what}: {err.status} {err.reason}") from err
+        except HTTPError as err:  # no answer: the network, or the API server away
+            raise KubeError(f"{what}: {type(err).__name__}: {err}") from err
 
     def patch_pod(
         self, name: str, labels: Mapping[str, str], annotations: Mapping[str, str]

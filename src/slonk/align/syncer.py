@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from slonk import paths, power, slurm_nodes
+from slonk.align import lease
 from slonk.align import plan as planning
 from slonk.align.kube import BACKOFF_SECONDS, Cluster
 from slonk.config import placement
@@ -227,25 +228,23 @@ def run(load: Callable[[], ClusterSpec]) -> None:
                 log(f"pass failed, trying again: {type(err).__name__}: {err}")
             time.sleep(MIN_PASS_SECONDS)
 
-    lead(spec, work)
+    lead(spec, kube, work)
 
 
-def lead(spec: ClusterSpec, work: Callable[[], None]) -> None:
-    """Run `work` while this process holds the Lease <release>-syncer."""
-    import logging
+def lead(spec: ClusterSpec, kube: Cluster, work: Callable[[], None]) -> None:
+    """Run `work` while this process holds the Lease <release>-syncer; exit when it is lost."""
+    from kubernetes import client
 
-    from kubernetes.leaderelection import electionconfig, leaderelection
-    from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
-
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     identity = f"{os.environ.get('POD_NAME') or socket.gethostname()}_{os.getpid()}"
 
     def lost() -> None:
         log("lost the Lease; exiting so that only the new leader acts")
         os._exit(1)
 
-    lock = LeaseLock(f"{spec.release}-syncer", spec.namespace, identity)
-    config = electionconfig.Config(lock, LEASE_SECONDS, RENEW_SECONDS, RETRY_SECONDS, work, lost)
-    log(f"{identity} waits for the Lease {spec.release}-syncer")
-    leaderelection.LeaderElection(config).run()
-    lost()
+    name = f"{spec.release}-syncer"
+    elector = lease.Elector(
+        client.CoordinationV1Api(kube.api_client), name, spec.namespace, identity,
+        LEASE_SECONDS, RENEW_SECONDS, RETRY_SECONDS,
+    )  # fmt: skip
+    log(f"{identity} waits for the Lease {name}")
+    elector.run(work, lost)
