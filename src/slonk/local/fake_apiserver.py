@@ -105,29 +105,11 @@ def certificate(folder: Path, *addresses: str) -> None:
     names = ",".join(f"IP:{a}" for a in addresses)
     if not cert.exists():
         subprocess.run(
-            [
-                "openssl",
-                "req",
-                "-x509",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:P-256",
-                "-nodes",
-                "-days",
-                "3650",
-                "-subj",
-                "/CN=kubernetes",
-                "-keyout",
-                str(key),
-                "-out",
-                str(cert),
-                "-addext",
-                f"subjectAltName={names}",
-            ],
-            check=True,
-            capture_output=True,
-        )
+            ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+             "-nodes", "-days", "3650", "-subj", "/CN=kubernetes", "-keyout", str(key),
+             "-out", str(cert), "-addext", f"subjectAltName={names}"],
+            check=True, capture_output=True,
+        )  # fmt: skip
         key.chmod(0o600)
 
 
