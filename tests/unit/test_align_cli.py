@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from slonk.align import lending, pool, report
 from slonk.align import plan as p
-from slonk.align import pool, report, syncer
 from slonk.config.spec import SpecError, parse_spec
 from slonk.health import reasons
 from slonk.slurm_state import NodeState
@@ -31,11 +31,14 @@ def test_the_table_shows_both_sides_and_the_drift_on_one_line_each() -> None:
 
 def test_lending_targets_are_read_carefully(tmp_path: Path) -> None:
     path = tmp_path / "lending.json"
-    assert syncer.lending(path) == {}
+    assert lending.targets(path) == {}
     path.write_text(json.dumps({"gpu": 1, "cpu": -1, "x": "2", "y": True}))
-    assert syncer.lending(path) == {"gpu": 1}
+    assert lending.targets(path) == {"gpu": 1}
+    lending.set_target("cpu", 0, path)
+    lending.set_target("gpu", None, path)
+    assert lending.targets(path) == {"cpu": 0}
     path.write_text("[1]")
-    assert syncer.lending(path) == {}
+    assert lending.targets(path) == {}
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from slonk import chart, slurm_nodes
-from slonk.align import lease, syncer
+from slonk.align import lease, lending, syncer
 from slonk.align import plan as planning
 from slonk.align.kube import Cluster
 from slonk.config.spec import parse_spec
@@ -76,7 +76,7 @@ def test_a_pass_drains_shows_and_records(
     monkeypatch.setattr(slurm_nodes, "read_nodes", lambda *names: list(nodes.values()))
     monkeypatch.setattr(slurm_nodes, "running_jobs", lambda: {"slonk-cpu-0": 2})
     monkeypatch.setattr(slurm_nodes, "drain", lambda n, r: drained.append((n, r)))
-    monkeypatch.setattr(syncer, "lending", lambda: {})
+    monkeypatch.setattr(lending, "targets", lambda: {})
     api.kubectl("cordon", "local-slonk-cpu-1")
     wait_for(
         "the cordon seen",

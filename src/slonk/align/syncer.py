@@ -11,16 +11,14 @@ another can take over, as client-go's leader election advises."""
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import socket
 import sys
 import time
 from collections.abc import Callable, Mapping
-from pathlib import Path
 
-from slonk import paths, power, slurm_nodes
-from slonk.align import lease
+from slonk import power, slurm_nodes
+from slonk.align import lease, lending
 from slonk.align import plan as planning
 from slonk.align.kube import BACKOFF_SECONDS, Cluster
 from slonk.config import placement
@@ -47,30 +45,18 @@ def settings_of(spec: ClusterSpec) -> planning.Settings:
     )
 
 
-def lending(path: Path = paths.LENDING) -> dict[str, int]:
-    """`slonk pool scale`'s targets: pool -> replicas it is scaling down to."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(data, dict):
-        return {}
-    return {
-        str(k): v
-        for k, v in data.items()
-        if type(v) is int and v >= 0  # not a bool
-    }
-
-
 def snapshot(spec: ClusterSpec, kube: Cluster) -> planning.Snapshot:
     """Both sides now; raises SlurmError when Slurm cannot be read (no pass then)."""
     nodes = {n.name: n for n in slurm_nodes.read_nodes()}
     jobs = slurm_nodes.running_jobs()
     replicas = kube.replicas()
-    for pool, target in lending().items():
+    for pool, target in lending.targets().items():
         statefulset = f"{spec.release}-{pool}"
-        if statefulset in replicas:
-            replicas[statefulset] = min(replicas[statefulset], target)
+        if statefulset not in replicas:
+            continue
+        if replicas[statefulset] <= target and kube.synced:
+            lending.set_target(pool, None)  # scaled: the replicas say it from now on
+        replicas[statefulset] = min(replicas[statefulset], target)
     asked = power.asked_back(nodes.values()) if spec.capacity.return_on_demand else set()
     return planning.Snapshot(
         slurm=nodes,

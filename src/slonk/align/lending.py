@@ -1,0 +1,37 @@
+"""`slonk pool scale`'s targets, for the syncer (paths.LENDING: {pool: replicas}).
+
+Scaling a pool down, `slonk pool scale` sets the target first: the nodes at or above it count
+as lent, and are drained, before the StatefulSet is scaled. The syncer drops a target once the
+StatefulSet's replicas reached it: from then on the replicas say it, and a later `kubectl
+scale` up gives the nodes back."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from slonk import paths
+from slonk.files import write_atomically
+
+
+def targets(path: Path = paths.LENDING) -> dict[str, int]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {str(k): v for k, v in data.items() if type(v) is int and v >= 0}  # not a bool
+
+
+def set_target(pool: str, replicas: int | None, path: Path = paths.LENDING) -> None:
+    """Set (or, with None, drop) a pool's target; root's alone, one writer at a time."""
+    found = targets(path)
+    if replicas is None:
+        if pool not in found:
+            return
+        found.pop(pool)
+    else:
+        found[pool] = replicas
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomically(path, json.dumps(found, sort_keys=True))
