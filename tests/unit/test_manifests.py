@@ -156,5 +156,6 @@ def test_the_statefulsets_and_budgets_are_kept_for_the_fake_api_server():
     objects = _plan()
     assert [s["metadata"]["name"] for s in objects.statefulsets] == [
         "slonk-controller", "slonk-login", "slonk-cpu"]  # fmt: skip
-    assert [b["spec"]["selector"]["matchLabels"]["slonk.io/nodepool"]
-            for b in objects.disruption_budgets] == ["cpu"]  # fmt: skip
+    # One budget for the pool's busy pods, one for the others (never both on a pod).
+    assert [b["metadata"]["name"] for b in objects.disruption_budgets] == [
+        "slonk-cpu", "slonk-cpu-busy"]  # fmt: skip
