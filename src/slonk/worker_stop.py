@@ -113,6 +113,28 @@ def _requeue(slurm: Slurm, name: str, log: Callable[[str], None]) -> None:
             log(f"cancelled job {job.id}: Slurm will not requeue it ({refused})")
 
 
+def _drain(
+    slurm: Slurm, name: str, deadline: float, log: Callable[[str], None], clock: _Clock
+) -> NodeState | None:
+    """Drain the node unless a drain stands; Slurm not answering (a controller restarting) is
+    asked again until the deadline, never taken as leave to stop the jobs at once."""
+    while True:
+        try:
+            node = slurm.node(name)
+            if node is None or node.drained:
+                if node is not None:
+                    log(f"{name} is drained already ({node.reason!a}): left as it is")
+                return node
+            slurm.run("scontrol", "update", f"nodename={name}", "state=drain", f"reason={REASON}")
+            log(f"drained {name}: {REASON}")
+            return node
+        except SlurmError as err:
+            if clock.now() >= deadline:
+                raise
+            log(f"cannot drain {name} yet, asking again: {err}")
+            clock.sleep(min(POLL_SECONDS, max(0.0, deadline - clock.now())))
+
+
 def stop(
     slurm: Slurm, name: str, timeout: float, log: Callable[[str], None], clock: _Clock | None = None
 ) -> int:
@@ -120,15 +142,10 @@ def stop(
     clock = clock or _Clock()
     deadline = clock.now() + timeout
     try:
-        node = slurm.node(name)
+        node = _drain(slurm, name, deadline, log, clock)
         if node is None:
             log(f"{name} is no Slurm node: nothing to drain")
             return 0
-        if node.drained:
-            log(f"{name} is drained already ({node.reason!a}): left as it is")
-        else:
-            slurm.run("scontrol", "update", f"nodename={name}", "state=drain", f"reason={REASON}")
-            log(f"drained {name}: {REASON}")
         if _wait_empty(slurm, name, deadline, clock):
             log(f"{name} holds no job")
             return 0

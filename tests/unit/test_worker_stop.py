@@ -155,15 +155,32 @@ def test_jobs_still_there_after_the_requeue_wait_fail_the_hook():
     assert clock.t <= 5 + worker_stop.REQUEUE_WAIT_SECONDS + 2 * worker_stop.POLL_SECONDS
 
 
-def test_a_node_slurm_does_not_know_or_a_controller_away_ends_the_hook():
+def test_a_node_slurm_does_not_know_ends_the_hook():
     unknown = FakeSlurm(Clock(), lambda t: None)
     assert _stop(unknown) == (0, [f"{NAME} is no Slurm node: nothing to drain"])
+
+
+def test_a_controller_away_is_asked_again_until_the_deadline():
+    """A controller restarting (helm upgrade) must not let the pod stop with its jobs."""
+
+    def back_at_4(t: float) -> NodeState:
+        if t < 4:
+            raise SlurmError("scontrol show timed out")
+        return _node("allocated") if t < 7 else _node("idle", "DRAIN")
+
+    slurm = FakeSlurm(Clock(), back_at_4, [Job("1", "RUNNING", (NAME,))])
+    code, lines = _stop(slurm)
+    assert code == 0 and DRAIN in slurm.commands
+    assert lines[0] == f"cannot drain {NAME} yet, asking again: scontrol show timed out"
+    assert slurm.clock.t >= 7, "it waited for the job after draining"
 
     def away(t: float) -> NodeState:
         raise SlurmError("scontrol show timed out")
 
-    code, lines = _stop(FakeSlurm(Clock(), away))
-    assert code == 1 and lines == [f"could not drain {NAME}: scontrol show timed out"]
+    clock = Clock()
+    code, lines = _stop(FakeSlurm(clock, away))
+    assert code == 1 and lines[-1] == f"could not drain {NAME}: scontrol show timed out"
+    assert clock.t >= 10, "given up only at the deadline"
 
 
 UPDATE = ("scontrol", "update", f"nodename={NAME}")
