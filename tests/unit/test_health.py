@@ -229,13 +229,19 @@ def _result(check, ok, detail="bad"):
         (_node("slonk:prolog:10-x: exit 1"), [_result("gpu", True)], None),  # before `hook:`
         (_node("slonk:quarantine: recycled 3 times"), [_result("gpu", True)], None),
         (_node("slonk:quarantine: recycled 3 times"), [_result("gpu", False)], None),
-        # the syncer's drain gives way to the machine's fault, and is the syncer's to lift
+        # the syncer's drain gives way to the machine's fault, and is the syncer's to lift;
+        # once the check passes, the node goes back to the syncer, not into service
         (
             _node("slonk:k8s:cordoned: x"),
             [_result("gpu", False, "XID 79")],
-            ("drain", "slonk:gpu: XID 79"),
+            ("drain", "slonk:gpu: [k8s] XID 79"),
         ),
         (_node("slonk:k8s:cordoned: x"), [_result("gpu", True)], None),
+        (
+            _node("slonk:gpu: [k8s] XID 79"),
+            [_result("gpu", True)],
+            ("drain", "slonk:k8s:recheck: gpu passes again"),
+        ),
         # what only looks like slonk's is a person's
         (_node("slonk:gpu:typed by hand"), [_result("gpu", True)], None),
         (_node("slonk: broken"), [_result("gpu", False)], None),

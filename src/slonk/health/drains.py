@@ -18,22 +18,32 @@ LOG = Path("/var/log/slonk/health.log")
 JOB_PHASES = ("prolog", "epilog")
 
 
+# A health drain that replaced the syncer's says so first in its detail: once the check
+# passes, the node goes back to the syncer (`slonk:k8s:recheck`) rather than into service,
+# since its Kubernetes cause may still hold. The syncer lifts that, or drains for the cause.
+OVER_K8S = "[k8s] "
+
+
 def decide(node: NodeState, results: Sequence[Result], undrain: bool) -> tuple[str, str] | None:
     """('drain', reason), ('resume', old reason) or None. A drain slonk made for one check is
     replaced only once that check passes; hooks' and quarantine drains are not health's to
     lift or replace, and a person's drain is theirs. The syncer's (`slonk:k8s:`) gives way to
-    a failed check: the machine's fault is the one to recycle for, and once it passes the
-    syncer drains again for its own cause if that still holds."""
+    a failed check, the machine's fault being the one to recycle for, and is handed back to
+    the syncer once the check passes."""
     failed = [r for r in results if not r.ok]
     passed = {r.check for r in results if r.ok}
     cause = node.cause
     if node.drained and (cause is None or cause.kind not in (reasons.HEALTH, reasons.K8S)):
         return None
     if failed:
-        if cause is None or cause.kind == reasons.K8S or cause.name in passed:
+        if cause is not None and cause.kind == reasons.K8S:
+            return ("drain", reasons.health(failed[0].check, OVER_K8S + failed[0].detail))
+        if cause is None or cause.name in passed:
             return ("drain", failed[0].reason)
         return None
     if undrain and cause is not None and cause.kind == reasons.HEALTH and cause.name in passed:
+        if node.reason.startswith(f"{reasons.PREFIX}{cause.name}: {OVER_K8S}"):
+            return ("drain", reasons.k8s("recheck", f"{cause.name} passes again"))
         return ("resume", node.reason)
     return None
 

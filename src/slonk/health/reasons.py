@@ -11,8 +11,8 @@ Every reason slonk writes starts `slonk:`; the word after it says who drained th
   slonk:scale-down: <detail>              local mode's upgrade removes the pod (SCALE_DOWN)
   slonk:k8s:<cause>: <detail>             Kubernetes says the machine or pod cannot take jobs:
                                           cordoned, a taint, a Node condition, a goal, a pod
-                                          not running, lent (K8S; set and lifted by the syncer,
-                                          slonk.align)
+                                          not running, lent; recheck, a health check's hand-back
+                                          (K8S; set and lifted by the syncer, slonk.align)
 
 Only HEALTH drains are the machine's: only they are lifted by a passing check or recycled.
 A reason that does not parse as one of these is treated as a person's, and left alone.
