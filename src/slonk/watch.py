@@ -88,13 +88,14 @@ class Controller:
             reason += "; slurmctld does not answer on the previous configuration either"
         return reason
 
-    def apply(self, spec: ClusterSpec) -> str:
+    def apply(self, spec: ClusterSpec | Callable[[], ClusterSpec]) -> str:
         """Render and run the files; one caller at a time (config-watch, the syncer's
-        topology), each rendering from both inputs as they are now."""
+        topology). A loader is called under the lock: the syncer applies cluster.yaml as it
+        is then, never a copy config-watch has replaced meanwhile."""
         self.conf_dir.mkdir(parents=True, exist_ok=True)
         with open(self.conf_dir / CONFIG_LOCK, "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            return self._apply(spec)
+            return self._apply(spec if isinstance(spec, ClusterSpec) else spec())
 
     def _apply(self, spec: ClusterSpec) -> str:
         from slonk.config.render import render  # the controller's alone: Jinja is 30 ms

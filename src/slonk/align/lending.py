@@ -7,6 +7,7 @@ scale` up gives the nodes back."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 from pathlib import Path
 
@@ -25,13 +26,16 @@ def targets(path: Path = paths.LENDING) -> dict[str, int]:
 
 
 def set_target(pool: str, replicas: int | None, path: Path = paths.LENDING) -> None:
-    """Set (or, with None, drop) a pool's target; root's alone, one writer at a time."""
-    found = targets(path)
-    if replicas is None:
-        if pool not in found:
-            return
-        found.pop(pool)
-    else:
-        found[pool] = replicas
+    """Set (or, with None, drop) a pool's target: read, change and replace under a lock, as
+    `slonk pool scale` for several pools and the syncer may write at once."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomically(path, json.dumps(found, sort_keys=True))
+    with open(path.with_name(f".{path.name}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        found = targets(path)
+        if replicas is None and pool not in found:
+            return
+        if replicas is None:
+            found.pop(pool)
+        else:
+            found[pool] = replicas
+        write_atomically(path, json.dumps(found, sort_keys=True))

@@ -16,6 +16,7 @@ from slonk import power, slurm_nodes
 from slonk.align import lending
 from slonk.align.kube import Cluster
 from slonk.config.spec import ClusterSpec, SpecError
+from slonk.slurm_state import SlurmError
 
 POLL_SECONDS = 2.0
 
@@ -43,20 +44,33 @@ def scale(spec: ClusterSpec, pool_name: str, replicas: int, timeout: float | Non
     statefulset = f"{spec.release}-{pool_name}"
     leaving = [f"{statefulset}-{i}" for i in range(replicas, size)]
     lending.set_target(pool_name, replicas)  # the syncer drops it once the replicas follow
-    why = f"slonk pool scale {pool_name} {replicas}"
-    for node in slurm_nodes.read_nodes(*leaving) if leaving else []:
-        if not node.drained:  # at once, syncer or not; anyone's drain stays as it is
-            slurm_nodes.drain(node.name, power.lent_reason(why))
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while busy := _not_yet_free(leaving):
-        if deadline is not None and time.monotonic() > deadline:
-            lending.set_target(pool_name, None)
-            for node in slurm_nodes.read_nodes(*leaving):
-                if node.drained and power.is_lent_reason(node.reason) and node.up:
-                    slurm_nodes.resume(node.name)  # nothing was lent: no drain of ours stays
-            return f"gave up: {', '.join(busy)} not drained and idle; nothing lent"
-        print(f"waiting for {', '.join(busy)} to drain", file=sys.stderr, flush=True)
-        time.sleep(POLL_SECONDS)
-    kube.scale(statefulset, replicas)
+    try:
+        why = f"slonk pool scale {pool_name} {replicas}"
+        for node in slurm_nodes.read_nodes(*leaving) if leaving else []:
+            if not node.drained:  # at once, syncer or not; anyone's drain stays as it is
+                slurm_nodes.drain(node.name, power.lent_reason(why))
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while busy := _not_yet_free(leaving):
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"{', '.join(busy)} not drained and idle")
+            print(f"waiting for {', '.join(busy)} to drain", file=sys.stderr, flush=True)
+            time.sleep(POLL_SECONDS)
+        kube.scale(statefulset, replicas)
+    except BaseException as err:  # a timeout, ^C, Slurm or the API: nothing is lent
+        _give_up(pool_name, leaving)
+        if isinstance(err, TimeoutError):
+            return f"gave up: {err}; nothing lent"
+        raise
     lent = f"; lent: {', '.join(leaving)}" if leaving else ""
     return f"scaled {statefulset} to {replicas}{lent}"
+
+
+def _give_up(pool_name: str, leaving: list[str]) -> None:
+    """Drop the target and lift the lent drains of nodes still up: none of them is lent."""
+    lending.set_target(pool_name, None)
+    try:
+        for node in slurm_nodes.read_nodes(*leaving) if leaving else []:
+            if node.drained and power.is_lent_reason(node.reason) and node.up:
+                slurm_nodes.resume(node.name)
+    except SlurmError as err:  # the syncer lifts them, if it runs
+        print(f"could not lift the lent drains: {err}", file=sys.stderr, flush=True)

@@ -25,8 +25,8 @@ def table(result: Plan) -> str:
         if row.node in patched:
             drift.append("show Slurm's view on the pod")
         rows.append((
-            row.node, row.pod, row.machine, _cell(says), _cell(slurm), str(row.jobs),
-            _cell("; ".join(drift) or "-", 80),
+            row.node, _cell(row.pod, 20), _cell(row.machine), _cell(says), _cell(slurm),
+            str(row.jobs), _cell("; ".join(drift) or "-", 80),
         ))  # fmt: skip
     widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS) - 1)]
     return "\n".join(

@@ -17,12 +17,14 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 
-from slonk import power, slurm_nodes
+from slonk import paths, power, slurm_nodes
 from slonk.align import lease, lending
 from slonk.align import plan as planning
 from slonk.align.kube import BACKOFF_SECONDS, Cluster
 from slonk.config import placement
-from slonk.config.spec import ClusterSpec, SpecError
+from slonk.config.spec import ClusterSpec, SpecError, load_spec
+from slonk.errors import SlonkError
+from slonk.health import reasons
 from slonk.health.kube import KubeError
 from slonk.slurm_state import SlurmError
 
@@ -57,7 +59,12 @@ def snapshot(spec: ClusterSpec, kube: Cluster) -> planning.Snapshot:
         if replicas[statefulset] <= target and kube.synced:
             lending.set_target(pool, None)  # scaled: the replicas say it from now on
         replicas[statefulset] = min(replicas[statefulset], target)
-    asked = power.asked_back(nodes.values()) if spec.capacity.return_on_demand else set()
+    asked: set[str] = set()
+    if spec.capacity.return_on_demand:
+        try:
+            asked = power.asked_back(nodes.values())
+        except SlonkError as err:  # it only withholds scale-ups: the pass goes on
+            log(f"cannot read Slurm's requests for lent nodes: {err}")
     return planning.Snapshot(
         slurm=nodes,
         jobs=jobs,
@@ -74,6 +81,10 @@ def carry_out(action: planning.Action, on_demand: bool) -> bool:
     if action.verb == "drain":
         slurm_nodes.drain(action.node, action.reason)
     elif action.verb == "resume":
+        # Read again: a person may have drained it since the snapshot; theirs stays.
+        (node,) = [n for n in slurm_nodes.read_nodes(action.node) if n.name == action.node]
+        if node.cause is None or node.cause.kind != reasons.K8S:
+            return False
         slurm_nodes.resume(action.node)
     elif action.verb == "down":
         slurm_nodes.down(action.node, action.reason)
@@ -106,8 +117,8 @@ def apply(result: planning.Plan, kube: Cluster, spec: ClusterSpec) -> list[str]:
         done = f"{action.verb} {action.node}: {action.reason or action.why}"
         try:
             if not carry_out(action, on_demand):
-                continue  # under way: the next pass takes the next step, and says it
-        except SlurmError as err:
+                continue  # under way, or moot: the next pass looks again
+        except (SlonkError, ValueError) as err:  # Slurm, the power requests file
             said.append(f"could not {action.verb} {action.node}, next pass tries again: {err}")
             continue
         said.append(done)
@@ -144,8 +155,11 @@ def place(found: Mapping[str, Mapping[str, str]], spec: ClusterSpec) -> list[str
     from slonk.watch import Controller, NotApplied, NotNow  # the controller's alone
 
     try:
-        return [f"placement changed: {Controller().apply(spec)}"]
-    except (NotApplied, NotNow) as err:
+        return [f"placement changed: {Controller().apply(lambda: load_spec(paths.CLUSTER_SPEC))}"]
+    except NotNow as err:
+        placement.save(old)  # tried again next pass, as a change still
+        return [f"placement changed, topology waits for slurmctld: {err}"]
+    except (NotApplied, SpecError) as err:
         return [f"placement changed, topology not applied: {err}"]
 
 

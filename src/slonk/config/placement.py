@@ -31,7 +31,7 @@ def clean(placement: Placement) -> dict[str, dict[str, str]]:
             where := {
                 k: v
                 for k, v in groups.items()
-                if k in ATTRIBUTES and isinstance(v, str) and _NAME.match(v) and len(v) <= 63
+                if k in ATTRIBUTES and isinstance(v, str) and _NAME.fullmatch(v) and len(v) <= 63
             }
         )
     }

@@ -196,8 +196,15 @@ def _groups(spec: ClusterSpec, attribute: str, placement: Placement) -> dict[str
     groups: dict[str, list[str]] = {}
     for name, pools in spec.placement_groups(attribute).items():
         for node in (n for pool in pools for n in pool.node_names(spec.release)):
-            groups.setdefault(placement.get(node, {}).get(attribute) or name, []).append(node)
+            found = placement.get(node, {}).get(attribute)
+            if found == _spine(spec):
+                found = None  # a label may not name the tree's root: the pool's place holds
+            groups.setdefault(found or name, []).append(node)
     return groups
+
+
+def _spine(spec: ClusterSpec) -> str:
+    return f"{spec.release}-spine"
 
 
 def topology_lines(spec: ClusterSpec, placement: Placement = EMPTY) -> list[str]:
@@ -206,7 +213,7 @@ def topology_lines(spec: ClusterSpec, placement: Placement = EMPTY) -> list[str]
         lines = [f"SwitchName={name} Nodes={_ranged(nodes)}" for name, nodes in leaves.items()]
         if len(leaves) > 1:
             # Slurm needs one root above the leaves to place jobs across them.
-            lines.append(f"SwitchName={spec.release}-spine Switches={','.join(leaves)}")
+            lines.append(f"SwitchName={_spine(spec)} Switches={','.join(leaves)}")
         return lines
     if spec.topology == "block":
         # slurmctld takes the first block's node count as the base block size (the largest
