@@ -36,8 +36,13 @@ def test_gpu_pools_check_gpus_after_jobs_and_may_read_the_kernel_log(gpu_manifes
 # What each part of the controller calls (slonk.align.kube, slonk.align.syncer's Lease,
 # slonk.health.kube): the chart grants exactly the union of the enabled parts'.
 SYNCER_ROLE = [
-    {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["get", "list", "watch"]},
-    {"apiGroups": ["apps"], "resources": ["statefulsets/scale"], "verbs": ["get", "patch"]},
+    {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["list", "watch"]},
+    {
+        "apiGroups": ["apps"],
+        "resources": ["statefulsets/scale"],
+        "resourceNames": ["slonk-cpu"],
+        "verbs": ["patch"],
+    },
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
     {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
     {
@@ -65,10 +70,10 @@ def _roles(values):
             True,
             True,
             True,
-            ["get", "list", "watch", "patch", "delete"],
-            ["get", "list", "watch", "patch"],
+            ["get", "delete", "list", "watch", "patch"],
+            ["list", "watch", "get", "patch"],
         ),
-        (True, False, False, ["get", "list", "watch", "patch"], ["get", "list", "watch"]),
+        (True, False, False, ["list", "watch", "patch"], ["list", "watch"]),
         (False, True, True, ["get", "delete"], ["get", "patch"]),
         (False, True, False, ["get", "delete"], None),
     ],

@@ -213,8 +213,9 @@ class LocalCluster:
         if not config.exists():
             config.write_text(self.slonk("kubeconfig").stdout)
             config.chmod(0o600)
+        cache = config.with_name(f"{config.name}-cache")  # not root's ~/.kube
         done = subprocess.run(
-            ["kubectl", "--kubeconfig", str(config), *args],
+            ["kubectl", f"--kubeconfig={config}", f"--cache-dir={cache}", *args],
             capture_output=True, text=True, timeout=60, check=False,
         )  # fmt: skip
         if done.returncode:

@@ -273,8 +273,7 @@ def test_every_kind_reads_back_through_the_clients_models(fake: Fake):
     scale = apps.read_namespaced_stateful_set_scale("slonk-cpu", NAMESPACE)
     assert (scale.spec.replicas, scale.status.selector) == (
         2,
-        "app.kubernetes.io/component=worker,app.kubernetes.io/instance=slonk,"
-        "slonk.io/nodepool=cpu",
+        "app.kubernetes.io/component=worker,app.kubernetes.io/instance=slonk,slonk.io/nodepool=cpu",
     )
     pdb = wait_for(
         "the budget's status",
