@@ -67,6 +67,10 @@ def faults(healthy: LocalCluster) -> Iterator[Faults]:
         healthy.slonk("upgrade")  # back to the values `up` had
         controller = healthy.pod(CONTROLLER)
         for node, (_, reason) in healthy.nodes().items():
+            if reason.startswith("slonk:quarantine"):
+                # Whoever replaces the machine lifts its taint too: until then Kubernetes
+                # places no new pod there (the fake API server keeps such a pod Pending).
+                healthy.kubectl("taint", "node", f"local-{node}", "slonk.io/quarantine-")
             if reason.startswith("slonk:quarantine") or reason == "maintenance":
                 controller.run(f"scontrol update nodename={node} state=resume")
 
