@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from slonk.align import lending, pool, report
+from slonk.align import lending, pool, report, syncer
 from slonk.align import plan as p
 from slonk.config.spec import SpecError, parse_spec
 from slonk.health import reasons
@@ -59,3 +59,29 @@ def test_pool_scale_refuses_what_slurm_has_no_nodes_for(
 def test_a_k8s_reason_reads_back_as_the_syncers() -> None:
     node = NodeState("n", "idle", frozenset({"DRAIN"}), reasons.k8s("lent", "x"))
     assert node.cause == reasons.Cause(reasons.K8S, "lent")
+
+
+def test_a_topology_slurmctld_cannot_take_yet_is_tried_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, demo_spec: dict
+) -> None:
+    from slonk import watch
+    from slonk.config import placement
+
+    saved = tmp_path / "placement.json"
+    monkeypatch.setattr(placement.paths, "PLACEMENT", saved)
+    monkeypatch.setattr(placement.load, "__defaults__", (saved,))
+    monkeypatch.setattr(placement.save, "__defaults__", (saved,))
+    calls: list[str] = []
+
+    def not_now(self: object, spec: object) -> str:
+        calls.append("apply")
+        raise watch.NotNow("slurmctld is not answering")
+
+    monkeypatch.setattr(watch.Controller, "apply", not_now)
+    spec = parse_spec(demo_spec)
+    found = {"slonk-gpu-0": {"block": "nvl1"}}
+    said = syncer.place(found, spec)
+    assert said and "waits for slurmctld" in said[0]
+    assert placement.load(saved) == {}, "kept as a change still to make"
+    syncer.place(found, spec)
+    assert calls == ["apply", "apply"]
