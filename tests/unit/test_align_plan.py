@@ -339,3 +339,32 @@ def test_pods_missing_from_an_unfinished_list_are_unknown_not_gone() -> None:
     result = p.plan(world(pods=[], machines=[], listed=False), SETTINGS)
     assert result.actions == ()
     assert all(not row.certain for row in result.rows)
+
+
+def test_a_pod_not_running_matters_only_while_slurm_would_place_jobs_there() -> None:
+    """A node Slurm has down gets no jobs anyway; a slurmd registered after the pod was made
+    means its container runs, whatever phase the API still shows."""
+    made = {"creationTimestamp": "2026-11-22T10:00:00Z"}  # 1795341600
+    pending = pod("slonk-cpu-0", "Pending", metadata=made)
+    down = slurm("slonk-cpu-0", "down", "NOT_RESPONDING")
+    assert (
+        p.plan(
+            world(nodes=[down, slurm("slonk-cpu-1")], pods=[pending, pod("slonk-cpu-1")]), SETTINGS
+        ).actions
+        == ()
+    )
+    registered = NodeState("slonk-cpu-0", "idle", frozenset(), "", "1795341605")
+    assert (
+        p.plan(
+            world(nodes=[registered, slurm("slonk-cpu-1")], pods=[pending, pod("slonk-cpu-1")]),
+            SETTINGS,
+        ).actions
+        == ()
+    )
+    older = NodeState("slonk-cpu-0", "idle", frozenset(), "", "1795341500")
+    result = p.plan(
+        world(nodes=[older, slurm("slonk-cpu-1")], pods=[pending, pod("slonk-cpu-1")]), SETTINGS
+    )
+    assert verbs(result) == [("slonk-cpu-0", "drain", "pod-pending")]
+    gone_down = slurm("slonk-cpu-1", "down", "NOT_RESPONDING")
+    assert p.plan(world(nodes=[slurm(), gone_down], pods=[pod()]), SETTINGS).actions == ()

@@ -15,6 +15,7 @@ can read) never lifts a drain. It can still add one: draining is always safe.
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -176,18 +177,37 @@ def machine_causes(machine: Object, pod: Object, settings: Settings) -> tuple[li
     return found, goal in GOALS
 
 
-def pod_causes(name: str, pod: Object | None, ordinal: int, replicas: int | None) -> list[Cause]:
+def _runs_its_slurmd(node: NodeState | None, pod: Object) -> bool:
+    """Slurm has a slurmd that registered after this pod was made: its container runs,
+    whatever phase the API has not caught up with yet."""
+    if node is None or not node.up or not node.slurmd_started.isdigit():
+        return False
+    made = str((pod.get("metadata") or {}).get("creationTimestamp") or "")
+    try:
+        created = datetime.datetime.fromisoformat(made.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return False
+    return int(node.slurmd_started) >= created
+
+
+def pod_causes(
+    name: str, pod: Object | None, ordinal: int, replicas: int | None, node: NodeState | None
+) -> list[Cause]:
+    """Why the node's pod cannot take jobs. A pod not running matters only while Slurm
+    would still place jobs there (a node Slurm has down is given none anyway)."""
+    lent = replicas is not None and ordinal >= replicas
+    usable = node is None or node.up
     if pod is None:
-        if replicas is not None and ordinal >= replicas:
+        if lent:
             return [Cause(power.LENT, f"its StatefulSet has {replicas} replicas")]
-        return [Cause("pod-gone", f"no pod {name}")]
+        return [Cause("pod-gone", f"no pod {name}")] if usable else []
     metadata, status = pod.get("metadata") or {}, pod.get("status") or {}
     if metadata.get("deletionTimestamp"):
         return [Cause("pod-terminating", f"pod {name} is being deleted")]
-    if replicas is not None and ordinal >= replicas:
+    if lent:
         return [Cause(power.LENT, f"its StatefulSet has {replicas} replicas")]
     phase = status.get("phase", "Unknown")
-    if phase != "Running":
+    if phase != "Running" and usable and not _runs_its_slurmd(node, pod):
         return [Cause("pod-pending" if phase == "Pending" else "pod-gone", f"pod {name} {phase}")]
     return []
 
@@ -274,7 +294,8 @@ def plan(snapshot: Snapshot, settings: Settings) -> Plan:
         replicas = snapshot.replicas.get(statefulset)
         certain = snapshot.listed and replicas is not None
         # A pod missing from a list not read in full is unknown, not gone.
-        causes = pod_causes(name, pod, ordinal, replicas) if pod or snapshot.listed else []
+        node = snapshot.slurm.get(name)
+        causes = pod_causes(name, pod, ordinal, replicas, node) if pod or snapshot.listed else []
         machine_name = ((pod or {}).get("spec") or {}).get("nodeName") or ""
         if pod is not None and not causes:
             machine = snapshot.nodes.get(machine_name)
@@ -290,7 +311,6 @@ def plan(snapshot: Snapshot, settings: Settings) -> Plan:
                     for kind, key in settings.topology_labels.items()
                     if key and labels.get(key)
                 }
-        node = snapshot.slurm.get(name)
         jobs = snapshot.jobs.get(name, 0)
         done = (
             slurm_actions(node, jobs, causes, certain, pod is not None, settings.on_demand)
