@@ -265,7 +265,8 @@ def slurm_actions(
 def pod_patch(pod: Object, node: NodeState | None, jobs: int) -> PodPatch | None:
     """Slurm's view on the pod; None when the pod shows it already."""
     labels = {STATE_LABEL: state_word(node, jobs), BUSY_LABEL: "true" if jobs else "false"}
-    reason = node.reason if node is not None and node.reason else ""
+    # Slurm keeps a reason after a resume: shown only while it explains the state.
+    reason = node.reason if node is not None and (node.drained or not node.up) else ""
     annotations = {REASON_ANNOTATION: reason[:MAX_ANNOTATION], JOBS_ANNOTATION: str(jobs)}
     metadata = pod.get("metadata") or {}
     have_labels, have_annotations = metadata.get("labels") or {}, metadata.get("annotations") or {}
