@@ -184,8 +184,15 @@ class Cluster:
 
     def list_once(self) -> None:
         """For `slonk align`: one full list of each kind, no watch."""
+        from urllib3.exceptions import HTTPError
+
         for reflector in self.reflectors:
-            reflector.relist()
+            try:
+                reflector.relist()
+            except self._error as err:
+                raise KubeError(f"list {reflector.kind}: {err.status} {err.reason}") from err
+            except HTTPError as err:
+                raise KubeError(f"list {reflector.kind}: {type(err).__name__}: {err}") from err
 
     @property
     def synced(self) -> bool:
