@@ -261,10 +261,16 @@ def test_a_node_failing_boot_checks_registers_drained_then_is_recycled_then_quar
     quarantine = f"slonk:quarantine: recycled 2 times in 600 s; last {reason}"
     wait_for(f"{BAD} quarantined", lambda: cluster.nodes()[BAD] == ("idle+drain", quarantine))
     assert _deletes(cluster, BAD, deletes) == 2
-    node = json.loads((cluster.state_dir / "apiserver" / "nodes" / f"local-{BAD}.json").read_text())
-    assert {"key": "slonk.io/quarantine", "value": BAD, "effect": "NoSchedule"} in node["spec"][
-        "taints"
-    ]
+    taint = {"key": "slonk.io/quarantine", "value": BAD, "effect": "NoSchedule"}
+
+    def tainted() -> dict | None:
+        """The Node, once the recycle loop tainted it (after the drain, in the same pass)."""
+        node = json.loads(
+            (cluster.state_dir / "apiserver" / "nodes" / f"local-{BAD}.json").read_text()
+        )
+        return node if taint in node["spec"].get("taints", []) else None
+
+    node = wait_for(f"local-{BAD} tainted", tainted)
     assert node["metadata"]["annotations"]["slonk.io/quarantine-reason"] == quarantine
     # Neither a healed GPU nor a new pod lifts a quarantine: that is the person's who
     # replaces the node (the fixture resumes it).
