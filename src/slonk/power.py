@@ -141,7 +141,12 @@ def give_back(name: str) -> bool:
     if node.powering_down or not node.up:
         return False
     if node.drained and is_lent_reason(node.reason):
-        slurm_nodes.resume(name)
+        try:
+            slurm_nodes.resume(name)
+        except SlurmError:
+            node = _node(name)  # resumed meanwhile (by hand, by another call): done all the same
+            if node.drained and is_lent_reason(node.reason):
+                raise
     return True
 
 

@@ -65,13 +65,13 @@ def test_the_controllers_account_has_the_charts_rights_and_no_more(kube: Kube) -
         "print(pod.spec.node_name, pod.status.phase)\n"
         "print(len(api.list_node().items))\n"
         "try:\n"
-        "    api.list_namespaced_secret('default')\n"
+        "    api.list_namespaced_event('default')\n"
         "except client.ApiException as err:\n"
         "    print(err.status)\n"
     )
     result = kube.local.run(CONTROLLER, ["python3", "-c", script])
     assert result.returncode == 0, result.stderr
-    # Nodes for the syncer; Secrets (the munge key's) for nobody but the pods mounting them.
+    # Nodes for the syncer; Events it may create, never read.
     assert result.stdout.split() == ["local-slonk-cpu-0", "Running", "3", "403"]
 
 

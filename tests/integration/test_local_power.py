@@ -25,6 +25,8 @@ from ..support.cluster import LocalCluster, running, wait_for
 CONTROLLER = "slonk-controller-0"
 LENT = "slonk-cpu-1"
 VALUES = {
+    # slonk.power driven by hand, in the syncer's place: no syncer to race it.
+    "syncer": {"enabled": False},
     "nodepools": {"cpu": {"cpus": 2, "memoryMiB": 512, "replicas": 2}},
     "login": {"replicas": 0},
     "ldap": {"dev": {"enabled": False}},
