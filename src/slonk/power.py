@@ -75,20 +75,13 @@ def is_lent(node: NodeState, on_demand: bool = False) -> bool:
     return node.powered_down and not node.powering_up and (on_demand or node.drained)
 
 
-def _node(name: str) -> NodeState:
-    found = [n for n in slurm_nodes.read_nodes(name) if n.name == name]
-    if len(found) != 1:
-        raise SlurmError(f"scontrol show node {name}: no record of the node could be read")
-    return found[0]
-
-
 def _wait(name: str, done: Any, timeout: float) -> NodeState:
     """The node once `done(node)`, or as it is when `timeout` runs out."""
     deadline = time.monotonic() + timeout
-    node = _node(name)
+    node = slurm_nodes.read_node(name)
     while not done(node) and time.monotonic() < deadline:
         time.sleep(POLL_SECONDS)
-        node = _node(name)
+        node = slurm_nodes.read_node(name)
     return node
 
 
@@ -102,7 +95,7 @@ def lend(name: str, detail: str, pod_gone: bool, on_demand: bool = False) -> boo
     down. Slurm clears the drain as it starts powering down and keeps the reason: the drain
     is set again then, with that reason, unless `on_demand` and the reason is the lent one.
     Never kills a job: POWER_DOWN waits for the node to be idle."""
-    node = _node(name)
+    node = slurm_nodes.read_node(name)
     if node.powering_up or is_lent(node, on_demand):
         return is_lent(node, on_demand)
     if not (node.powering_down or node.powered_down):
@@ -112,7 +105,7 @@ def lend(name: str, detail: str, pod_gone: bool, on_demand: bool = False) -> boo
             slurm_nodes.resume(name)
         if not node.drained:
             slurm_nodes.drain(name, lent_reason(detail))
-        node = _node(name)
+        node = slurm_nodes.read_node(name)
         if not pod_gone or node.state != "idle":
             return False  # jobs still run: safe removal waits for them, and so does lending
         slurm_nodes.scontrol("update", f"nodename={name}", "state=power_down")
@@ -123,7 +116,7 @@ def lend(name: str, detail: str, pod_gone: bool, on_demand: bool = False) -> boo
         and not (on_demand and is_lent_reason(node.reason))
     ):
         slurm_nodes.drain(name, node.reason or lent_reason(detail))
-        node = _node(name)
+        node = slurm_nodes.read_node(name)
     return is_lent(node, on_demand)
 
 
@@ -137,14 +130,15 @@ def give_back(name: str) -> bool:
     powers it up (nothing to ask Slurm: no POWER_UP, which would wait for a new boot); then
     the lent drain, and only that, is lifted. False while Slurm still shows it powered down
     or waits for it (call again)."""
-    node = _node(name)
+    node = slurm_nodes.read_node(name)
     if node.powering_down or not node.up:
         return False
     if node.drained and is_lent_reason(node.reason):
         try:
             slurm_nodes.resume(name)
         except SlurmError:
-            node = _node(name)  # resumed meanwhile (by hand, by another call): done all the same
+            # Resumed meanwhile (by hand, by another call): done all the same.
+            node = slurm_nodes.read_node(name)
             if node.drained and is_lent_reason(node.reason):
                 raise
     return True

@@ -13,8 +13,11 @@ __all__ = [
     "SlurmError",
     "down",
     "drain",
+    "find_node",
+    "read_node",
     "read_nodes",
     "resume",
+    "run",
     "running_jobs",
     "scontrol",
 ]
@@ -22,20 +25,23 @@ __all__ = [
 SCONTROL_TIMEOUT_SECONDS = 10
 
 
-def scontrol(*args: str) -> str:
+def run(argv: list[str], timed_out: str = "", failed: str = "") -> str:
+    """A Slurm command's output; a SlurmError saying it timed out (`timed_out`, by default
+    the program's name) or failed (`failed`, by default the command line, then its stderr)."""
     try:
         result = subprocess.run(
-            ["scontrol", *args],
-            capture_output=True,
-            text=True,
-            timeout=SCONTROL_TIMEOUT_SECONDS,
-            check=False,
+            argv, capture_output=True, text=True, timeout=SCONTROL_TIMEOUT_SECONDS, check=False
         )
     except subprocess.TimeoutExpired:
-        raise SlurmError(f"scontrol {args[0]} timed out") from None
+        raise SlurmError(timed_out or f"{argv[0]} timed out") from None
     if result.returncode:
-        raise SlurmError(f"scontrol {' '.join(args)}: {result.stderr.strip()}")
+        said = result.stderr.strip() or "failed"
+        raise SlurmError(f"{failed or ' '.join(argv)}: {said}")
     return result.stdout
+
+
+def scontrol(*args: str) -> str:
+    return run(["scontrol", *args], timed_out=f"scontrol {args[0]} timed out")
 
 
 def running_jobs() -> dict[str, int]:
@@ -43,20 +49,9 @@ def running_jobs() -> dict[str, int]:
     hostlists of node names, which are DNS labels."""
     import hostlist  # only the controller counts jobs
 
-    try:
-        result = subprocess.run(
-            ["squeue", "--noheader", "--states=RUNNING,COMPLETING", "--format=%N"],
-            capture_output=True,
-            text=True,
-            timeout=SCONTROL_TIMEOUT_SECONDS,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        raise SlurmError("squeue timed out") from None
-    if result.returncode:
-        raise SlurmError(f"squeue: {result.stderr.strip()}")
+    command = ["squeue", "--noheader", "--states=RUNNING,COMPLETING", "--format=%N"]
     counts: dict[str, int] = {}
-    for line in result.stdout.split():
+    for line in run(command, failed="squeue").split():
         try:
             names = hostlist.expand_hostlist(line)
         except hostlist.BadHostlist as err:
@@ -82,3 +77,17 @@ def read_nodes(*names: str) -> list[NodeState]:
     """The named nodes, or every node, in one call."""
     command, option = SHOW_NODES[1:-1], SHOW_NODES[-1]
     return parse_nodes(scontrol(*command, *names, option))
+
+
+def find_node(name: str) -> NodeState | None:
+    """The named node's record; None when Slurm's answer holds no single one."""
+    found = [n for n in read_nodes(name) if n.name == name]
+    return found[0] if len(found) == 1 else None
+
+
+def read_node(name: str) -> NodeState:
+    """The named node's record, or a SlurmError saying there is none."""
+    node = find_node(name)
+    if node is None:
+        raise SlurmError(f"scontrol show node {name}: no record of the node could be read")
+    return node

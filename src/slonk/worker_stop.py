@@ -51,8 +51,7 @@ class Scontrol:
     """Slurm through its commands, from the pod (configless: they find the controller)."""
 
     def node(self, name: str) -> NodeState | None:
-        found = [n for n in slurm_nodes.read_nodes(name) if n.name == name]
-        return found[0] if len(found) == 1 else None
+        return slurm_nodes.find_node(name)
 
     def jobs_on(self, name: str) -> list[Job]:
         return parse_jobs(self._output(*QUEUE, f"--nodelist={name}"))
@@ -62,16 +61,7 @@ class Scontrol:
 
     @staticmethod
     def _output(*command: str) -> str:
-        try:
-            done = subprocess.run(
-                command, capture_output=True, text=True, check=False,
-                timeout=slurm_nodes.SCONTROL_TIMEOUT_SECONDS,
-            )  # fmt: skip
-        except subprocess.TimeoutExpired:
-            raise SlurmError(f"{command[0]} timed out") from None
-        if done.returncode:
-            raise SlurmError(f"{' '.join(command)}: {done.stderr.strip() or 'failed'}")
-        return done.stdout
+        return slurm_nodes.run(list(command))
 
 
 def holds_jobs(node: NodeState) -> bool:

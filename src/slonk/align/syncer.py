@@ -82,7 +82,7 @@ def carry_out(action: planning.Action, on_demand: bool) -> bool:
         slurm_nodes.drain(action.node, action.reason)
     elif action.verb == "resume":
         # Read again: a person may have drained it since the snapshot; theirs stays.
-        (node,) = [n for n in slurm_nodes.read_nodes(action.node) if n.name == action.node]
+        node = slurm_nodes.read_node(action.node)
         if node.cause is None or node.cause.kind != reasons.K8S:
             return False
         slurm_nodes.resume(action.node)

@@ -50,10 +50,7 @@ def decide(node: NodeState, results: Sequence[Result], undrain: bool) -> tuple[s
 
 def apply(name: str, results: Sequence[Result], undrain: bool) -> str:
     """Act on the node in Slurm; returns what was done, for the log."""
-    found = [n for n in slurm_nodes.read_nodes(name) if n.name == name]
-    if len(found) != 1:
-        raise SlurmError(f"scontrol show node {name}: no record of the node could be read")
-    (node,) = found
+    node = slurm_nodes.read_node(name)
     action = decide(node, results, undrain)
     if action is None:
         return f"left {node.label}" + (
