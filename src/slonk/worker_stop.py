@@ -37,6 +37,8 @@ POLL_SECONDS = 1.0  # Slurm's state is asked at most this often while waiting
 # After the timeout: time for the requeued jobs' epilogs before preStop returns anyway (the
 # pod's grace holds workers.stopMarginSeconds for this and for stopping slurmd).
 REQUEUE_WAIT_SECONDS = 30.0
+# `down` asks Slurm again until this; rootfs' svscan/SIGTERM gives it a little more.
+DOWN_WAIT_SECONDS = 12.0
 RELEASE_WAIT_SECONDS = 600.0  # the new pod gives up lifting after this (logged)
 REQUEUE_STATES = frozenset({"RUNNING", "SUSPENDED"})
 
@@ -150,25 +152,39 @@ def stop(
     return 1
 
 
-def down(slurm: Slurm, name: str, log: Callable[[str], None]) -> int:
-    """After slurmd stopped: DOWN as `slonk:pod: stopping`, unless another's drain stands."""
-    try:
-        node = slurm.node(name)
-        if node is None:
-            return 0
-        ours = node.cause is not None and node.cause.kind == reasons.POD
-        if node.drained and not ours:
-            log(f"{name} left drained ({node.reason!a})")
-            return 0
-        update = ("scontrol", "update", f"nodename={name}")
-        slurm.run(*update, "state=down", f"reason={REASON}")
-        if node.drained:
-            slurm.run(*update, "state=undrain")  # DOWN alone: the new slurmd returns it
-        log(f"marked {name} down: {REASON}")
+def down(
+    slurm: Slurm, name: str, log: Callable[[str], None], clock: _Clock | None = None
+) -> int:
+    """After slurmd stopped: DOWN as `slonk:pod: stopping`, unless another's drain stands.
+    Slurm not answering (a busy or restarting controller) is asked again until
+    DOWN_WAIT_SECONDS: left drained, the node would stay so until the new pod's release."""
+    clock = clock or _Clock()
+    deadline = clock.now() + DOWN_WAIT_SECONDS
+    while True:
+        try:
+            return _mark_down(slurm, name, log)
+        except SlurmError as err:
+            if clock.now() >= deadline:
+                log(f"could not mark {name} down: {err}")
+                return 1
+            log(f"cannot mark {name} down yet, asking again: {err}")
+            clock.sleep(min(POLL_SECONDS, max(0.0, deadline - clock.now())))
+
+
+def _mark_down(slurm: Slurm, name: str, log: Callable[[str], None]) -> int:
+    node = slurm.node(name)
+    if node is None:
         return 0
-    except SlurmError as err:
-        log(f"could not mark {name} down: {err}")
-        return 1
+    ours = node.cause is not None and node.cause.kind == reasons.POD
+    if node.drained and not ours:
+        log(f"{name} left drained ({node.reason!a})")
+        return 0
+    update = ("scontrol", "update", f"nodename={name}")
+    slurm.run(*update, "state=down", f"reason={REASON}")
+    if node.drained:
+        slurm.run(*update, "state=undrain")  # DOWN alone: the new slurmd returns it
+    log(f"marked {name} down: {REASON}")
+    return 0
 
 
 def release(

@@ -139,10 +139,12 @@ def test_a_restarted_controller_keeps_its_queue(healthy: LocalCluster):
 def test_a_stopping_worker_gets_no_new_jobs(healthy: LocalCluster):
     job = healthy.submit("--nodelist=slonk-cpu-1", "--wrap", "sleep 300")
     wait_for(f"job {job} running", lambda: healthy.jobs().get(job) == "RUNNING")
+    offset = healthy.log_offset("slonk-cpu-1")
     healthy.slonk("stop", "slonk-cpu-1")
     state, reason = healthy.nodes()["slonk-cpu-1"]
-    assert state.split("+")[0] == "down"  # not responding, too, once slurmd is gone
-    assert reason == "slonk:pod: stopping"
+    stopping = healthy.log("slonk-cpu-1", offset)  # what the pod said of its stop, if this fails
+    assert state.split("+")[0] == "down", stopping  # not responding, too, once slurmd is gone
+    assert reason == "slonk:pod: stopping", stopping
     # Batch jobs on a failed node are requeued (Slurm's default JobRequeue=1).
     wait_for(f"job {job} requeued", lambda: healthy.jobs().get(job) == "PENDING")
     other = healthy.submit("--output=/dev/null", "--wrap", "hostname > $HOME/other-$SLURM_JOB_ID")

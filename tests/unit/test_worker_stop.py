@@ -206,6 +206,43 @@ def test_down_marks_the_node_down_unless_anothers_drain_stands(node, commands):
     assert slurm.commands == commands
 
 
+def _down(slurm: FakeSlurm) -> tuple[int, list[str]]:
+    lines: list[str] = []
+    clock = worker_stop._Clock(lambda: slurm.clock.t, slurm.clock.sleep)
+    return worker_stop.down(slurm, NAME, lines.append, clock), lines
+
+
+def test_down_asks_a_busy_controller_again():
+    """Slurm not answering for a while (a controller restarting) still ends DOWN: left
+    drained, the node would stay out until the new pod's release."""
+
+    def node(t: float) -> NodeState:
+        if t < 3:
+            raise SlurmError("scontrol timed out")
+        return _node("idle", "DRAIN", reason=worker_stop.REASON)
+
+    slurm = FakeSlurm(Clock(), node)
+    code, lines = _down(slurm)
+    assert code == 0 and "marked" in lines[-1]
+    assert slurm.commands == [
+        (*UPDATE, "state=down", f"reason={worker_stop.REASON}"),
+        (*UPDATE, "state=undrain"),
+    ]
+
+
+def test_down_gives_up_at_its_deadline():
+    clock = Clock()
+
+    def node(t: float) -> NodeState:
+        raise SlurmError("scontrol timed out")
+
+    slurm = FakeSlurm(clock, node)
+    code, lines = _down(slurm)
+    assert code == 1 and slurm.commands == []
+    assert worker_stop.DOWN_WAIT_SECONDS <= clock.t < worker_stop.DOWN_WAIT_SECONDS + 1
+    assert lines[-1].startswith("could not mark")
+
+
 def _release(slurm: FakeSlurm, since: int = 100) -> tuple[int, list[str]]:
     lines: list[str] = []
     clock = worker_stop._Clock(lambda: slurm.clock.t, slurm.clock.sleep)
@@ -260,6 +297,6 @@ def test_sigterm_stops_slurmd_then_marks_the_node_down():
     DOWN would return the node at once, with ReturnToService=2)."""
     script = (ROOTFS / "usr/share/slonk/svscan/SIGTERM").read_text()
     commands = [line.strip() for line in script.splitlines() if not line.startswith("#")]
-    stop = next(i for i, c in enumerate(commands) if re.match(r"s6-svc .*-d slurmd$", c))
+    stop = next(i for i, c in enumerate(commands) if re.match(r"s6-svc .*-d slurmd\b", c))
     down = next(i for i, c in enumerate(commands) if "slonk worker down" in c)
     assert stop < down
