@@ -13,6 +13,11 @@ LDAP_ADMIN_SECRET = Path("/var/run/secrets/slonk/ldap-admin/password")
 LDAP_BIND_SECRET = Path("/var/run/secrets/slonk/ldap-bind/password")
 LDAP_CA_SECRET = Path("/var/run/secrets/slonk/ldap-ca/ca.crt")
 LDAP_DATA = Path("/var/lib/ldap")
+# Accounting: the database password (slurmdbd's pod and the chart's MariaDB), the CA that
+# verifies a site's database over TLS, and the chart's MariaDB data on its volume.
+ACCOUNTING_PASSWORD = Path("/var/run/secrets/slonk/accounting/password")
+ACCOUNTING_CA = Path("/var/run/secrets/slonk/accounting-ca/ca.crt")
+DATABASE_DATA = Path("/var/lib/mysql")
 HOME = Path("/home")
 
 # Job hooks: git-sync's root (a volume shared with its sidecar), slonk's checked revisions,

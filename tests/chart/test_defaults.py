@@ -30,6 +30,7 @@ NOT_DEFAULTS = {
     "health": "a section left out is off",
     "hooks": "the same",
     "ldap": "the same",
+    "accounting": "the same (a spec from before accounting)",
     "health.enabled": "no health section: a spec from before health checks",
     "slurmConf": "holds SrunPortRange only",
     "slurmConf.SrunPortRange": "the chart pins srun's ports for its NetworkPolicies; a spec "

@@ -161,8 +161,10 @@ def test_configmap_spec_renders_slurm_config(gpu_manifest):
         "NodeName=slonk-h100-[0-3] CPUs=96 RealMemory=1048576 Gres=gpu:h100:8 "
         "Features=h100,nvlink State=UNKNOWN"
     ) in slurm
+    # A job of a whole node's CPUs without --mem fits either pool: a100's 524288 MiB / 64 CPUs.
     assert (
-        "PartitionName=gpu Nodes=h100,a100 Default=NO MaxTime=7-00:00:00 PriorityTier=10 State=UP"
+        "PartitionName=gpu Nodes=h100,a100 Default=NO MaxTime=7-00:00:00 DefMemPerCPU=8192 "
+        "PriorityTier=10 State=UP"
     ) in slurm
     assert conf["gres.conf"].splitlines()[1:] == [
         # in pool name order, as Helm ranges over the nodepools map

@@ -352,7 +352,25 @@ resources, placement) are checked by the API server and are left to it. */}}
   "health" .Values.health
   "syncer" .Values.syncer
   "capacity" (dict "returnOnDemand" .Values.capacity.returnOnDemand)
+  "priority" $slurm.priority
 -}}
+{{- $accounting := .Values.accounting -}}
+{{- if $accounting.enabled -}}
+{{- $domain := printf "%s.svc.%s" .Release.Namespace .Values.clusterDomain -}}
+{{- $db := $accounting.database -}}
+{{- $_ := set $spec "accounting" (dict
+  "host" (printf "%s-slurmdbd.%s" .Release.Name $domain)
+  "port" (int $accounting.slurmdbd.port)
+  "defaultAccount" $accounting.defaultAccount
+  "groupAccounts" $accounting.groupAccounts
+  "database" (dict
+    "host" ($db.host | default (printf "%s-mariadb.%s" .Release.Name $domain))
+    "port" (int $db.port)
+    "name" $db.name
+    "user" $db.user
+    "tls" $db.tls.enabled)
+) -}}
+{{- end -}}
 {{- $ldap := .Values.ldap -}}
 {{- if or $ldap.enabled $ldap.dev.enabled -}}
 {{- $suffix := $ldap.dev.suffix -}}

@@ -182,6 +182,56 @@ class CapacitySettings:
 
 
 @dataclass(frozen=True)
+class PriorityWeights:
+    """priority/multifactor's weights: fair share dominates, age keeps old jobs moving, job
+    size keeps wide jobs from starving behind narrow ones, partition tiers order partitions."""
+
+    fairshare: int = 10000
+    age: int = 1000
+    job_size: int = 1000
+    partition: int = 1000
+    qos: int = 0
+
+
+@dataclass(frozen=True)
+class Priority:
+    weights: PriorityWeights = PriorityWeights()
+    decay_half_life: str = "7-0"  # past usage counts half after this long
+    max_age: str = "7-0"  # a job's age factor is full after this long
+
+
+@dataclass(frozen=True)
+class GroupAccount:
+    """Users in `group` (static or LDAP) get an association in Slurm account `account`."""
+
+    group: str
+    account: str
+
+
+@dataclass(frozen=True)
+class Database:
+    """slurmdbd's MariaDB: the chart's own (host <release>-mariadb) or a site's. The
+    password is in a file (paths.ACCOUNTING_PASSWORD), never in cluster.yaml."""
+
+    host: str
+    port: int = 3306
+    name: str = "slurm_acct_db"
+    user: str = "slurm"
+    tls: bool = False  # verify against paths.ACCOUNTING_CA
+
+
+@dataclass(frozen=True)
+class AccountingSettings:
+    """Slurm accounting through slurmdbd (its own pod, Service `host`)."""
+
+    host: str
+    database: Database
+    port: int = 6819
+    default_account: str = "research"
+    group_accounts: tuple[GroupAccount, ...] = ()
+
+
+@dataclass(frozen=True)
 class LdapServer:
     """The development directory's contents (its own pod; see slonk.ldapdev)."""
 
@@ -218,6 +268,8 @@ class ClusterSpec:
     health: HealthSettings | None = None
     syncer: SyncerSettings | None = SyncerSettings()
     capacity: CapacitySettings = CapacitySettings()
+    priority: Priority = Priority()
+    accounting: AccountingSettings | None = None
 
     @property
     def controller_name(self) -> str:

@@ -32,6 +32,12 @@ CLUSTER_NAME = r"^[a-z0-9_]{1,40}$"
 # An LDAP search filter: one parenthesized filter (RFC 4515), as users sync passes it on.
 LDAP_FILTER = r"^\(.*\)$"
 
+# A Slurm account (sacctmgr lowercases names; `=`, `,` and spaces would be read as syntax).
+ACCOUNT_NAME = r"^[a-z0-9_][a-z0-9_.-]{0,63}$"
+# MariaDB database and user names, written into SQL and slurmdbd.conf: no quoting needed.
+DATABASE_NAME = r"^[A-Za-z0-9_]{1,64}$"
+DATABASE_USER = r"^[A-Za-z0-9_]{1,32}$"
+
 # Partition settings slonk writes itself (MaxTime=, PreemptMode=, ...).
 SLURM_TIME = r"^(INFINITE|UNLIMITED|[0-9]+(:[0-9]{1,2}){0,2}|[0-9]+-[0-9]{1,2}(:[0-9]{1,2}){0,2})$"
 PREEMPT_MODE = r"^(OFF|CANCEL|GANG|REQUEUE|SUSPEND|WITHIN)(,(GANG|WITHIN))*$"

@@ -86,8 +86,9 @@ def slurm_settings(spec: ClusterSpec) -> dict[str, str]:
         "ProctrackType": "proctrack/cgroup" if cgroup else "proctrack/linuxproc",
         "TaskPlugin": "task/cgroup,task/affinity" if cgroup else "task/none",
         "SelectType": "select/cons_tres",
-        # Without CR_Core a job is given a node's whole memory and jobs serialize.
-        "SelectTypeParameters": "CR_Core",
+        # Memory is scheduled: jobs that do not fit a pod's memory together never share it
+        # (the pod would be OOM-killed). Jobs without --mem get their partition's DefMemPerCPU.
+        "SelectTypeParameters": "CR_Core_Memory",
         "SchedulerParameters": "batch_sched_delay=0,sched_min_interval=0",
         # A pod comes back with a new IP under the same name: Slurm 24.11 caches no addresses
         # (NoAddrCache is defunct), and a node that re-registers with a valid config returns.
@@ -95,11 +96,20 @@ def slurm_settings(spec: ClusterSpec) -> dict[str, str]:
         # A pod sees the host's CPUs; the pool's declared size is what Slurm should use.
         "SlurmdParameters": "config_overrides",
         "PrologFlags": "Alloc",
-        "MpiDefault": "none",
+        # Open MPI 5 in the images speaks PMIx: `srun ./mpi_program` needs no --mpi.
+        "MpiDefault": "pmix",
+        # sstat and sacct's usage fields: gathered from the job's cgroup, or from /proc.
+        "JobAcctGatherType": "jobacct_gather/cgroup" if cgroup else "jobacct_gather/linux",
         "JobCompType": "jobcomp/none",
         # Images carry no mailer; Slurm refuses to start with a MailProg that is missing.
         "MailProg": "/bin/true",
     }
+    if not cgroup:
+        # No cgroup holds a job to its memory: the sampler kills a step that uses more.
+        defaults["JobAcctGatherParams"] = "OverMemoryKill"
+    defaults |= _priority_settings(spec)
+    if spec.accounting:
+        defaults |= _accounting_settings(spec)
     defaults |= POWER_SAVE
     if nodes := spec.node_names():
         defaults["SuspendExcNodes"] = _ranged(nodes)
@@ -125,6 +135,37 @@ def slurm_settings(spec: ClusterSpec) -> dict[str, str]:
     options = [o for o in settings.get("SlurmctldParameters", "").split(",") if o]
     if CONFIGLESS not in options:
         settings["SlurmctldParameters"] = ",".join([*options, CONFIGLESS])
+    return settings
+
+
+def _priority_settings(spec: ClusterSpec) -> dict[str, Any]:
+    """Fair share: priority/multifactor with the spec's weights (usage needs accounting)."""
+    priority, weights = spec.priority, spec.priority.weights
+    return {
+        "PriorityType": "priority/multifactor",
+        "PriorityWeightFairshare": weights.fairshare,
+        "PriorityWeightAge": weights.age,
+        "PriorityWeightJobSize": weights.job_size,
+        "PriorityWeightPartition": weights.partition,
+        "PriorityWeightQOS": weights.qos,
+        "PriorityDecayHalfLife": priority.decay_half_life,
+        "PriorityMaxAge": priority.max_age,
+    }
+
+
+def _accounting_settings(spec: ClusterSpec) -> dict[str, Any]:
+    """slurmdbd keeps every job's record; slurmctld queues them while it is away."""
+    assert spec.accounting is not None
+    settings: dict[str, Any] = {
+        "AccountingStorageType": "accounting_storage/slurmdbd",
+        "AccountingStorageHost": spec.accounting.host,
+        "AccountingStoragePort": spec.accounting.port,
+        # Only users with an association run jobs: slonk gives one to every user it writes
+        # (slonk.users.associations), so fair share covers everyone.
+        "AccountingStorageEnforce": "associations",
+    }
+    if any(p.gpus for p in spec.nodepools):
+        settings["AccountingStorageTRES"] = "gres/gpu"
     return settings
 
 
@@ -172,6 +213,16 @@ def _node_line(spec: ClusterSpec, pool: NodePool) -> str:
     return " ".join(parts)
 
 
+# Partition options that set a job's memory when it asks none: any one replaces slonk's.
+MEMORY_DEFAULTS = frozenset({"defmempercpu", "defmempernode", "defmempergpu"})
+
+
+def _mem_per_cpu(spec: ClusterSpec, pools: list[str]) -> int:
+    """A pool's memory over its CPUs, the smallest among the partition's pools: a job of
+    all a node's CPUs without --mem fits every node of the partition."""
+    return min(spec.pool(p).memory_mib // spec.pool(p).cpus for p in pools) or 1
+
+
 def _partition_line(spec: ClusterSpec, partition: Any) -> str:
     populated = [p for p in partition.pools if spec.pool(p).replicas]
     parts = [f"PartitionName={partition.name}"]
@@ -179,6 +230,8 @@ def _partition_line(spec: ClusterSpec, partition: Any) -> str:
         parts.append(f"Nodes={','.join(populated)}")
     parts.append(f"Default={'YES' if partition.default else 'NO'}")
     parts.append(f"MaxTime={partition.max_time}")
+    if populated and not any(k.lower() in MEMORY_DEFAULTS for k in partition.options):
+        parts.append(f"DefMemPerCPU={_mem_per_cpu(spec, populated)}")
     if partition.default_time is not None:
         parts.append(f"DefaultTime={partition.default_time}")
     if partition.priority_tier is not None:

@@ -26,11 +26,14 @@ from slonk.config.model import (
     LDAP_TLS,
     PARTITION_STATES,
     TOPOLOGY_PLUGINS,
+    AccountingSettings,
     CapacitySettings,
     CheckSettings,
     ClusterSpec,
+    Database,
     Gpus,
     Group,
+    GroupAccount,
     HealthSettings,
     HookSettings,
     LdapServer,
@@ -38,6 +41,8 @@ from slonk.config.model import (
     NodePool,
     Partition,
     Placement,
+    Priority,
+    PriorityWeights,
     RecycleSettings,
     SyncerSettings,
     User,
@@ -113,7 +118,7 @@ SPEC_KEYS = frozenset(
     "hooks "
     "health "
     "syncer "
-    "capacity".split()
+    "capacity priority accounting".split()
 )
 
 
@@ -656,6 +661,97 @@ def _capacity(data: Any, path: str) -> CapacitySettings:
     )
 
 
+# Slurm adds the weighted factors into a 32-bit priority: five weights of at most this
+# cannot overflow it.
+PRIORITY_WEIGHT_MAX = 100_000_000
+# priority.weights keys, as slurm.conf's PriorityWeight<Name>.
+PRIORITY_WEIGHTS = {
+    "fairshare": "fairshare",
+    "age": "age",
+    "jobSize": "job_size",
+    "partition": "partition",
+    "qos": "qos",
+}
+
+
+def _priority(data: Any, path: str) -> Priority:
+    r = _Reader(data or {}, path, {"weights", "decayHalfLife", "maxAge"})
+    w = _Reader(r.get("weights", dict, {}), r.at("weights"), set(PRIORITY_WEIGHTS))
+    weights = PriorityWeights(
+        **{
+            field: w.count(
+                key, default=default_of(PriorityWeights, field), maximum=PRIORITY_WEIGHT_MAX
+            )
+            for key, field in PRIORITY_WEIGHTS.items()
+        }
+    )
+    time_format = "a Slurm time ([days-]hours:minutes:seconds, or days-hours)"
+    return Priority(
+        weights=weights,
+        decay_half_life=str(
+            r.text(
+                "decayHalfLife",
+                patterns.SLURM_TIME,
+                time_format,
+                default_of(Priority, "decay_half_life"),
+            )
+        ),
+        max_age=str(
+            r.text("maxAge", patterns.SLURM_TIME, time_format, default_of(Priority, "max_age"))
+        ),
+    )
+
+
+def _required_text(
+    r: _Reader, key: str, pattern: str, what: str, default: str | None = None
+) -> str:
+    value = r.text(key, pattern, what, default)
+    if value is None:
+        raise SpecError(f"{r.at(key)}: required")
+    return value
+
+
+def _account_name(r: _Reader, key: str, default: str | None = None) -> str:
+    what = "a Slurm account (lowercase letters, digits, _ . -)"
+    return _required_text(r, key, patterns.ACCOUNT_NAME, what, default)
+
+
+def _accounting(data: Any, path: str) -> AccountingSettings | None:
+    if data is None:
+        return None
+    keys = {"host", "port", "defaultAccount", "groupAccounts", "database"}
+    r = _Reader(data, path, keys)
+    own = functools.partial(default_of, AccountingSettings)
+    mappings = []
+    for i, item in enumerate(r.get("groupAccounts", list, [])):
+        m = _Reader(item, r.at(f"groupAccounts[{i}]"), {"group", "account"})
+        group = _checked(m, "group", accounts.check_name, m.require("group", str))
+        mappings.append(GroupAccount(group=group, account=_account_name(m, "account")))
+    _unique([m.group for m in mappings], r.at("groupAccounts"), "group", key="group")
+    d = _Reader(
+        r.get("database", dict, {}), r.at("database"), {"host", "port", "name", "user", "tls"}
+    )
+    db = functools.partial(default_of, Database)
+    database = Database(
+        host=_required_text(d, "host", patterns.DNS_NAME, "a host name"),
+        port=d.count("port", default=db("port"), minimum=1, maximum=MAX_PORT),
+        name=_required_text(
+            d, "name", patterns.DATABASE_NAME, "a database name (letters, digits, _)", db("name")
+        ),
+        user=_required_text(
+            d, "user", patterns.DATABASE_USER, "a database user (letters, digits, _)", db("user")
+        ),
+        tls=d.get("tls", bool, db("tls")),
+    )
+    return AccountingSettings(
+        host=_required_text(r, "host", patterns.DNS_NAME, "a host name"),
+        port=r.count("port", default=own("port"), minimum=1, maximum=MAX_PORT),
+        default_account=_account_name(r, "defaultAccount", own("default_account")),
+        group_accounts=tuple(mappings),
+        database=database,
+    )
+
+
 def _unique(values: list[Any], path: str, what: str, key: str = "name") -> None:
     seen: set[Any] = set()
     for i, value in enumerate(values):
@@ -771,6 +867,8 @@ def parse_spec(data: Any) -> ClusterSpec:
         health=_health(r.data.get("health"), "health"),
         syncer=_syncer(r.data.get("syncer"), "syncer"),
         capacity=_capacity(r.data.get("capacity"), "capacity"),
+        priority=_priority(r.data.get("priority"), "priority"),
+        accounting=_accounting(r.data.get("accounting"), "accounting"),
     )
 
 
