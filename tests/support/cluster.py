@@ -287,6 +287,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         },
         # A node resumed by hand while its Kubernetes cause holds is drained within a second.
         "syncer": {"slurmPollSeconds": 1},
+        # Fair share counts a job's usage within a minute (Slurm's default: 5).
+        "slurm": {"slurmConf": {"PriorityCalcPeriod": 1}},
     }
     with running(state_dir, values=values):
         yield LocalCluster(state_dir, hooks)
