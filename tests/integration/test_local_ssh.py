@@ -22,10 +22,12 @@ from pathlib import Path
 
 import pytest
 import testinfra.host
+import yaml
 
 from slonk.local.cluster import Cluster
+from slonk.local.projection import project
 
-from ..support.cluster import LocalCluster, wait_for
+from ..support.cluster import LocalCluster, slonk, wait_for
 
 SSH = "ssh -o BatchMode=yes"
 REFUSED = "Access denied by pam_slurm_adopt: you have no active jobs on this node"
@@ -235,3 +237,37 @@ def test_environment_modules_offer_the_sites_modulefiles(healthy, site_module):
     assert "/home/modulefiles:" in listed and site_module in listed
     loaded = demo.check_output(f"bash -lc 'module load {site_module} && echo $SLONK_TEST_TOOL'")
     assert loaded == "ready"
+
+
+def test_a_hostile_ca_file_stops_the_pod_naming_the_line(tmp_path: Path):
+    """An option smuggled into the CA Secret (here: a forced command) never reaches sshd: the
+    login pod stops at start, and `up` says which line."""
+    state_dir = tmp_path / "hostile-ca"
+    key = _blob_key(tmp_path)
+    project(
+        Cluster(state_dir).secret_dir("hostile-ca"),
+        {"ca.pub": f'command="/bin/sh" {key}\n'.encode()},
+        mode=0o400,
+    )
+    values = {
+        "nodepools": {"cpu": {"replicas": 1, "cpus": 1, "memoryMiB": 256}},
+        "workers": {"ssh": {"enabled": False}},
+        "ssh": {"trustedUserCAKeys": "hostile-ca"},
+    }
+    values_file = tmp_path / "values.yaml"
+    values_file.write_text(yaml.safe_dump(values))
+    try:
+        up = slonk("local", "up", "-f", str(values_file), "--state-dir", str(state_dir),
+                   check=False)  # fmt: skip
+        assert up.returncode == 1
+        assert "ca.pub (ssh.trustedUserCAKeys, key ca.pub) line 1: starts with 'command=" in (
+            up.stderr
+        ), up.stderr
+    finally:
+        slonk("local", "down", "--purge", "--state-dir", str(state_dir), check=False)
+
+
+def _blob_key(tmp_path: Path) -> str:
+    key = tmp_path / "some-key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    return " ".join(key.with_suffix(".pub").read_text().split()[:2])
