@@ -309,7 +309,7 @@ def test_workers_drop_every_capability_they_do_not_list(default_docs):
     context = _container(default_docs, "slonk-cpu")["securityContext"]
     assert context["capabilities"]["drop"] == ["ALL"]
     # workers.capabilities, then sshd's (workers.ssh is on by default; tests/chart/test_ssh.py)
-    sshd = ["AUDIT_WRITE", "NET_BIND_SERVICE", "SYS_CHROOT"]
+    sshd = ["AUDIT_WRITE", "NET_BIND_SERVICE", "SYS_CHROOT", "SYS_PTRACE"]
     assert context["capabilities"]["add"] == [*BASE, "SYS_ADMIN", "SYS_RESOURCE", "SYSLOG", *sshd]
     assert context["seccompProfile"] == {"type": "RuntimeDefault"}
     assert "privileged" not in context

@@ -11,7 +11,7 @@ import yaml
 from .netpol import allowed
 from .test_security import OUTSIDE, STRANGER, _container, _docs, _get, _pods, _policies
 
-SSHD_CAPS = {"AUDIT_WRITE", "NET_BIND_SERVICE", "SYS_CHROOT"}
+SSHD_CAPS = {"AUDIT_WRITE", "NET_BIND_SERVICE", "SYS_CHROOT", "SYS_PTRACE"}
 CA = {"ssh": {"trustedUserCAKeys": "sso-ca"}}
 OFF = {"workers": {"ssh": {"enabled": False}}}
 

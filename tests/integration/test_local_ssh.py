@@ -32,7 +32,7 @@ from ..support.cluster import LocalCluster, slonk, wait_for
 SSH = "ssh -o BatchMode=yes"
 REFUSED = "Access denied by pam_slurm_adopt: you have no active jobs on this node"
 # The session's ancestors, up to the pod's first process: pam_slurm_adopt adopts sshd's
-# privileged process, whose children the session's are.
+# privileged process, and the session's processes descend from it.
 ANCESTORS = (
     'p=$$; while [ "$p" -gt 1 ]; do echo "ancestor $p"; '
     "p=$(awk '/^PPid:/ {print $2}' /proc/$p/status); done"
@@ -96,10 +96,12 @@ def test_ssh_to_a_node_only_with_a_job_there_and_into_it(healthy, demo):
 
 
 def test_a_job_reaches_its_other_node_by_ssh(healthy, demo):
-    """From inside a job (a step on one node) to the job's other node: pam_slurm_adopt there
-    adopts the session into the same job."""
+    """From inside a job (a step on one node) to the job's other node, where the user runs
+    another job too: pam_slurm_adopt there asks the slurmd the connection comes from which
+    job it belongs to, and adopts the session into that one."""
     out = "/home/demo/ssh-from-job.out"
     demo.run(f"rm -f {out}")
+    other = _running(healthy, "--nodelist=slonk-cpu-0")
     since = healthy.log_offset("slonk-cpu-0")
     inner = shlex.quote(f"{SSH} slonk-cpu-0 'echo $(hostname) job=$SLURM_JOB_ID'")
     job = healthy.submit(
@@ -107,8 +109,11 @@ def test_a_job_reaches_its_other_node_by_ssh(healthy, demo):
         f"srun --nodes=1 --ntasks=1 --nodelist=slonk-cpu-1 bash -c {inner}",
     )  # fmt: skip
     wait_for(f"job {job} to finish", lambda: job not in healthy.jobs())
-    assert demo.file(out).content_string.splitlines() == [f"slonk-cpu-0 job={job}"]
+    said = demo.file(out).content_string
+    assert said.splitlines() == [f"slonk-cpu-0 job={job}"], healthy.log("slonk-cpu-0", since)
     assert _adopted(healthy, "slonk-cpu-0", since, job)
+    assert not _adopted(healthy, "slonk-cpu-0", since, other)
+    assert re.search(rf"as demo: member of job {job}$", healthy.log("slonk-cpu-0", since), re.M)
 
 
 def _ssh_with_certificate(

@@ -501,11 +501,11 @@ names the values key. Included by networkpolicy.yaml, which is always rendered.
 {{- end }}
 
 {{- /* The worker container's capabilities: workers.capabilities, and with workers.ssh what
-sshd needs beyond them (login.securityContext says why), as a YAML list. */}}
+sshd and pam_slurm_adopt need beyond them (values.yaml workers.ssh says why), as a YAML list. */}}
 {{- define "slonk.workerCapabilities" -}}
 {{- $caps := .Values.workers.capabilities -}}
 {{- if .Values.workers.ssh.enabled -}}
-{{- $caps = concat $caps (list "AUDIT_WRITE" "NET_BIND_SERVICE" "SYS_CHROOT") | uniq -}}
+{{- $caps = concat $caps (list "AUDIT_WRITE" "NET_BIND_SERVICE" "SYS_CHROOT" "SYS_PTRACE") | uniq -}}
 {{- end -}}
 {{ toYaml $caps }}
 {{- end }}
