@@ -131,8 +131,9 @@ def known_hosts(spec: ClusterSpec, host_keys: list[Path]) -> str:
     return "".join(f"{names} {kind} {blob}\n" for kind, blob in publics)
 
 
-def prepare(spec: ClusterSpec, role: str, etc_ssh: Path = Path("/etc/ssh")) -> str:
+def prepare(spec: ClusterSpec, role: str) -> str:
     """Host keys, the users' CA keys, this role's settings, known hosts, privsep dir."""
+    etc_ssh = KNOWN_HOSTS.parent
     installed = secrets.install_ssh_host_keys(target=etc_ssh)
     ca_keys = None
     done = [", ".join(installed)]
