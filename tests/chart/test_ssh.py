@@ -12,6 +12,8 @@ from .netpol import allowed
 from .test_security import OUTSIDE, STRANGER, _container, _docs, _get, _pods, _policies
 
 SSHD_CAPS = {"AUDIT_WRITE", "NET_BIND_SERVICE", "SYS_CHROOT", "SYS_PTRACE"}
+# workers.capabilities without SYS_PTRACE (which its default has, for job accounting).
+WITHOUT_PTRACE = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "SETUID", "SYS_ADMIN"]
 CA = {"ssh": {"trustedUserCAKeys": "sso-ca"}}
 OFF = {"workers": {"ssh": {"enabled": False}}}
 
@@ -38,9 +40,13 @@ def off():
     return _docs({**OFF, **CA})
 
 
-def test_workers_get_sshds_capabilities_only_with_ssh(on, off):
-    caps_on = _container(on, "slonk-cpu")["securityContext"]["capabilities"]["add"]
-    caps_off = _container(off, "slonk-cpu")["securityContext"]["capabilities"]["add"]
+def _caps(docs) -> list[str]:
+    return _container(docs, "slonk-cpu")["securityContext"]["capabilities"]["add"]
+
+
+def test_workers_get_sshds_capabilities_only_with_ssh():
+    caps_on = _caps(_docs({"workers": {"capabilities": WITHOUT_PTRACE}}))
+    caps_off = _caps(_docs({"workers": {"capabilities": WITHOUT_PTRACE, **OFF["workers"]}}))
     assert set(caps_on) >= SSHD_CAPS
     assert not SSHD_CAPS & set(caps_off)
     assert set(caps_on) - set(caps_off) == SSHD_CAPS
@@ -50,8 +56,9 @@ def test_workers_get_sshds_capabilities_only_with_ssh(on, off):
 def test_a_capability_listed_already_is_not_added_twice():
     docs = _docs({"workers": {"capabilities": ["CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL",
                                                "SETGID", "SETUID", "SYS_CHROOT"]}})  # fmt: skip
-    caps = _container(docs, "slonk-cpu")["securityContext"]["capabilities"]["add"]
+    caps = _caps(docs)
     assert caps.count("SYS_CHROOT") == 1 and set(caps) >= SSHD_CAPS
+    assert _caps(_docs()).count("SYS_PTRACE") == 1  # in the default list already
 
 
 def test_workers_listen_for_ssh_only_with_ssh(on, off):
