@@ -24,6 +24,7 @@ from slonk.health import runner as health
 from slonk.identity import pod_name
 from slonk.ldapdev import DevDirectory, seed_ldif
 from slonk.slurmctld import Slurmctld
+from slonk.users import homes
 from slonk.users import sync as users_sync
 from slonk.users.directory import DirectoryError
 from slonk.worker import install_job_programs
@@ -87,8 +88,19 @@ def prepare_dirs(role: str) -> None:
         make_dir(paths.STATE_SAVE, 0o700, owner="slurm")
     if role == "worker":
         make_dir(Path("/var/spool/slurmd"), 0o755)
-    if role == "login":
-        make_dir(paths.SHARED_MODULEFILES, 0o755)
+
+
+def offer_shared_modulefiles() -> str:
+    """/home/modulefiles on environment modules' search path, once the users sync has made
+    /home root's: only a directory root alone writes (homes.shared_dir), or every user's
+    `module load` would run another user's modulefiles."""
+    problem = homes.shared_dir(paths.SHARED_MODULEFILES.name)
+    if problem:
+        return f"none: {problem}"
+    listed = paths.MODULES_PATH.read_text()
+    if str(paths.SHARED_MODULEFILES) not in listed.split():
+        write_atomically(paths.MODULES_PATH, f"{listed}{paths.SHARED_MODULEFILES}\n")
+    return str(paths.SHARED_MODULEFILES)
 
 
 def register_users(spec: ClusterSpec) -> str:
@@ -190,6 +202,8 @@ def run(role: str) -> None:
         step("prepared sshd", lambda: sshd.prepare(spec, role))
     step("prepared state directories", lambda: prepare_dirs(role))
     step("registered users", lambda: register_users(spec))
+    if role == "login":
+        step("offered the site's modulefiles", offer_shared_modulefiles)
     extra: tuple[str, ...] = ("users-sync",) if spec.ldap else ()
     plan = health.plan_for(spec, name) if role == "worker" else None
     if plan:

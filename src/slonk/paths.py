@@ -21,9 +21,10 @@ ACCOUNTING_PASSWORD = Path("/var/run/secrets/slonk/accounting/password")
 ACCOUNTING_CA = Path("/var/run/secrets/slonk/accounting-ca/ca.crt")
 DATABASE_DATA = Path("/var/lib/mysql")
 HOME = Path("/home")
-# Environment modules every login pod offers beside the image's (rootfs'
-# environment-modules/modulespath): a site adds tools to the shared /home.
+# Environment modules every login pod offers beside the image's: a site adds tools to the
+# shared /home; slonk init adds it to the search path (slonk.init.offer_shared_modulefiles).
 SHARED_MODULEFILES = HOME / "modulefiles"
+MODULES_PATH = Path("/etc/environment-modules/modulespath")
 
 # Job hooks: git-sync's root (a volume shared with its sidecar), slonk's checked revisions,
 # and the wrappers slurm.conf names as Prolog/Epilog.

@@ -151,6 +151,11 @@ HOSTILE = [
     ("accounting.slurmdbd.port", 0, None),
     ("slurm.priority.decayHalfLife", "7-0\nPriorityType=priority/basic", None),
     ("slurm.priority.maxAge", "7-0 PriorityFlags=NO_FAIR_TREE", None),
+    # Slurm refuses a zero half-life and dies on an overflowing one: every daemon stops.
+    ("slurm.priority.decayHalfLife", "0", None),
+    ("slurm.priority.decayHalfLife", "0-0", None),
+    ("slurm.priority.decayHalfLife", "9999999999", None),
+    ("slurm.priority.maxAge", "99999-0", None),
     ("slurm.priority.weights.fairshare", 200_000_000, None),
     ("slurm.priority.weights.age", -1, None),
 ]
@@ -279,9 +284,9 @@ SCHEMA_PATTERNS = [
     ("/properties/accounting/properties/database/properties/user", patterns.DATABASE_USER),
     (
         "/properties/slurm/properties/priority/properties/decayHalfLife",
-        patterns.SLURM_TIME,
+        patterns.PRIORITY_PERIOD,
     ),
-    ("/properties/slurm/properties/priority/properties/maxAge", patterns.SLURM_TIME),
+    ("/properties/slurm/properties/priority/properties/maxAge", patterns.PRIORITY_PERIOD),
     (
         "/properties/health/properties/checks/properties/gpu/properties/nvidiaSmi",
         patterns.COMMAND_LINE,

@@ -73,7 +73,7 @@ def test_every_worker_drains_before_it_stops_within_its_grace(gpu_objects):
         assert slurmd["lifecycle"]["preStop"]["exec"]["command"] == [
             "slonk", "worker", "stop", "--timeout", "300",
         ]  # fmt: skip
-        assert pod["terminationGracePeriodSeconds"] == 300 + 60
+        assert pod["terminationGracePeriodSeconds"] == 300 + 90
     assert parse_spec(_cluster_yaml(gpu_objects)).drain_timeout_seconds == 300
     others = [d for d in gpu_objects if d["kind"] == "StatefulSet" and d["metadata"]["name"]
               not in workers]  # fmt: skip

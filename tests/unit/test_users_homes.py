@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from slonk.config.spec import User
-from slonk.users.homes import make_homes, secure_root
+from slonk.users.homes import make_homes, secure_root, shared_dir
 from slonk.users.sync import sync
 
 from .test_users_sync import DEMO, new_pod, reader, spec, user_entry
@@ -121,6 +121,35 @@ def test_a_link_in_place_of_a_home_is_not_followed(home, tmp_path):
     (home / "bob").unlink()
     (home / "bob").write_text("")
     assert make_homes([BOB], home) == ["home /home/bob is not a directory: left alone"]
+
+
+def test_a_shared_directory_is_made_roots_for_everyone_to_read(home):
+    assert shared_dir("modulefiles", home) is None
+    assert _owner_mode(home / "modulefiles") == (0, 0o755)
+    assert shared_dir("modulefiles", home) is None  # and used again as it is
+
+
+def test_a_shared_directory_a_user_made_is_not_used(home):
+    """Made while /home was open to all: its modulefiles would run in everyone's shell."""
+    (home / "modulefiles").mkdir()
+    os.chown(home / "modulefiles", MALLORY, MALLORY)
+    assert shared_dir("modulefiles", home) == (
+        "/home/modulefiles is uid 5300's with mode 755, not root's alone: not used; check "
+        "who made it and what it holds"
+    )
+    assert _owner_mode(home / "modulefiles")[0] == MALLORY
+    os.chown(home / "modulefiles", 0, 0)
+    (home / "modulefiles").chmod(0o777)
+    assert "not root's alone" in str(shared_dir("modulefiles", home))
+
+
+def test_a_link_in_place_of_a_shared_directory_is_not_followed(home, tmp_path):
+    victim = tmp_path / "victim"
+    victim.mkdir(mode=0o700)
+    os.chown(victim, BOB.uid, BOB.gid)
+    (home / "modulefiles").symlink_to(victim)
+    assert shared_dir("modulefiles", home) == "/home/modulefiles is a symbolic link: not used"
+    assert _owner_mode(victim) == (BOB.uid, 0o700)
 
 
 def test_the_sync_closes_home_and_reports_a_squatted_home(tmp_path):

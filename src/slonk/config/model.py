@@ -184,12 +184,13 @@ class CapacitySettings:
 @dataclass(frozen=True)
 class PriorityWeights:
     """priority/multifactor's weights: fair share dominates, age keeps old jobs moving, job
-    size keeps wide jobs from starving behind narrow ones, partition tiers order partitions."""
+    size keeps wide jobs from starving behind narrow ones. Partition (of each partition's
+    PriorityJobFactor) and QOS are the site's to weigh."""
 
     fairshare: int = 10000
     age: int = 1000
     job_size: int = 1000
-    partition: int = 1000
+    partition: int = 0
     qos: int = 0
 
 

@@ -40,6 +40,9 @@ DATABASE_USER = r"^[A-Za-z0-9_]{1,32}$"
 
 # Partition settings slonk writes itself (MaxTime=, PreemptMode=, ...).
 SLURM_TIME = r"^(INFINITE|UNLIMITED|[0-9]+(:[0-9]{1,2}){0,2}|[0-9]+-[0-9]{1,2}(:[0-9]{1,2}){0,2})$"
+# Fair share's decay half-life and a job's full age: days-hours, at least an hour and under
+# ten years (Slurm refuses a zero half-life and dies on one that overflows).
+PRIORITY_PERIOD = r"^(0-([1-9]|1[0-9]|2[0-3])|[1-9][0-9]{0,3}-([0-9]|1[0-9]|2[0-3]))$"
 PREEMPT_MODE = r"^(OFF|CANCEL|GANG|REQUEUE|SUSPEND|WITHIN)(,(GANG|WITHIN))*$"
 
 # An absolute path without `.` or `..` components, doubled or trailing slashes, spaces or

@@ -695,19 +695,15 @@ def _priority(data: Any, path: str) -> Priority:
             for key, field in PRIORITY_WEIGHTS.items()
         }
     )
-    time_format = "a Slurm time ([days-]hours:minutes:seconds, or days-hours)"
+    period = "days-hours from 0-1 to 9999-23 (e.g. 7-0)"
+    prioritized = functools.partial(default_of, Priority)
     return Priority(
         weights=weights,
-        decay_half_life=str(
-            r.text(
-                "decayHalfLife",
-                patterns.SLURM_TIME,
-                time_format,
-                default_of(Priority, "decay_half_life"),
-            )
+        decay_half_life=_required_text(
+            r, "decayHalfLife", patterns.PRIORITY_PERIOD, period, prioritized("decay_half_life")
         ),
-        max_age=str(
-            r.text("maxAge", patterns.SLURM_TIME, time_format, default_of(Priority, "max_age"))
+        max_age=_required_text(
+            r, "maxAge", patterns.PRIORITY_PERIOD, period, prioritized("max_age")
         ),
     )
 

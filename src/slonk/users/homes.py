@@ -101,6 +101,41 @@ def _make_home(root: int, user: User) -> str | None:
         os.close(fd)
 
 
+def shared_dir(name: str, home: Path = Path(accounts.HOME)) -> str | None:
+    """Make <HOME>/<name> (mounted at `home`) root's with mode 0755 for every pod to read,
+    as a home is made: through descriptors, no link followed. One that exists is used only
+    if it is root's and writable by root alone; otherwise the problem is returned and the
+    caller offers nothing from it (a user may have made it while /home was open to all)."""
+    where = f"{accounts.HOME}/{name}"
+    try:
+        root = os.open(home, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as err:
+        return f"cannot open {accounts.HOME}: {err.strerror}"
+    try:
+        try:
+            os.mkdir(name, ROOT_BITS, dir_fd=root)
+        except FileExistsError:
+            pass
+        except OSError as err:  # NFS with root_squash: not made, nothing offered
+            return f"cannot make {where}: {err.strerror}"
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=root)
+        except OSError as err:
+            return f"{where} {_what(root, name, err)}: not used"
+        try:
+            info = os.fstat(fd)
+            if info.st_uid != 0 or stat.S_IMODE(info.st_mode) & ~ROOT_BITS:
+                return (
+                    f"{where} is uid {info.st_uid}'s with mode {stat.S_IMODE(info.st_mode):o}, "
+                    "not root's alone: not used; check who made it and what it holds"
+                )
+            return None
+        finally:
+            os.close(fd)
+    finally:
+        os.close(root)
+
+
 def _what(root: int, name: str, err: OSError) -> str:
     """Why a home could not be opened as a directory, without following a link."""
     if err.errno not in (errno.ELOOP, errno.ENOTDIR):
