@@ -37,10 +37,15 @@ POLL_SECONDS = 1.0  # Slurm's state is asked at most this often while waiting
 # After the timeout: time for the requeued jobs' epilogs before preStop returns anyway (the
 # pod's grace holds workers.stopMarginSeconds for this and for stopping slurmd).
 REQUEUE_WAIT_SECONDS = 30.0
-# `down` asks Slurm again until this; rootfs' svscan/SIGTERM gives it a little more.
+# `down` asks Slurm again until this, and holds the node DOWN this long after marking it;
+# rootfs' svscan/SIGTERM gives it a little more than the wait.
 DOWN_WAIT_SECONDS = 12.0
+DOWN_HOLD_SECONDS = 5.0
 RELEASE_WAIT_SECONDS = 600.0  # the new pod gives up lifting after this (logged)
 REQUEUE_STATES = frozenset({"RUNNING", "SUSPENDED"})
+# What `scontrol requeue` says of a job Slurm will never requeue (ESLURM_DISABLED for
+# --no-requeue, ESLURM_BATCH_ONLY for srun and salloc): only those are cancelled.
+NOT_REQUEUEABLE = ("Requested operation is presently disabled", "Only batch jobs are accepted")
 
 
 class Slurm(Protocol):
@@ -100,9 +105,14 @@ def _requeue(slurm: Slurm, name: str, log: Callable[[str], None]) -> None:
         try:
             slurm.run("scontrol", "requeue", job.id)
             log(f"requeued job {job.id}")
-        except SlurmError as refused:  # interactive or --no-requeue: it dies with the pod
-            slurm.run("scancel", job.id)
-            log(f"cancelled job {job.id}: Slurm will not requeue it ({refused})")
+        except SlurmError as err:
+            if not any(said in str(err) for said in NOT_REQUEUEABLE):
+                # No answer is no refusal: the requeue may even have gone through. Slurm
+                # requeues a batch job itself once the node is DOWN.
+                log(f"could not requeue job {job.id}: {err}")
+                continue
+            slurm.run("scancel", job.id)  # interactive or --no-requeue: it dies with the pod
+            log(f"cancelled job {job.id}: Slurm will not requeue it ({err})")
 
 
 def _drain(
@@ -152,39 +162,50 @@ def stop(
     return 1
 
 
-def down(
-    slurm: Slurm, name: str, log: Callable[[str], None], clock: _Clock | None = None
-) -> int:
-    """After slurmd stopped: DOWN as `slonk:pod: stopping`, unless another's drain stands.
+def down(slurm: Slurm, name: str, log: Callable[[str], None], clock: _Clock | None = None) -> int:
+    """After slurmd stopped: DOWN as `slonk:pod: stopping`, unless another's drain stands,
+    and kept DOWN for DOWN_HOLD_SECONDS: a message the node sent before it stopped (a ping's
+    answer slurmctld handles late) returns a DOWN node to service (ReturnToService=2).
     Slurm not answering (a busy or restarting controller) is asked again until
     DOWN_WAIT_SECONDS: left drained, the node would stay so until the new pod's release."""
     clock = clock or _Clock()
     deadline = clock.now() + DOWN_WAIT_SECONDS
+    marked_at: float | None = None
     while True:
         try:
-            return _mark_down(slurm, name, log)
+            node = slurm.node(name)
+            if node is None:
+                return 0
+            if node.drained and (node.cause is None or node.cause.kind != reasons.POD):
+                log(f"{name} left drained ({node.reason!a})")
+                return 0
+            if node.state != "down" or node.drained:
+                _mark_down(slurm, node)
+                again = (
+                    " again: it came back before slurmctld saw it stop"
+                    if marked_at is not None
+                    else ""
+                )
+                log(f"marked {name} down{again}: {REASON}")
+                marked_at = clock.now()
+            marked_at = marked_at if marked_at is not None else clock.now()
+            if clock.now() - marked_at >= DOWN_HOLD_SECONDS:
+                return 0
         except SlurmError as err:
             if clock.now() >= deadline:
                 log(f"could not mark {name} down: {err}")
                 return 1
             log(f"cannot mark {name} down yet, asking again: {err}")
-            clock.sleep(min(POLL_SECONDS, max(0.0, deadline - clock.now())))
+        if clock.now() >= deadline:
+            return 0 if marked_at is not None else 1
+        clock.sleep(min(POLL_SECONDS, max(0.0, deadline - clock.now())))
 
 
-def _mark_down(slurm: Slurm, name: str, log: Callable[[str], None]) -> int:
-    node = slurm.node(name)
-    if node is None:
-        return 0
-    ours = node.cause is not None and node.cause.kind == reasons.POD
-    if node.drained and not ours:
-        log(f"{name} left drained ({node.reason!a})")
-        return 0
-    update = ("scontrol", "update", f"nodename={name}")
+def _mark_down(slurm: Slurm, node: NodeState) -> None:
+    update = ("scontrol", "update", f"nodename={node.name}")
     slurm.run(*update, "state=down", f"reason={REASON}")
     if node.drained:
         slurm.run(*update, "state=undrain")  # DOWN alone: the new slurmd returns it
-    log(f"marked {name} down: {REASON}")
-    return 0
 
 
 def release(

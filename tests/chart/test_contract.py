@@ -143,6 +143,11 @@ HOSTILE = [
         [{"group": "phy sics", "account": "physics"}],
         "accounting.groupAccounts[0].group",
     ),
+    (
+        "accounting.groupAccounts",
+        [{"group": "physics", "account": "a"}, {"group": "physics", "account": "b"}],
+        "accounting.groupAccounts[1].group",
+    ),
     ("accounting.database.name", "slurm`; DROP DATABASE mysql; --", None),
     ("accounting.database.user", "slurm'@'%", None),
     ("accounting.database.host", "db.example.org\nStorageHost=evil", None),
@@ -178,6 +183,15 @@ HOSTILE_CHART_ONLY = [
     ("images.tag", "x" * 129),
     ("hooks.git.image", "--privileged"),
     ("hooks.git.image", "registry.k8s.io/git-sync:v4 --rm"),
+    # Names of Secrets and claims are written into manifests: a name, nothing more.
+    ("ssh.trustedUserCAKeys", "x, defaultMode: 0777"),
+    ("ssh.existingSecret", "Not A Name"),
+    ("munge.existingSecret", "x}\n"),
+    ("home.existingClaim", "x, readOnly: false"),
+    ("ldap.bindPasswordSecret", "x, optional: true"),
+    ("accounting.database.passwordSecret", "x, items: []"),
+    ("serviceAccount.name", "default\nkind: ClusterRoleBinding"),
+    ("images.pullSecrets", ["x}, {name: y"]),
 ]
 
 

@@ -32,6 +32,7 @@ LONG = "p" * 57
 POOL = {"replicas": 10, "cpus": 1, "memoryMiB": 100}
 GROUP = {"name": "research", "gid": 3000}
 USER = {"name": "alice", "uid": 2001, "gid": 3000, "groups": ["research"]}
+MAPPING = {"group": "research", "account": "a"}
 SITE_LDAP = {
     "enabled": True,
     "uris": ["ldap://ldap.example.org"],
@@ -245,6 +246,13 @@ CASES: list[tuple[str, dict[str, Any], Change, Change, str]] = [
         _dup("groups", gid=3001),
         _dup("groups", gid=3001),
         "groups[1].name",
+    ),
+    (
+        "accounting.groupAccounts[%d].group: duplicate group '%s'",
+        BASE,
+        _put({"accounting": {"groupAccounts": [MAPPING, {**MAPPING, "account": "b"}]}}),
+        _put({"accounting": {"groupAccounts": [MAPPING, {**MAPPING, "account": "b"}]}}),
+        "accounting.groupAccounts[1].group",
     ),
     (
         "%sgroups[%d].gid: duplicate gid %s",

@@ -41,10 +41,10 @@ ANCESTORS = (
 
 @pytest.fixture
 def demo(healthy: LocalCluster) -> testinfra.host.Host:
-    """demo, having logged in once (a login shell): that made their own key for ssh between
-    the pods (rootfs' profile.d/slonk-ssh-key.sh) on the shared /home."""
+    """demo, having logged in once (an interactive login shell): that made their own key for
+    ssh between the pods (rootfs' profile.d/slonk-ssh-key.sh) on the shared /home."""
     user = healthy.user("demo")
-    user.check_output("bash -lc true")
+    user.check_output("bash -ilc true")
     assert user.file("/home/demo/.ssh/id_ed25519").exists
     return user
 

@@ -41,8 +41,10 @@ class FakeSlurm:
         node: Callable[[float], NodeState | None],
         jobs: list[Job] = (),  # type: ignore[assignment]
         refuse: frozenset[str] = frozenset(),
+        unanswered: frozenset[str] = frozenset(),
     ) -> None:
         self.clock, self._node, self.jobs, self.refuse = clock, node, list(jobs), refuse
+        self.unanswered = unanswered
         self.commands: list[tuple[str, ...]] = []
 
     def node(self, name: str) -> NodeState | None:
@@ -56,6 +58,8 @@ class FakeSlurm:
         self.commands.append(command)
         if command[:2] == ("scontrol", "requeue") and command[2] in self.refuse:
             raise SlurmError(f"Requested operation is presently disabled for job {command[2]}")
+        if command[:2] == ("scontrol", "requeue") and command[2] in self.unanswered:
+            raise SlurmError("scontrol requeue timed out")
 
 
 def _stop(slurm: FakeSlurm, timeout: float = 10) -> tuple[int, list[str]]:
@@ -132,6 +136,17 @@ def test_what_outlasts_the_timeout_is_requeued_and_what_cannot_be_is_cancelled()
     assert any(line.startswith("cancelled job 3: Slurm will not requeue it") for line in lines)
 
 
+def test_a_requeue_slurm_did_not_answer_cancels_nothing():
+    """It may have gone through: a cancel would end the job for good. Slurm requeues a
+    batch job itself once the node is DOWN."""
+    jobs = [Job("1", "RUNNING", (NAME,))]
+    slurm = FakeSlurm(Clock(), lambda t: _node("mixed"), jobs, unanswered=frozenset({"1"}))
+    code, lines = _stop(slurm, timeout=2)
+    assert code == 1
+    assert ("scancel", "1") not in slurm.commands
+    assert "could not requeue job 1: scontrol requeue timed out" in lines
+
+
 def test_no_answer_while_waiting_is_no_reason_to_requeue_early():
     clock = Clock()
 
@@ -201,9 +216,17 @@ UPDATE = ("scontrol", "update", f"nodename={NAME}")
     ],
 )
 def test_down_marks_the_node_down_unless_anothers_drain_stands(node, commands):
-    slurm = FakeSlurm(Clock(), lambda t: node)
-    assert worker_stop.down(slurm, NAME, lambda line: None) == 0
+    slurm = FakeSlurm(Clock(), _until_marked(node, lambda: slurm))
+    assert _down(slurm)[0] == 0
     assert slurm.commands == commands
+
+
+def _until_marked(
+    before: NodeState, slurm: Callable[[], FakeSlurm]
+) -> Callable[[float], NodeState]:
+    """The node as given until slonk marks it down, then DOWN and not responding."""
+    down = _node("down", "NOT_RESPONDING", reason=worker_stop.REASON)
+    return lambda t: down if slurm().commands else before
 
 
 def _down(slurm: FakeSlurm) -> tuple[int, list[str]]:
@@ -212,22 +235,44 @@ def _down(slurm: FakeSlurm) -> tuple[int, list[str]]:
     return worker_stop.down(slurm, NAME, lines.append, clock), lines
 
 
+MARK = [(*UPDATE, "state=down", f"reason={worker_stop.REASON}"), (*UPDATE, "state=undrain")]
+
+
 def test_down_asks_a_busy_controller_again():
     """Slurm not answering for a while (a controller restarting) still ends DOWN: left
     drained, the node would stay out until the new pod's release."""
+    ours = _until_marked(_node("idle", "DRAIN", reason=worker_stop.REASON), lambda: slurm)
 
     def node(t: float) -> NodeState:
         if t < 3:
             raise SlurmError("scontrol timed out")
-        return _node("idle", "DRAIN", reason=worker_stop.REASON)
+        return ours(t)
 
     slurm = FakeSlurm(Clock(), node)
     code, lines = _down(slurm)
-    assert code == 0 and "marked" in lines[-1]
-    assert slurm.commands == [
-        (*UPDATE, "state=down", f"reason={worker_stop.REASON}"),
-        (*UPDATE, "state=undrain"),
-    ]
+    assert code == 0 and any(line.startswith("marked") for line in lines)
+    assert slurm.commands == MARK
+
+
+def test_a_node_a_late_message_returned_is_marked_down_again():
+    """slurmctld handled an answer slurmd sent before it stopped after the DOWN: with
+    ReturnToService=2 that returns the node (seen in CI). It is held DOWN a while."""
+    clock = Clock()
+    down = _node("down", "NOT_RESPONDING", reason=worker_stop.REASON)
+    back = _node("idle", reason=worker_stop.REASON)
+
+    def node(t: float) -> NodeState:
+        marks = sum("state=down" in c for c in slurm.commands)
+        if marks == 0:
+            return _node("idle", "DRAIN", reason=worker_stop.REASON)
+        return back if marks == 1 and t >= 2 else down
+
+    slurm = FakeSlurm(clock, node)
+    code, lines = _down(slurm)
+    assert code == 0
+    assert slurm.commands == [*MARK, (*UPDATE, "state=down", f"reason={worker_stop.REASON}")]
+    assert "again" in lines[-1]
+    assert clock.t >= 2 + worker_stop.DOWN_HOLD_SECONDS
 
 
 def test_down_gives_up_at_its_deadline():

@@ -72,3 +72,14 @@ pod refusing its cluster.yaml.
 {{- fail (printf "%s: %s %d is outside %d-%d" .key .what $id (int .min) (int .max)) -}}
 {{- end -}}
 {{- end }}
+
+{{/* accounting.groupAccounts: each group mapped once (the pods refuse a second mapping). */}}
+{{- define "slonk.validateGroupAccounts" -}}
+{{- $groups := dict -}}
+{{- range $i, $mapping := .Values.accounting.groupAccounts -}}
+{{- if hasKey $groups $mapping.group -}}
+{{- fail (printf "accounting.groupAccounts[%d].group: duplicate group '%s'" $i $mapping.group) -}}
+{{- end -}}
+{{- $_ := set $groups $mapping.group true -}}
+{{- end -}}
+{{- end -}}

@@ -36,10 +36,10 @@
 pod that runs sshd: the login pods, and the workers with workers.ssh. */}}
 {{- define "slonk.sshVolumes" -}}
 - name: ssh-host-keys
-  secret: {secretName: {{ include "slonk.sshSecret" . }}, defaultMode: 0400}
+  secret: {secretName: {{ include "slonk.sshSecret" . | quote }}, defaultMode: 0400}
 {{- with .Values.ssh.trustedUserCAKeys }}
 - name: ssh-user-ca
-  secret: {secretName: {{ . }}, items: [{key: ca.pub, path: ca.pub}], defaultMode: 0444}
+  secret: {secretName: {{ . | quote }}, items: [{key: ca.pub, path: ca.pub}], defaultMode: 0444}
 {{- end }}
 {{- end }}
 
@@ -109,10 +109,10 @@ sets the same, from cluster.yaml, for the pod's services). */}}
 - name: cluster
   configMap: {name: {{ .Release.Name }}-cluster}
 - name: munge-key
-  secret: {secretName: {{ include "slonk.mungeSecret" . }}, defaultMode: 0400}
+  secret: {secretName: {{ include "slonk.mungeSecret" . | quote }}, defaultMode: 0400}
 - name: home
 {{- if .Values.home.existingClaim }}
-  persistentVolumeClaim: {claimName: {{ .Values.home.existingClaim }}}
+  persistentVolumeClaim: {claimName: {{ .Values.home.existingClaim | quote }}}
 {{- else if .Values.home.nfs.server }}
   nfs: {server: {{ .Values.home.nfs.server }}, path: {{ .Values.home.nfs.path }}, readOnly: {{ .Values.home.nfs.readOnly | default false }}}
 {{- else }}
@@ -120,11 +120,11 @@ sets the same, from cluster.yaml, for the pod's services). */}}
 {{- end }}
 {{- with .Values.ldap.bindPasswordSecret }}
 - name: ldap-bind
-  secret: {secretName: {{ . }}, defaultMode: 0400}
+  secret: {secretName: {{ . | quote }}, defaultMode: 0400}
 {{- end }}
 {{- with .Values.ldap.caSecret }}
 - name: ldap-ca
-  secret: {secretName: {{ . }}}
+  secret: {secretName: {{ . | quote }}}
 {{- end }}
 {{- end }}
 
@@ -188,6 +188,7 @@ Checks the schema cannot express. Each failure names the values key, as the sche
 {{- end -}}
 {{- include "slonk.refuseList" (dict "key" "nodepools" "value" .Values.nodepools) -}}
 {{- include "slonk.refuseList" (dict "key" "partitions" "value" .Values.partitions) -}}
+{{- include "slonk.validateGroupAccounts" . -}}
 {{- if hasKey .Values.workers "terminationGracePeriodSeconds" -}}
 {{- fail "workers.terminationGracePeriodSeconds: removed; a worker pod's grace is now workers.drainTimeoutSeconds (for its jobs to end) + workers.stopMarginSeconds (to stop slurmd): set those instead" -}}
 {{- end -}}
