@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import TypeVar
 
 from slonk import paths, rollout, secrets, services, statesave, worker_stop
+from slonk.accounting import database, slurmdbd
 from slonk.config import placement
+from slonk.config.model import AccountingSettings
 from slonk.config.render import conf_server, render
 from slonk.config.spec import ClusterSpec, read_spec
 from slonk.errors import SlonkError
@@ -89,6 +91,12 @@ def prepare_dirs(role: str) -> None:
         make_dir(Path("/var/spool/slurmd"), 0o755)
     if role == "login":
         make_dir(Path("/run/sshd"), 0o755)
+
+
+def accounting_of(spec: ClusterSpec, role: str) -> AccountingSettings:
+    if spec.accounting is None:
+        raise InitError(f"role {role} needs accounting in cluster.yaml (accounting.enabled)")
+    return spec.accounting
 
 
 def register_users(spec: ClusterSpec) -> str:
@@ -182,6 +190,20 @@ def run(role: str) -> None:
         step("wrote s6 services", lambda: services.write_scan_dir(role))
         log(f"ldap {name} ready in {(time.perf_counter() - started) * 1000:.0f} ms")
         services.exec_svscan(role)
+    if role == "database":
+        db = accounting_of(spec, role).database
+        step("prepared the database", lambda: database.prepare(db))
+        step("wrote s6 services", lambda: services.write_scan_dir(role))
+        log(f"database {name} ready in {(time.perf_counter() - started) * 1000:.0f} ms")
+        services.exec_svscan(role)
+    if role == "slurmdbd":
+        accounting = accounting_of(spec, role)
+        step("installed the munge key", secrets.install_munge_key)
+        step("prepared state directories", lambda: prepare_dirs(role))
+        step("prepared slurmdbd", lambda: slurmdbd.prepare(accounting, name))
+        step("wrote s6 services", lambda: services.write_scan_dir(role))
+        log(f"slurmdbd {name} ready in {(time.perf_counter() - started) * 1000:.0f} ms")
+        services.exec_svscan(role)
     if role == "controller":
         step("checked slurmctld's state", check_state)
     step("prepared the Slurm configuration", lambda: prepare_slurm_config(spec, role))
@@ -191,6 +213,9 @@ def run(role: str) -> None:
     step("prepared state directories", lambda: prepare_dirs(role))
     step("registered users", lambda: register_users(spec))
     extra: tuple[str, ...] = ("users-sync",) if spec.ldap else ()
+    if role == "controller" and spec.accounting:
+        # The users sync that also gives every user its association (slonk.accounting.sync).
+        extra = ("associations",)
     plan = health.plan_for(spec, name) if role == "worker" else None
     if plan:
         step("ran boot health checks", lambda: boot_checks(plan))
