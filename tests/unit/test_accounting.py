@@ -211,3 +211,16 @@ def test_a_pass_waits_for_slurmdbd_and_keeps_the_last_users(monkeypatch, demo_sp
     assert not passes.pending and calls == [["ann"], ["ann"]]
     passes.apply(spec)
     assert len(calls) == 2  # done until the next sync
+
+
+def test_local_up_reads_slurmctlds_associations_warily():
+    from slonk.local.associations import parse_users
+
+    output = (
+        "ClusterName=local Account=root UserName= Partition= Priority=0 ID=1\n"
+        "ClusterName=local Account=research UserName=demo(5000) Partition= ID=3\n"
+        "ClusterName=local Account=x UserName=evil\\nUserName=ann(1) ID=4\n"
+        "ClusterName=local Account=x UserName=bob(4294967294) ID=5\n"
+    )
+    assert parse_users(output, ["demo", "cy"]) == {"demo"}
+    assert parse_users("", ["demo"]) == set()
