@@ -81,10 +81,16 @@ SLURM_PODS = ("slonk-login-0", "slonk-cpu-0", "slonk-cpu-1", "slonk-controller-0
 
 
 def _wait_on_every_pod(cluster: LocalCluster, name: str) -> None:
-    """Each pod syncs on its own clock, every ldap.syncIntervalSeconds."""
+    """Each pod syncs on its own clock, every ldap.syncIntervalSeconds; the controller's
+    sync then gives the user a Slurm association, without which no job of theirs runs."""
     wait_for(
         f"{name} on every pod",
         lambda: all(cluster.pod(p).run(f"getent passwd {name}").rc == 0 for p in SLURM_PODS),
+    )
+    show = f"scontrol show assoc_mgr flags=assoc users={name}"
+    wait_for(
+        f"{name}'s association",
+        lambda: f"UserName={name}(" in cluster.pod("slonk-controller-0").run(show).stdout,
     )
 
 
