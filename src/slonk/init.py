@@ -201,6 +201,7 @@ def run(role: str) -> None:
         step("installed the munge key", secrets.install_munge_key)
         step("prepared state directories", lambda: prepare_dirs(role))
         step("prepared slurmdbd", lambda: slurmdbd.prepare(accounting, name))
+        step("waited for the database", lambda: slurmdbd.wait_for_database(accounting))
         step("wrote s6 services", lambda: services.write_scan_dir(role))
         log(f"slurmdbd {name} ready in {(time.perf_counter() - started) * 1000:.0f} ms")
         services.exec_svscan(role)

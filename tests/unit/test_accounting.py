@@ -224,3 +224,16 @@ def test_local_up_reads_slurmctlds_associations_warily():
     )
     assert parse_users(output, ["demo", "cy"]) == {"demo"}
     assert parse_users("", ["demo"]) == set()
+
+
+def test_slurmdbd_waits_for_its_database_within_a_bound():
+    import socket
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        up = AccountingSettings(host="h", database=Database(host="127.0.0.1", port=port))
+        assert "answers" in slurmdbd.wait_for_database(up, timeout=5)
+    down = AccountingSettings(host="h", database=Database(host="127.0.0.1", port=port))
+    assert "slurmdbd will keep trying" in slurmdbd.wait_for_database(down, timeout=0)

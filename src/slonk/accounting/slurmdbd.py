@@ -3,6 +3,8 @@ password file. slurmdbd refuses a slurmdbd.conf that is not SlurmUser's with mod
 
 from __future__ import annotations
 
+import socket
+import time
 from pathlib import Path
 
 from slonk import paths
@@ -13,6 +15,9 @@ from slonk.files import make_dir, write_atomically
 CONF = Path("/etc/slurm/slurmdbd.conf")
 PID_DIR = Path("/run/slurmdbd")
 SLURM_USER = "slurm"
+# slurmdbd retries a database that does not answer only every 5 s, and listens only once
+# it has one: waiting here for the port lets it start as soon as the database does.
+DATABASE_WAIT_SECONDS = 30.0
 
 
 def render(accounting: AccountingSettings, host: str, storage_pass: str) -> str:
@@ -53,3 +58,20 @@ def prepare(accounting: AccountingSettings, host: str) -> str:
     make_dir(PID_DIR, 0o755, owner=SLURM_USER)
     db = accounting.database
     return f"wrote {CONF}: database {db.name} at {db.host}:{db.port}{' (TLS)' if db.tls else ''}"
+
+
+def wait_for_database(
+    accounting: AccountingSettings, timeout: float = DATABASE_WAIT_SECONDS
+) -> str:
+    """Until the database accepts a connection, for at most `timeout`; slurmdbd keeps trying
+    after that on its own (a database down for long must not keep the pod from starting)."""
+    db = accounting.database
+    started = time.monotonic()
+    while True:
+        try:
+            with socket.create_connection((db.host, db.port), timeout=1.0):
+                return f"{db.host}:{db.port} answers ({time.monotonic() - started:.1f} s)"
+        except OSError as err:
+            if time.monotonic() - started >= timeout:
+                return f"{db.host}:{db.port} does not answer ({err}); slurmdbd will keep trying"
+            time.sleep(0.1)
