@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
-from slonk import paths, rollout, secrets, services, statesave, worker_stop
+from slonk import paths, rollout, secrets, services, sshd, statesave, worker_stop
 from slonk.accounting import database, slurmdbd
 from slonk.config import placement
 from slonk.config.model import AccountingSettings
@@ -90,7 +90,7 @@ def prepare_dirs(role: str) -> None:
     if role == "worker":
         make_dir(Path("/var/spool/slurmd"), 0o755)
     if role == "login":
-        make_dir(Path("/run/sshd"), 0o755)
+        make_dir(paths.SHARED_MODULEFILES, 0o755)
 
 
 def accounting_of(spec: ClusterSpec, role: str) -> AccountingSettings:
@@ -209,8 +209,8 @@ def run(role: str) -> None:
         step("checked slurmctld's state", check_state)
     step("prepared the Slurm configuration", lambda: prepare_slurm_config(spec, role))
     step("installed the munge key", secrets.install_munge_key)
-    if role == "login":
-        step("installed ssh host keys", lambda: ", ".join(secrets.install_ssh_host_keys()))
+    if sshd.runs_sshd(spec, role):
+        step("prepared sshd", lambda: sshd.prepare(spec, role))
     step("prepared state directories", lambda: prepare_dirs(role))
     step("registered users", lambda: register_users(spec))
     extra: tuple[str, ...] = ("users-sync",) if spec.ldap else ()
@@ -224,6 +224,8 @@ def run(role: str) -> None:
         step("installed job programs", lambda: install_job_programs(spec))
     if role == "worker" and spec.hooks:
         extra += ("hooks",)
+    if role == "worker" and spec.ssh.workers:  # syslog: PAM's messages, in the pod's log
+        extra += ("sshd", "syslog")
     if role == "controller" and spec.health and spec.health.recycle:
         extra += ("health-recycle",)
     if role == "controller" and spec.syncer:

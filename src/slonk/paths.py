@@ -9,6 +9,8 @@ from pathlib import Path
 CLUSTER_SPEC = Path("/etc/slonk/cluster.yaml")
 MUNGE_SECRET = Path("/var/run/secrets/slonk/munge/munge.key")
 SSH_SECRET_DIR = Path("/var/run/secrets/slonk/ssh")
+# ssh.trustedUserCAKeys: the site's user certificate authorities (slonk.sshd checks them).
+SSH_USER_CA = Path("/var/run/secrets/slonk/ssh-ca/ca.pub")
 LDAP_ADMIN_SECRET = Path("/var/run/secrets/slonk/ldap-admin/password")
 LDAP_BIND_SECRET = Path("/var/run/secrets/slonk/ldap-bind/password")
 LDAP_CA_SECRET = Path("/var/run/secrets/slonk/ldap-ca/ca.crt")
@@ -19,6 +21,9 @@ ACCOUNTING_PASSWORD = Path("/var/run/secrets/slonk/accounting/password")
 ACCOUNTING_CA = Path("/var/run/secrets/slonk/accounting-ca/ca.crt")
 DATABASE_DATA = Path("/var/lib/mysql")
 HOME = Path("/home")
+# Environment modules every login pod offers beside the image's (rootfs'
+# environment-modules/modulespath): a site adds tools to the shared /home.
+SHARED_MODULEFILES = HOME / "modulefiles"
 
 # Job hooks: git-sync's root (a volume shared with its sidecar), slonk's checked revisions,
 # and the wrappers slurm.conf names as Prolog/Epilog.

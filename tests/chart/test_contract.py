@@ -23,6 +23,8 @@ from slonk.config.spec import (
     MANAGED_KEYS,
     MAX_REPLICAS,
     PARTITION_KEYS,
+    PRIORITY_WEIGHT_MAX,
+    PRIORITY_WEIGHTS,
     RESERVED_POOL_NAMES,
     SpecError,
     parse_spec,
@@ -43,6 +45,8 @@ SPEC_PATH = {
     "slurm.extraLines": "extraLines",
     "slurm.slurmctldPort": "slurmctldPort",
     "slurm.slurmdPort": "slurmdPort",
+    "slurm.priority": "priority",
+    "accounting.slurmdbd.port": "accounting.port",
 }
 
 # (values key, hostile value, the key both errors must name)
@@ -123,6 +127,32 @@ HOSTILE = [
     ("health.checks.scratch.path", "/tmp/", None),
     ("ldap.userBase", "ou=people\nuid=evil", None),
     ("ldap.userFilter", "(objectClass=posixAccount)\n", None),
+    # Accounting names reach slurm.conf, slurmdbd.conf, sacctmgr's arguments and SQL.
+    ("accounting.defaultAccount", "research\nAccountingStorageEnforce=none", None),
+    ("accounting.defaultAccount", "research where name=root", None),
+    ("accounting.defaultAccount", "a=b", None),
+    ("accounting.defaultAccount", "a,b", None),
+    ("accounting.defaultAccount", "-i", None),
+    (
+        "accounting.groupAccounts",
+        [{"group": "physics", "account": "x set parent=root"}],
+        "accounting.groupAccounts[0].account",
+    ),
+    (
+        "accounting.groupAccounts",
+        [{"group": "phy sics", "account": "physics"}],
+        "accounting.groupAccounts[0].group",
+    ),
+    ("accounting.database.name", "slurm`; DROP DATABASE mysql; --", None),
+    ("accounting.database.user", "slurm'@'%", None),
+    ("accounting.database.host", "db.example.org\nStorageHost=evil", None),
+    ("accounting.database.host", "db.example.org StoragePass=x", None),
+    ("accounting.database.port", 70000, None),
+    ("accounting.slurmdbd.port", 0, None),
+    ("slurm.priority.decayHalfLife", "7-0\nPriorityType=priority/basic", None),
+    ("slurm.priority.maxAge", "7-0 PriorityFlags=NO_FAIR_TREE", None),
+    ("slurm.priority.weights.fairshare", 200_000_000, None),
+    ("slurm.priority.weights.age", -1, None),
 ]
 # Values that never reach cluster.yaml (the git-sync sidecar's): the chart alone refuses them.
 HOSTILE_CHART_ONLY = [
@@ -239,6 +269,19 @@ SCHEMA_PATTERNS = [
     ("/properties/images/properties/controller", patterns.IMAGE_NAME),
     ("/properties/images/properties/worker", patterns.IMAGE_NAME),
     ("/properties/images/properties/login", patterns.IMAGE_NAME),
+    ("/properties/images/properties/database", patterns.IMAGE_NAME),
+    ("/properties/accounting/properties/defaultAccount", patterns.ACCOUNT_NAME),
+    (
+        "/properties/accounting/properties/groupAccounts/items/properties/account",
+        patterns.ACCOUNT_NAME,
+    ),
+    ("/properties/accounting/properties/database/properties/name", patterns.DATABASE_NAME),
+    ("/properties/accounting/properties/database/properties/user", patterns.DATABASE_USER),
+    (
+        "/properties/slurm/properties/priority/properties/decayHalfLife",
+        patterns.SLURM_TIME,
+    ),
+    ("/properties/slurm/properties/priority/properties/maxAge", patterns.SLURM_TIME),
     (
         "/properties/health/properties/checks/properties/gpu/properties/nvidiaSmi",
         patterns.COMMAND_LINE,
@@ -283,6 +326,9 @@ def test_the_schema_uses_the_pods_patterns(schema, pointer, pattern):
 def test_the_schema_bounds_are_the_pods(schema):
     pool = _at(schema, "/$defs/nodepool/properties")
     assert pool["replicas"]["maximum"] == MAX_REPLICAS
+    weights = _at(schema, "/properties/slurm/properties/priority/properties/weights/properties")
+    assert {w["maximum"] for w in weights.values()} == {PRIORITY_WEIGHT_MAX}
+    assert set(weights) == set(PRIORITY_WEIGHTS)
 
 
 def test_the_templates_reserve_the_pods_keys():

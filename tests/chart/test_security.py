@@ -308,7 +308,11 @@ def test_development_directory_is_confined(dev_docs):
 def test_workers_drop_every_capability_they_do_not_list(default_docs):
     context = _container(default_docs, "slonk-cpu")["securityContext"]
     assert context["capabilities"]["drop"] == ["ALL"]
-    assert context["capabilities"]["add"] == [*BASE, "SYS_ADMIN", "SYS_RESOURCE", "SYSLOG"]
+    # workers.capabilities, then sshd's (workers.ssh is on by default; tests/chart/test_ssh.py;
+    # SYS_PTRACE, which ssh needs too, is in the list already)
+    sshd = ["AUDIT_WRITE", "NET_BIND_SERVICE", "SYS_CHROOT"]
+    own = [*BASE, "SYS_ADMIN", "SYS_PTRACE", "SYS_RESOURCE", "SYSLOG"]
+    assert context["capabilities"]["add"] == [*own, *sshd]
     assert context["seccompProfile"] == {"type": "RuntimeDefault"}
     assert "privileged" not in context
 
@@ -320,7 +324,7 @@ def test_security_contexts_are_values():
                 "securityContext": {"seccompProfile": {"type": "Unconfined"}},
                 "priorityClassName": "interactive",
             },
-            "workers": {"capabilities": [*BASE, "SYS_PTRACE"], "priorityClassName": "batch"},
+            "workers": {"capabilities": [*BASE, "SYS_NICE"], "priorityClassName": "batch"},
         }
     )
     login = _get(docs, "StatefulSet", "slonk-login")["spec"]["template"]["spec"]
@@ -328,7 +332,7 @@ def test_security_contexts_are_values():
     assert login["containers"][0]["securityContext"]["capabilities"]["drop"] == ["ALL"]
     assert login["priorityClassName"] == "interactive"
     worker = _get(docs, "StatefulSet", "slonk-cpu")["spec"]["template"]["spec"]
-    assert worker["containers"][0]["securityContext"]["capabilities"]["add"][-1] == "SYS_PTRACE"
+    assert "SYS_NICE" in worker["containers"][0]["securityContext"]["capabilities"]["add"]
     assert worker["priorityClassName"] == "batch"
 
 

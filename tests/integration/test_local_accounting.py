@@ -9,8 +9,6 @@ import shlex
 import uuid
 from collections.abc import Iterator
 
-import pytest
-
 from ..support.cluster import LocalCluster, wait_for
 
 DATABASE = "slonk-mariadb-0"
@@ -90,11 +88,6 @@ def test_sstat_reports_a_running_job(healthy: LocalCluster):
         wait_for(f"sstat on job {job}'s running task", lambda: _sstat_step(healthy, job, False))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="measured: in local pods jobacct_gather/linux gathers nothing (sstat and sacct show "
-    "no MaxRSS or AveCPU; TotalCPU, from rusage, is there), with proctrack/linuxproc or pgid",
-)
 def test_sstat_reports_a_running_jobs_memory(healthy: LocalCluster):
     with _running_step(healthy) as job:
         wait_for(f"sstat on job {job}'s step", lambda: _sstat_step(healthy, job, False))

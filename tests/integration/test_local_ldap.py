@@ -8,90 +8,22 @@ import base64
 import pytest
 
 from ..support.cluster import LocalCluster, wait_for
+from ..support.directory import (
+    SLURM_PODS,
+    SUFFIX,
+    ldapadd,
+    ldapdelete,
+    person,
+    posix_group,
+    wait_directory,
+    wait_on_every_pod,
+)
 
-SUFFIX = "dc=slonk,dc=local"
 LOGIN = "slonk-login-0"
-
-
-def _ldapadd(cluster: LocalCluster, ldif: str) -> None:
-    pod = cluster.pod("slonk-ldap-0")
-    command = (
-        f"ldapadd -x -H ldap://localhost -D cn=admin,{SUFFIX} "
-        "-w \"$(cat /var/run/secrets/slonk/ldap-admin/password)\" <<'LDIF'\n"
-        f"{ldif}\nLDIF"
-    )
-    pod.check_output(command)
-
-
-def _ldapdelete(cluster: LocalCluster, *dns: str) -> None:
-    cluster.pod("slonk-ldap-0").check_output(
-        f"ldapdelete -x -H ldap://localhost -D cn=admin,{SUFFIX} "
-        '-w "$(cat /var/run/secrets/slonk/ldap-admin/password)" '
-        + " ".join(f"'{dn}'" for dn in dns)
-    )
-
-
-def _person(
-    cluster: LocalCluster,
-    name: str,
-    uid: int,
-    gid: int = 5100,
-    shell: str = "/bin/bash",
-    home: str | None = None,
-) -> str:
-    """An entry with the local client key; `home` is its homeDirectory line, as written."""
-    key = (cluster.state_dir / "ssh" / "id_ed25519.pub").read_text().strip()
-    return "\n".join(
-        [
-            f"dn: uid={name},ou=people,{SUFFIX}",
-            "objectClass: inetOrgPerson",
-            "objectClass: posixAccount",
-            "objectClass: ldapPublicKey",
-            f"uid: {name}",
-            f"cn: {name}",
-            f"sn: {name}",
-            f"uidNumber: {uid}",
-            f"gidNumber: {gid}",
-            home or f"homeDirectory: /home/{name}",
-            f"loginShell: {shell}",
-            f"sshPublicKey: {key}",
-            "",
-        ]
-    )
-
-
-def _posix_group(name: str, gid: int, *members: str) -> str:
-    return "\n".join(
-        [
-            f"dn: cn={name},ou=groups,{SUFFIX}",
-            "objectClass: posixGroup",
-            f"cn: {name}",
-            f"gidNumber: {gid}",
-            *(f"memberUid: {m}" for m in members),
-            "",
-        ]
-    )
 
 
 def _can_log_in(cluster: LocalCluster, name: str) -> bool:
     return cluster.user(name).run("true").rc == 0
-
-
-SLURM_PODS = ("slonk-login-0", "slonk-cpu-0", "slonk-cpu-1", "slonk-controller-0")
-
-
-def _wait_on_every_pod(cluster: LocalCluster, name: str) -> None:
-    """Each pod syncs on its own clock, every ldap.syncIntervalSeconds; the controller's
-    sync then gives the user a Slurm association, without which no job of theirs runs."""
-    wait_for(
-        f"{name} on every pod",
-        lambda: all(cluster.pod(p).run(f"getent passwd {name}").rc == 0 for p in SLURM_PODS),
-    )
-    show = f"scontrol show assoc_mgr flags=assoc users={name}"
-    wait_for(
-        f"{name}'s association",
-        lambda: f"UserName={name}(" in cluster.pod("slonk-controller-0").run(show).stdout,
-    )
 
 
 def _wait_logged(cluster: LocalCluster, since: int, *lines: str) -> None:
@@ -110,28 +42,15 @@ def _added_lines(pod, name: str) -> list[list[str]]:
     return [line.split(":") for line in lines[len(base) :]]
 
 
-def _wait_directory(cluster: LocalCluster) -> None:
-    """Until the directory pod's slapd answers a search."""
-    wait_for(
-        "the directory",
-        lambda: (
-            cluster.pod("slonk-ldap-0")
-            .run(f"ldapsearch -x -H ldap://localhost -b {SUFFIX} -s base")
-            .rc
-            == 0
-        ),
-    )
-
-
 @pytest.fixture
 def directory(healthy: LocalCluster) -> LocalCluster:
-    _wait_directory(healthy)
+    wait_directory(healthy)
     return healthy
 
 
 def test_a_user_added_to_ldap_logs_in_and_runs_everywhere(directory: LocalCluster):
-    _ldapadd(directory, _person(directory, "carol", 5201))
-    _wait_on_every_pod(directory, "carol")
+    ldapadd(directory, person(directory, "carol", 5201))
+    wait_on_every_pod(directory, "carol")
     assert _can_log_in(directory, "carol")  # with the key stored in LDAP
     ids = directory.user("carol").check_output("srun --nodes=2 id </dev/null").splitlines()
     assert ids == ["uid=5201(carol) gid=5100(research) groups=5100(research)"] * 2
@@ -141,14 +60,14 @@ def test_a_user_added_to_ldap_logs_in_and_runs_everywhere(directory: LocalCluste
 
 def test_bad_entries_are_skipped_with_a_warning_and_the_rest_sync(directory: LocalCluster):
     offset = directory.log_offset(LOGIN)
-    _ldapadd(
+    ldapadd(
         directory,
         "\n".join(
             [
-                _person(directory, "dave", 5202),
-                _person(directory, "eve", 5202),  # dave's uid
-                _person(directory, "frank", 5203, shell="/bin/nologin-x"),  # no such shell
-                _person(directory, "heidi", 5204),
+                person(directory, "dave", 5202),
+                person(directory, "eve", 5202),  # dave's uid
+                person(directory, "frank", 5203, shell="/bin/nologin-x"),  # no such shell
+                person(directory, "heidi", 5204),
             ]
         ),
     )
@@ -165,8 +84,8 @@ def test_bad_entries_are_skipped_with_a_warning_and_the_rest_sync(directory: Loc
 
 
 def test_users_stay_while_the_directory_is_down(directory: LocalCluster):
-    _ldapadd(directory, _person(directory, "ivan", 5205))
-    _wait_on_every_pod(directory, "ivan")
+    ldapadd(directory, person(directory, "ivan", 5205))
+    wait_on_every_pod(directory, "ivan")
     offset = directory.log_offset(LOGIN)
     directory.slonk("stop", "slonk-ldap-0")
     try:
@@ -179,8 +98,8 @@ def test_users_stay_while_the_directory_is_down(directory: LocalCluster):
     finally:
         directory.slonk("restart", "slonk-ldap-0")
     # The directory kept its data (a volume): new entries flow again.
-    _wait_directory(directory)
-    _ldapadd(directory, _person(directory, "grace", 5206))
+    wait_directory(directory)
+    ldapadd(directory, person(directory, "grace", 5206))
     wait_for("grace", lambda: _can_log_in(directory, "grace"))
 
 
@@ -189,20 +108,20 @@ def test_hostile_entries_write_no_line_and_join_no_system_group(directory: Local
     user, groups with root's and shadow's gids listing demo."""
     offset = directory.log_offset(LOGIN)
     injected = base64.b64encode(b"/home/x\nrootkit::0:0::/root").decode()
-    _ldapadd(
+    ldapadd(
         directory,
         "\n".join(
             [
-                _person(directory, "mallory", 5301, home=f"homeDirectory:: {injected}"),
-                _person(directory, "oscar", 5302, gid=0),
-                _posix_group("wheel", 0, "demo"),
-                _posix_group("shadowy", 42, "demo"),
-                _person(directory, "trent", 5303),  # a good entry in the same change: the sync ran
+                person(directory, "mallory", 5301, home=f"homeDirectory:: {injected}"),
+                person(directory, "oscar", 5302, gid=0),
+                posix_group("wheel", 0, "demo"),
+                posix_group("shadowy", 42, "demo"),
+                person(directory, "trent", 5303),  # a good entry in the same change: the sync ran
             ]
         ),
     )
     try:
-        _wait_on_every_pod(directory, "trent")
+        wait_on_every_pod(directory, "trent")
         for name in SLURM_PODS:
             pod = directory.pod(name)
             for account in ("rootkit", "mallory", "oscar"):
@@ -219,7 +138,7 @@ def test_hostile_entries_write_no_line_and_join_no_system_group(directory: Local
             f"skipped user uid=oscar,ou=people,{SUFFIX}: gid 0 is outside",
         )
     finally:
-        _ldapdelete(
+        ldapdelete(
             directory,
             f"uid=mallory,ou=people,{SUFFIX}",
             f"uid=oscar,ou=people,{SUFFIX}",
@@ -231,11 +150,11 @@ def test_hostile_entries_write_no_line_and_join_no_system_group(directory: Local
 def test_a_newcomer_with_demos_uid_does_not_lock_demo_out(directory: LocalCluster):
     """uid=aaron sorts before uid=demo: DN order alone would hand demo's uid to aaron."""
     offset = directory.log_offset(LOGIN)
-    _ldapadd(
-        directory, "\n".join([_person(directory, "aaron", 5000), _person(directory, "trudy", 5304)])
+    ldapadd(
+        directory, "\n".join([person(directory, "aaron", 5000), person(directory, "trudy", 5304)])
     )
     try:
-        _wait_on_every_pod(directory, "trudy")
+        wait_on_every_pod(directory, "trudy")
         for name in SLURM_PODS:
             assert directory.pod(name).check_output("getent passwd 5000").startswith("demo:")
         assert _can_log_in(directory, "demo")
@@ -244,7 +163,7 @@ def test_a_newcomer_with_demos_uid_does_not_lock_demo_out(directory: LocalCluste
             directory, offset, f"skipped user uid=aaron,ou=people,{SUFFIX}: uid 5000 is demo's"
         )
     finally:
-        _ldapdelete(directory, f"uid=aaron,ou=people,{SUFFIX}")
+        ldapdelete(directory, f"uid=aaron,ou=people,{SUFFIX}")
 
 
 def test_a_pod_started_while_the_directory_is_down_has_its_users(directory: LocalCluster):
@@ -263,4 +182,4 @@ def test_a_pod_started_while_the_directory_is_down_has_its_users(directory: Loca
         assert directory.pod(LOGIN).run("getent passwd demo").rc == 0
     finally:
         directory.slonk("restart", "slonk-ldap-0")
-    _wait_directory(directory)
+    wait_directory(directory)

@@ -28,6 +28,7 @@ from testinfra.backend import base
 
 from slonk import paths, slurm_state
 from slonk.local.cluster import Cluster
+from slonk.local.projection import project
 from slonk.slurm_state import NodeState
 
 SLONK = [sys.executable, "-m", "slonk.cli"]
@@ -37,6 +38,7 @@ HEALTH_INTERVAL = 2
 # requeues them: long enough for a test to see a job finish first, short for those that wait.
 DRAIN_TIMEOUT = 20
 SCRATCH = "/var/tmp"  # in a pod's own writable layer
+USER_CA_SECRET = "slonk-test-user-ca"
 
 VERSION = yaml.safe_load((paths.chart_dir() / "Chart.yaml").read_text())["appVersion"]
 ROLES = ("base", "controller", "worker", "login")
@@ -178,9 +180,12 @@ class HooksRepo:
 
 
 class LocalCluster:
-    def __init__(self, state_dir: Path, hooks: HooksRepo | None = None) -> None:
+    def __init__(
+        self, state_dir: Path, hooks: HooksRepo | None = None, user_ca: Path | None = None
+    ) -> None:
         self.state_dir = state_dir
         self.hooks = hooks
+        self.user_ca = user_ca  # the private key of the CA the login pods trust (USER_CA_SECRET)
 
     def pod(self, name: str) -> testinfra.host.Host:
         return testinfra.host.Host(PodBackend(name, self.state_dir))
@@ -262,11 +267,26 @@ class LocalCluster:
         return out.strip()
 
 
+def user_ca(state_dir: Path, directory: Path) -> Path:
+    """A CA key for users' certificates, its public half in the Secret USER_CA_SECRET (made
+    as a site's would be, before the cluster: local mode keeps a Secret's files in the state
+    directory). Returns the private key."""
+    key = directory / "user-ca"
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "test CA", "-f", str(key)],
+        check=True,
+    )
+    secret = {"ca.pub": key.with_suffix(".pub").read_bytes()}
+    project(Cluster(state_dir).secret_dir(USER_CA_SECRET), secret, mode=0o400)
+    return key
+
+
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     state_dir = tmp_path_factory.mktemp("local-cluster")
     hooks = HooksRepo(tmp_path_factory.mktemp("hooks") / "repo")
     hooks.create()
+    ca = user_ca(state_dir, tmp_path_factory.mktemp("user-ca"))
     values = {
         "workers": {"drainTimeoutSeconds": DRAIN_TIMEOUT},
         "hooks": {"enabled": True, "git": {"repo": f"file://{hooks.path}", "periodSeconds": 1}},
@@ -287,9 +307,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         },
         # A node resumed by hand while its Kubernetes cause holds is drained within a second.
         "syncer": {"slurmPollSeconds": 1},
+        # Fair share counts a job's usage within a minute (Slurm's default: 5).
+        "slurm": {"slurmConf": {"PriorityCalcPeriod": 1}},
+        # SSO-style logins: certificates from this CA log in (tests/integration/test_local_ssh.py).
+        "ssh": {"trustedUserCAKeys": USER_CA_SECRET},
     }
     with running(state_dir, values=values):
-        yield LocalCluster(state_dir, hooks)
+        yield LocalCluster(state_dir, hooks, ca)
 
 
 @pytest.fixture

@@ -30,14 +30,74 @@ def _conf(demo_spec, name="slurm.conf") -> list[str]:
 
 def test_overrides_replace_and_drop_defaults(demo_spec):
     demo_spec["slurmConf"] = {
-        "SelectTypeParameters": "CR_Core_Memory",
+        "SelectTypeParameters": "CR_Core",
         "MpiDefault": None,
         "DefMemPerCPU": 2048,
     }
     lines = _conf(demo_spec)
-    assert "SelectTypeParameters=CR_Core_Memory" in lines
+    assert "SelectTypeParameters=CR_Core" in lines
     assert "DefMemPerCPU=2048" in lines
     assert not any(line.startswith("MpiDefault=") for line in lines)
+
+
+def _partition(lines: list[str], name: str) -> str:
+    return next(line for line in lines if line.startswith(f"PartitionName={name} "))
+
+
+def test_memory_is_scheduled_with_a_default_per_cpu_every_node_can_give(demo_spec):
+    """A job without --mem gets its partition's DefMemPerCPU: the smallest of its pools'
+    memory per CPU, so that a whole node's CPUs fit the memory of any of them."""
+    demo_spec["nodepools"]["cpu"].update(cpus=4, memoryMiB=8192)  # 2048 per CPU
+    demo_spec["nodepools"]["gpu"].update(cpus=64, memoryMiB=512000)  # 8000 per CPU
+    lines = _conf(demo_spec)
+    assert "SelectTypeParameters=CR_Core_Memory" in lines
+    assert "DefMemPerCPU=2048" in _partition(lines, "main").split()  # cpu and gpu
+    assert "DefMemPerCPU=8000" in _partition(lines, "gpu").split()
+
+
+@pytest.mark.parametrize("option", ["DefMemPerCPU", "defmempernode", "DefMemPerGPU"])
+def test_a_partitions_own_memory_default_replaces_slonks(demo_spec, option):
+    demo_spec["partitions"]["gpu"]["options"] = {option: 4096}
+    line = _partition(_conf(demo_spec), "gpu").split()
+    assert f"{option}=4096" in line
+    assert not [part for part in line if part.startswith("DefMemPerCPU=8000")]
+
+
+def test_without_cgroups_the_sampler_kills_what_outgrows_its_memory(demo_spec):
+    demo_spec["confinement"] = "none"
+    lines = _conf(demo_spec)
+    assert "JobAcctGatherType=jobacct_gather/linux" in lines
+    assert "JobAcctGatherParams=OverMemoryKill" in lines
+
+
+def test_mpi_programs_need_no_mpi_option(demo_spec):
+    assert "MpiDefault=pmix" in _conf(demo_spec)
+
+
+def test_fair_share_weights_come_from_the_spec(demo_spec):
+    demo_spec["priority"] = {"weights": {"fairshare": 50000, "qos": 7}, "decayHalfLife": "14-0"}
+    lines = _conf(demo_spec)
+    assert "PriorityType=priority/multifactor" in lines
+    assert "PriorityWeightFairshare=50000" in lines
+    assert "PriorityWeightQOS=7" in lines
+    assert "PriorityWeightAge=1000" in lines  # a weight not given keeps its default
+    assert "PriorityDecayHalfLife=14-0" in lines
+    demo_spec["slurmConf"] = {"PriorityWeightAge": 5}  # slurmConf still has the last word
+    assert "PriorityWeightAge=5" in _conf(demo_spec)
+
+
+def test_accounting_goes_to_slurmdbd_and_needs_an_association(demo_spec):
+    assert not any(line.startswith("Accounting") for line in _conf(demo_spec))
+    demo_spec["accounting"] = {
+        "host": "slonk-slurmdbd.default.svc.cluster.local",
+        "database": {"host": "db.example.org"},
+    }
+    lines = _conf(demo_spec)
+    assert "AccountingStorageType=accounting_storage/slurmdbd" in lines
+    assert "AccountingStorageHost=slonk-slurmdbd.default.svc.cluster.local" in lines
+    assert "AccountingStoragePort=6819" in lines
+    assert "AccountingStorageEnforce=associations" in lines
+    assert "AccountingStorageTRES=gres/gpu" in lines  # the demo has GPU pools
 
 
 def test_an_override_in_another_case_replaces_the_default(demo_spec):

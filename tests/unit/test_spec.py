@@ -160,11 +160,60 @@ def _error(data) -> str:
             "capacity.returnOnDemand: expected a boolean, got str",
         ),
         (lambda s: s.update(capacity={"onDemand": True}), "capacity.onDemand: unknown key"),
+        (
+            lambda s: s.update(accounting={"database": {"host": "db"}}),
+            "accounting.host: required",
+        ),
+        (
+            lambda s: s.update(accounting={"host": "dbd", "database": {}}),
+            "accounting.database.host: required",
+        ),
+        (
+            lambda s: s.update(
+                accounting={
+                    "host": "dbd",
+                    "database": {"host": "db"},
+                    "groupAccounts": [
+                        {"group": "physics", "account": "a"},
+                        {"group": "physics", "account": "b"},
+                    ],
+                }
+            ),
+            "accounting.groupAccounts[1].group: duplicate group 'physics'",
+        ),
+        (
+            lambda s: s.update(
+                accounting={"host": "dbd", "database": {"host": "db"}, "defaultAccount": "Root"}
+            ),
+            "accounting.defaultAccount: 'Root' is not a Slurm account",
+        ),
+        (
+            lambda s: s.update(priority={"weights": {"fairShare": 1}}),
+            "priority.weights.fairShare: unknown key",
+        ),
     ],
 )
 def test_invalid_specs_name_the_key(demo_spec, change, message):
     change(demo_spec)
     assert message in _error(demo_spec)
+
+
+def test_accounting_keys_not_given_take_their_defaults(demo_spec):
+    demo_spec["accounting"] = {"host": "dbd", "database": {"host": "db"}}
+    accounting = parse_spec(demo_spec).accounting
+    assert accounting is not None
+    assert (accounting.port, accounting.default_account, accounting.group_accounts) == (
+        6819,
+        "research",
+        (),
+    )
+    database = accounting.database
+    assert (database.port, database.name, database.user, database.tls) == (
+        3306,
+        "slurm_acct_db",
+        "slurm",
+        False,
+    )
 
 
 def test_capacity_returns_on_demand_only_when_asked(demo_spec):

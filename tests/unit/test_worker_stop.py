@@ -293,10 +293,12 @@ def test_the_new_pod_gives_up_when_its_slurmd_never_registers():
 
 
 def test_sigterm_stops_slurmd_then_marks_the_node_down():
-    """rootfs' svscan/SIGTERM is shell: the order matters (slurmd answering once more after
-    DOWN would return the node at once, with ReturnToService=2)."""
+    """rootfs' svscan/SIGTERM is shell: the order matters (slurmd, or a requeued job's
+    slurmstepd, speaking once more after DOWN would return the node at once, with
+    ReturnToService=2: seen in CI)."""
     script = (ROOTFS / "usr/share/slonk/svscan/SIGTERM").read_text()
     commands = [line.strip() for line in script.splitlines() if not line.startswith("#")]
     stop = next(i for i, c in enumerate(commands) if re.match(r"s6-svc .*-d slurmd\b", c))
+    steps = next(i for i, c in enumerate(commands) if "pgrep -x slurmstepd" in c)
     down = next(i for i, c in enumerate(commands) if "slonk worker down" in c)
-    assert stop < down
+    assert stop < steps < down

@@ -32,6 +32,24 @@
 {{ .Values.ssh.existingSecret | default (printf "%s-ssh-host-keys" .Release.Name) }}
 {{- end }}
 
+{{- /* The ssh Secrets' volumes and mounts (host keys; the users' CA, when given), for every
+pod that runs sshd: the login pods, and the workers with workers.ssh. */}}
+{{- define "slonk.sshVolumes" -}}
+- name: ssh-host-keys
+  secret: {secretName: {{ include "slonk.sshSecret" . }}, defaultMode: 0400}
+{{- with .Values.ssh.trustedUserCAKeys }}
+- name: ssh-user-ca
+  secret: {secretName: {{ . }}, items: [{key: ca.pub, path: ca.pub}], defaultMode: 0444}
+{{- end }}
+{{- end }}
+
+{{- define "slonk.sshMounts" -}}
+- {name: ssh-host-keys, mountPath: /var/run/secrets/slonk/ssh, readOnly: true}
+{{- if .Values.ssh.trustedUserCAKeys }}
+- {name: ssh-user-ca, mountPath: /var/run/secrets/slonk/ssh-ca, readOnly: true}
+{{- end }}
+{{- end }}
+
 {{/* Labels: app.kubernetes.io/* on everything, the component on pods and their Services. */}}
 {{- define "slonk.selectorLabels" -}}
 app.kubernetes.io/name: {{ .Chart.Name }}
@@ -353,6 +371,7 @@ resources, placement) are checked by the API server and are left to it. */}}
   "syncer" .Values.syncer
   "capacity" (dict "returnOnDemand" .Values.capacity.returnOnDemand)
   "priority" $slurm.priority
+  "ssh" (dict "workers" .Values.workers.ssh.enabled "trustedUserCAKeys" (not (empty .Values.ssh.trustedUserCAKeys)))
 -}}
 {{- $accounting := .Values.accounting -}}
 {{- if $accounting.enabled -}}
@@ -479,6 +498,16 @@ names the values key. Included by networkpolicy.yaml, which is always rendered.
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- end }}
+
+{{- /* The worker container's capabilities: workers.capabilities, and with workers.ssh what
+sshd and pam_slurm_adopt need beyond them (values.yaml workers.ssh says why), as a YAML list. */}}
+{{- define "slonk.workerCapabilities" -}}
+{{- $caps := .Values.workers.capabilities -}}
+{{- if .Values.workers.ssh.enabled -}}
+{{- $caps = concat $caps (list "AUDIT_WRITE" "NET_BIND_SERVICE" "SYS_CHROOT" "SYS_PTRACE") | uniq -}}
+{{- end -}}
+{{ toYaml $caps }}
 {{- end }}
 
 {{/* SrunPortRange as a NetworkPolicy port, or nothing when srun listens on ephemeral ports. */}}

@@ -201,6 +201,16 @@ class Priority:
 
 
 @dataclass(frozen=True)
+class SshSettings:
+    """sshd beyond the login pods: on every worker with pam_slurm_adopt (a user reaches the
+    node of their job, inside the job), and the site's SSH certificate authorities
+    (paths.SSH_USER_CA, mounted from ssh.trustedUserCAKeys) trusted for users' logins."""
+
+    workers: bool = True
+    trusted_user_ca_keys: bool = False
+
+
+@dataclass(frozen=True)
 class GroupAccount:
     """Users in `group` (static or LDAP) get an association in Slurm account `account`."""
 
@@ -269,6 +279,7 @@ class ClusterSpec:
     syncer: SyncerSettings | None = SyncerSettings()
     capacity: CapacitySettings = CapacitySettings()
     priority: Priority = Priority()
+    ssh: SshSettings = SshSettings()
     accounting: AccountingSettings | None = None
 
     @property

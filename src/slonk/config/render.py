@@ -95,7 +95,9 @@ def slurm_settings(spec: ClusterSpec) -> dict[str, str]:
         "ReturnToService": 2,
         # A pod sees the host's CPUs; the pool's declared size is what Slurm should use.
         "SlurmdParameters": "config_overrides",
-        "PrologFlags": "Alloc",
+        # Contain: every job gets an extern step on its nodes, which pam_slurm_adopt adopts
+        # the job's user's ssh sessions into (workers.ssh).
+        "PrologFlags": "Alloc,Contain",
         # Open MPI 5 in the images speaks PMIx: `srun ./mpi_program` needs no --mpi.
         "MpiDefault": "pmix",
         # sstat and sacct's usage fields: gathered from the job's cgroup, or from /proc.

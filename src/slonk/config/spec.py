@@ -44,6 +44,7 @@ from slonk.config.model import (
     Priority,
     PriorityWeights,
     RecycleSettings,
+    SshSettings,
     SyncerSettings,
     User,
     default_of,
@@ -118,7 +119,7 @@ SPEC_KEYS = frozenset(
     "hooks "
     "health "
     "syncer "
-    "capacity priority accounting".split()
+    "capacity priority accounting ssh".split()
 )
 
 
@@ -661,6 +662,15 @@ def _capacity(data: Any, path: str) -> CapacitySettings:
     )
 
 
+def _ssh(data: Any, path: str) -> SshSettings:
+    r = _Reader(data or {}, path, {"workers", "trustedUserCAKeys"})
+    own = functools.partial(default_of, SshSettings)
+    return SshSettings(
+        workers=r.get("workers", bool, own("workers")),
+        trusted_user_ca_keys=r.get("trustedUserCAKeys", bool, own("trusted_user_ca_keys")),
+    )
+
+
 # Slurm adds the weighted factors into a 32-bit priority: five weights of at most this
 # cannot overflow it.
 PRIORITY_WEIGHT_MAX = 100_000_000
@@ -869,6 +879,7 @@ def parse_spec(data: Any) -> ClusterSpec:
         capacity=_capacity(r.data.get("capacity"), "capacity"),
         priority=_priority(r.data.get("priority"), "priority"),
         accounting=_accounting(r.data.get("accounting"), "accounting"),
+        ssh=_ssh(r.data.get("ssh"), "ssh"),
     )
 
 
