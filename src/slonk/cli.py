@@ -53,10 +53,15 @@ def _users_sync(args: argparse.Namespace) -> int:
     from slonk.config.spec import load_spec
     from slonk.users import sync
 
+    if args.loop and args.associations:
+        from slonk.accounting import sync as accounting_sync
+
+        accounting_sync.run_forever(lambda: load_spec(args.cluster))
+        return 0
     if args.loop:
         sync.run_forever(lambda: load_spec(args.cluster))
         return 0
-    return 0 if sync.run_once(load_spec(args.cluster), force=args.force) else 1
+    return 0 if sync.run_once(load_spec(args.cluster), force=args.force) is not None else 1
 
 
 def _hooks(args: argparse.Namespace) -> int:
@@ -229,6 +234,11 @@ def _add_users(users: argparse.ArgumentParser) -> None:
     )
     users_sync.add_argument(
         "--loop", action="store_true", help="sync every ldap.syncIntervalSeconds (the s6 service)"
+    )
+    users_sync.add_argument(
+        "--associations",
+        action="store_true",
+        help="with --loop, on the controller: give every user a Slurm association after each sync",
     )
     users_sync.set_defaults(run=_users_sync)
 

@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import TypeVar
 
 from slonk import paths, rollout, secrets, services, sshd, statesave, worker_stop
+from slonk.accounting import database, slurmdbd
 from slonk.config import placement
+from slonk.config.model import AccountingSettings
 from slonk.config.render import conf_server, render
 from slonk.config.spec import ClusterSpec, read_spec
 from slonk.errors import SlonkError
@@ -101,6 +103,12 @@ def offer_shared_modulefiles() -> str:
     if str(paths.SHARED_MODULEFILES) not in listed.split():
         write_atomically(paths.MODULES_PATH, f"{listed}{paths.SHARED_MODULEFILES}\n")
     return str(paths.SHARED_MODULEFILES)
+
+
+def accounting_of(spec: ClusterSpec, role: str) -> AccountingSettings:
+    if spec.accounting is None:
+        raise InitError(f"role {role} needs accounting in cluster.yaml (accounting.enabled)")
+    return spec.accounting
 
 
 def register_users(spec: ClusterSpec) -> str:
@@ -194,6 +202,21 @@ def run(role: str) -> None:
         step("wrote s6 services", lambda: services.write_scan_dir(role))
         log(f"ldap {name} ready in {(time.perf_counter() - started) * 1000:.0f} ms")
         services.exec_svscan(role)
+    if role == "database":
+        db = accounting_of(spec, role).database
+        step("prepared the database", lambda: database.prepare(db))
+        step("wrote s6 services", lambda: services.write_scan_dir(role))
+        log(f"database {name} ready in {(time.perf_counter() - started) * 1000:.0f} ms")
+        services.exec_svscan(role)
+    if role == "slurmdbd":
+        accounting = accounting_of(spec, role)
+        step("installed the munge key", secrets.install_munge_key)
+        step("prepared state directories", lambda: prepare_dirs(role))
+        step("prepared slurmdbd", lambda: slurmdbd.prepare(accounting, name))
+        step("waited for the database", lambda: slurmdbd.wait_for_database(accounting))
+        step("wrote s6 services", lambda: services.write_scan_dir(role))
+        log(f"slurmdbd {name} ready in {(time.perf_counter() - started) * 1000:.0f} ms")
+        services.exec_svscan(role)
     if role == "controller":
         step("checked slurmctld's state", check_state)
     step("prepared the Slurm configuration", lambda: prepare_slurm_config(spec, role))
@@ -205,6 +228,9 @@ def run(role: str) -> None:
     if role == "login":
         step("offered the site's modulefiles", offer_shared_modulefiles)
     extra: tuple[str, ...] = ("users-sync",) if spec.ldap else ()
+    if role == "controller" and spec.accounting:
+        # The users sync that also gives every user its association (slonk.accounting.sync).
+        extra = ("associations",)
     plan = health.plan_for(spec, name) if role == "worker" else None
     if plan:
         step("ran boot health checks", lambda: boot_checks(plan))

@@ -19,6 +19,9 @@ ROLE_SERVICES = {
     "worker": ("munged", "slurmd", "config-watch"),
     "login": ("munged", "sshd"),
     "ldap": ("slapd",),
+    # Accounting: slurmdbd authenticates slurmctld and clients with munge; the chart's MariaDB.
+    "slurmdbd": ("munged", "slurmdbd"),
+    "database": ("mariadb",),
 }
 
 

@@ -39,15 +39,23 @@ def _spec(manifest):
 
 def test_defaults_render_one_cluster(default_manifest):
     m = default_manifest
-    assert _names(m, "StatefulSet") == ["slonk-controller", "slonk-cpu", "slonk-login"]
+    assert _names(m, "StatefulSet") == [
+        "slonk-controller",
+        "slonk-cpu",
+        "slonk-login",
+        "slonk-mariadb",
+        "slonk-slurmdbd",
+    ]
     assert _names(m, "Service") == [
         "slonk-controller",
         "slonk-cpu-0",
         "slonk-cpu-1",
         "slonk-login",
+        "slonk-mariadb",
         "slonk-pods",
+        "slonk-slurmdbd",
     ]
-    assert _names(m, "Secret") == ["slonk-munge", "slonk-ssh-host-keys"]
+    assert _names(m, "Secret") == ["slonk-accounting-db", "slonk-munge", "slonk-ssh-host-keys"]
     assert _names(m, "PersistentVolumeClaim") == ["slonk-home"]
     assert _names(m, "ConfigMap") == ["slonk-cluster"]
     assert _names(m, "ServiceAccount") == ["slonk", "slonk-controller"]
@@ -212,5 +220,5 @@ def test_nfs_home_and_image_settings(nfs_manifest):
 def test_workers_are_not_rolled_under_running_jobs(request, fixture):
     manifest = request.getfixturevalue(fixture)
     for name in _names(manifest, "StatefulSet"):
-        if name not in ("slonk-controller", "slonk-login"):
+        if name not in ("slonk-controller", "slonk-login", "slonk-mariadb", "slonk-slurmdbd"):
             assert manifest.get(f"StatefulSet/{name}").spec.updateStrategy.type == "OnDelete"

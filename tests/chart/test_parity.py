@@ -321,6 +321,21 @@ CHART_ONLY = dict(
             "a pod security setting: never in cluster.yaml",
         ),
         (
+            "accounting.database.passwordSecret: required with accounting.database.host %q (a "
+            "Secret with key `password` holding the database user's password)",
+            "the password is a Secret's: it never reaches cluster.yaml",
+        ),
+        (
+            "accounting.database.tls.caSecret: required with accounting.database.tls.enabled "
+            "(a Secret with key `ca.crt` that verifies the database's certificate)",
+            "the CA is a Secret's: it never reaches cluster.yaml",
+        ),
+        (
+            "accounting.database.tls.enabled: only for a site's database (set "
+            "accounting.database.host); slurmdbd reaches the chart's MariaDB inside the cluster",
+            "a choice of pods: cluster.yaml names the database's host either way",
+        ),
+        (
             "workers.terminationGracePeriodSeconds: removed; a worker pod's grace is now "
             "workers.drainTimeoutSeconds (for its jobs to end) + workers.stopMarginSeconds (to "
             "stop slurmd): set those instead",
@@ -400,6 +415,9 @@ MOUNTED = (
     "LDAP_BIND_SECRET",
     "LDAP_CA_SECRET",
     "LDAP_DATA",
+    "ACCOUNTING_PASSWORD",
+    "ACCOUNTING_CA",
+    "DATABASE_DATA",
     "HOME",
     "GIT_ROOT",
     "STATE_SAVE",
@@ -435,7 +453,7 @@ def _containers(values: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-ALL_MOUNTS = [["ldap.yaml", "hooks.yaml"], ["ldap-dev.yaml"]]
+ALL_MOUNTS = [["ldap.yaml", "hooks.yaml", "accounting-external.yaml"], ["ldap-dev.yaml"]]
 
 
 @pytest.fixture(scope="module")

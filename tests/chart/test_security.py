@@ -270,7 +270,7 @@ def test_policies_can_be_turned_off():
 
 
 def test_no_login_policy_without_login_pods():
-    docs = _docs({"login": {"replicas": 0}})
+    docs = _docs({"login": {"replicas": 0}, "accounting": {"enabled": False}})
     assert [p["metadata"]["name"] for p in _policies(docs)] == ["slonk-controller", "slonk-workers"]
 
 

@@ -179,6 +179,8 @@ def test_pools_and_partitions_merge_across_values_files(tmp_path):
         "slonk-controller": 1,
         "slonk-login": 1,
         "slonk-cpu": 5,
+        "slonk-mariadb": 1,
+        "slonk-slurmdbd": 1,
     }
 
 

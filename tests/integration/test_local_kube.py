@@ -21,6 +21,8 @@ VALUES = {
     "nodepools": {"cpu": {"replicas": 2, "cpus": 2, "memoryMiB": 512, "nodeSelector": SELECTOR}},
     "login": {"replicas": 0},
     "ldap": {"dev": {"enabled": False}},
+    # The Slurm pods alone: one Node each.
+    "accounting": {"enabled": False},
 }
 
 

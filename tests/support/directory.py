@@ -73,11 +73,18 @@ SLURM_PODS = ("slonk-login-0", "slonk-cpu-0", "slonk-cpu-1", "slonk-controller-0
 
 
 def wait_on_every_pod(cluster: LocalCluster, name: str) -> None:
-    """Each pod syncs on its own clock, every ldap.syncIntervalSeconds."""
+    """Each pod syncs on its own clock, every ldap.syncIntervalSeconds; with accounting, the
+    controller's sync then gives the user a Slurm association, without which no job of theirs
+    runs (AccountingStorageEnforce=associations)."""
     wait_for(
         f"{name} on every pod",
         lambda: all(cluster.pod(p).run(f"getent passwd {name}").rc == 0 for p in SLURM_PODS),
     )
+    controller = cluster.pod("slonk-controller-0")
+    if "accounting_storage/slurmdbd" not in controller.run("scontrol show config").stdout:
+        return
+    show = f"scontrol show assoc_mgr flags=assoc users={name}"
+    wait_for(f"{name}'s association", lambda: f"UserName={name}(" in controller.run(show).stdout)
 
 
 def wait_directory(cluster: LocalCluster) -> None:

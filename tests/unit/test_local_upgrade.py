@@ -71,10 +71,14 @@ def test_down_stops_the_controller_last():
         "slonk-ldap-0": "ldap",
         "slonk-cpu-0": "worker",
         "slonk-cpu-1": "worker",
+        "slonk-mariadb-0": "mariadb",
+        "slonk-slurmdbd-0": "slurmdbd",
     }
     assert local.stop_order(roles) == [
         ["slonk-login-0", "slonk-ldap-0", "slonk-cpu-0", "slonk-cpu-1"],
         ["slonk-controller-0"],
+        ["slonk-slurmdbd-0"],
+        ["slonk-mariadb-0"],
     ]
     assert local.stop_order({}) == []
 

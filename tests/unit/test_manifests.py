@@ -16,7 +16,11 @@ def _plan(values: dict | None = None):
 
 def test_every_replica_is_a_pod_with_its_role_and_mounts():
     objects = _plan()
+    # Accounting's pods render first, the database first of all: local mode starts pods in
+    # this order.
     assert [(p.name, p.role) for p in objects.pods] == [
+        ("slonk-mariadb-0", "mariadb"),
+        ("slonk-slurmdbd-0", "slurmdbd"),
         ("slonk-controller-0", "controller"),
         ("slonk-login-0", "login"),
         ("slonk-cpu-0", "worker"),
@@ -35,8 +39,16 @@ def test_every_replica_is_a_pod_with_its_role_and_mounts():
         "/home": ("claim", "slonk-home", False),
         "/var/spool/slurmctld": ("claim", "state-slonk-controller-0", False),
     }
-    assert set(objects.secrets) == {"slonk-munge", "slonk-ssh-host-keys"}
+    assert set(objects.secrets) == {"slonk-accounting-db", "slonk-munge", "slonk-ssh-host-keys"}
     assert len(objects.secrets["slonk-munge"]["munge.key"]) == 1024
+    database = {m.target: (m.kind, m.name) for m in objects.pod("slonk-mariadb-0").mounts}
+    assert database == {
+        "/etc/slonk": ("configmap", "slonk-cluster"),
+        "/var/run/secrets/slonk/accounting": ("secret", "slonk-accounting-db"),
+        "/var/lib/mysql": ("claim", "data-slonk-mariadb-0"),
+    }
+    assert objects.pod("slonk-slurmdbd-0").image.startswith("localhost/slonk/controller:")
+    assert objects.pod("slonk-mariadb-0").image.startswith("localhost/slonk/database:")
 
 
 def test_nfs_home_is_refused_with_a_reason():
@@ -51,13 +63,19 @@ def test_hosts_file_answers_like_cluster_dns():
         (line.split()[0], line.split()[1:])
         for line in hosts_file(objects, addresses, "cluster.local").splitlines()
     )
-    assert hosts["10.0.0.0"] == [
+    assert hosts[addresses["slonk-controller-0"]] == [
         "slonk-controller-0",
         "slonk-controller-0.slonk-pods.default.svc.cluster.local",
         "slonk-controller",
         "slonk-controller.default.svc.cluster.local",
     ]
-    assert hosts["10.0.0.2"] == [
+    assert hosts[addresses["slonk-slurmdbd-0"]] == [
+        "slonk-slurmdbd-0",
+        "slonk-slurmdbd-0.slonk-pods.default.svc.cluster.local",
+        "slonk-slurmdbd",
+        "slonk-slurmdbd.default.svc.cluster.local",
+    ]
+    assert hosts[addresses["slonk-cpu-0"]] == [
         "slonk-cpu-0",
         "slonk-cpu-0.slonk-pods.default.svc.cluster.local",
         "slonk-cpu-0.default.svc.cluster.local",
@@ -65,7 +83,8 @@ def test_hosts_file_answers_like_cluster_dns():
 
 
 def test_unknown_pod():
-    with pytest.raises(LocalModeError, match="no pod 'x': pods are slonk-controller-0"):
+    pods = "slonk-mariadb-0, slonk-slurmdbd-0, slonk-controller-0"
+    with pytest.raises(LocalModeError, match=f"no pod 'x': pods are {pods}"):
         _plan().pod("x")
 
 
@@ -95,7 +114,7 @@ def test_hosts_file_answers_for_every_pod_of_a_scaled_pool():
     addresses = {p.name: f"10.0.0.{i}" for i, p in enumerate(objects.pods)}
     hosts = hosts_file(objects, addresses, "cluster.local")
     assert (
-        "10.0.0.4\tslonk-cpu-2 slonk-cpu-2.slonk-pods.default.svc.cluster.local "
+        f"{addresses['slonk-cpu-2']}\tslonk-cpu-2 slonk-cpu-2.slonk-pods.default.svc.cluster.local "
         "slonk-cpu-2.default.svc.cluster.local\n" in hosts
     )
 
@@ -155,7 +174,8 @@ def test_rbac_becomes_rules_scoped_by_their_bindings():
 def test_the_statefulsets_and_budgets_are_kept_for_the_fake_api_server():
     objects = _plan()
     assert [s["metadata"]["name"] for s in objects.statefulsets] == [
-        "slonk-controller", "slonk-login", "slonk-cpu"]  # fmt: skip
+        "slonk-mariadb", "slonk-slurmdbd", "slonk-controller", "slonk-login",
+        "slonk-cpu"]  # fmt: skip
     # One budget for the pool's busy pods, one for the others (never both on a pod).
     assert [b["metadata"]["name"] for b in objects.disruption_budgets] == [
         "slonk-cpu", "slonk-cpu-busy"]  # fmt: skip

@@ -280,7 +280,7 @@ clustername slurmctldhost controlmachine controladdr backupcontroller backupaddr
 {{- /* Pool names whose StatefulSet or node names would be another component's, and Slurm's
 keyword for defaults: RESERVED_POOL_NAMES in spec.py. */}}
 {{- define "slonk.reservedPoolNames" -}}
-controller login ldap default
+controller login ldap slurmdbd mariadb default
 {{- end }}
 
 {{- /* What slonk writes on a partition's line: PARTITION_KEYS in spec.py. */}}

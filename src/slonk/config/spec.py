@@ -99,7 +99,7 @@ PARTITION_KEYS = frozenset(
 )
 # Pool names whose StatefulSet or node names would be another component's, and Slurm's
 # keyword for the defaults of the lines after it.
-RESERVED_POOL_NAMES = ("controller", "login", "ldap", "default")
+RESERVED_POOL_NAMES = ("controller", "login", "ldap", "slurmdbd", "mariadb", "default")
 # Slurm's 16-bit counts: CPUs= and PriorityTier=.
 MAX_UINT16 = 65535
 # Every replica is a pod, a Service and a Slurm node: the bound keeps a typo from asking the

@@ -8,6 +8,7 @@ The parts, each in its own module, each importing only modules below it in this 
                   kubectl; it stops and starts pods through kubelet
   kubelet         start, stop and restart one pod; sidecars, its stand-in processes
   nodes           the cluster's Slurm nodes as its controller sees them
+  associations    the spec's users as slurmctld's associations (accounting)
   state           the state directory's layout, and `Cluster`, the handle every part reads it by
 """
 
@@ -21,6 +22,7 @@ from pathlib import Path
 
 from slonk import chart
 from slonk.local import fake_apiserver, podman
+from slonk.local.associations import wait_associations
 from slonk.local.kubelet import kill_all, restart_pod, start_pod, stop_pods
 from slonk.local.manifests import LocalModeError, hosts_file
 from slonk.local.network import NETNS_DIR, is_mount_point, pod_addresses, processes_in
@@ -95,6 +97,7 @@ def up(
     for p in objects.pods:
         start_pod(cluster, p, pod_spec(cluster, p, hosts, runtime), progress)
     wait_nodes_up(cluster, progress=progress)
+    wait_associations(cluster, spec, progress=progress)
     progress(f"slonk local: cluster up in {time.monotonic() - started:.2f} s")
     return cluster
 
@@ -108,13 +111,18 @@ def restart(state_dir: Path, name: str, stop_only: bool = False) -> None:
     restart_pod(cluster, name, stop_only)
 
 
+# Roles (the pods' component labels) stopped after all others, in this order.
+LAST_TO_STOP = ("controller", "slurmdbd", "mariadb")
+
+
 def stop_order(roles: Mapping[str, str]) -> list[list[str]]:
     """Pods by role ({name: role}) in the waves `down` stops them: every other pod before the
     controller, so that each worker, stopping, marks its node down (its jobs requeued)
-    while the controller still runs, and the controller saves that state as it stops."""
-    others = [name for name, role in roles.items() if role != "controller"]
-    controllers = [name for name, role in roles.items() if role == "controller"]
-    return [wave for wave in (others, controllers) if wave]
+    while the controller still runs, and the controller saves that state as it stops; then
+    slurmdbd, which takes slurmctld's last records, then its database."""
+    others = [name for name, role in roles.items() if role not in LAST_TO_STOP]
+    last = [[name for name, role in roles.items() if role == r] for r in LAST_TO_STOP]
+    return [wave for wave in (others, *last) if wave]
 
 
 def down(state_dir: Path, purge: bool = False, progress: Callable[[str], None] = print) -> None:

@@ -171,15 +171,15 @@ def log(message: str) -> None:
     print(f"slonk users: {message}", flush=True)
 
 
-def run_once(spec: ClusterSpec, force: bool = False) -> bool:
-    """One sync with its report on stdout; False if it changed nothing because it could not.
+def run_once(spec: ClusterSpec, force: bool = False) -> Result | None:
+    """One sync with its report on stdout; None if it changed nothing because it could not.
     A warning is logged when it first appears, not at every sync."""
     started = time.perf_counter()
     try:
         result = sync(spec, force=force)
     except (DirectoryError, SyncRefused) as err:
         log(f"sync refused, users kept as they were: {err}")
-        return False
+        return None
     for warning in result.new_warnings:
         log(warning)
     skipped = ", ".join(f"{n} {r}" for r, n in sorted(result.skipped.items())) or "none skipped"
@@ -187,7 +187,7 @@ def run_once(spec: ClusterSpec, force: bool = False) -> bool:
         f"synced {len(result.users)} users, {len(result.groups)} groups ({skipped}) "
         f"in {(time.perf_counter() - started) * 1000:.0f} ms"
     )
-    return True
+    return result
 
 
 def run_forever(load: Callable[[], ClusterSpec]) -> None:
