@@ -144,4 +144,4 @@ def test_the_charts_defaults_are_what_the_build_makes():
         for line in rendered.splitlines()
         if line.strip().startswith("image: ") and "slonk/" in line
     }
-    assert named == {image("controller"), image("worker"), image("login")}
+    assert named == {image(role) for role in ROLES if role != "base"}

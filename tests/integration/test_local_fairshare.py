@@ -1,6 +1,6 @@
 """Fair share: a user who has used the cluster waits behind one who has not, whatever order
 they submitted in (priority/multifactor, with usage from slurmdbd). The session cluster
-decays usage every minute (PriorityCalcPeriod), so a job's usage counts within one."""
+decays usage every minute (PriorityCalcPeriod), so a running job's usage counts within one."""
 
 from __future__ import annotations
 
@@ -44,9 +44,12 @@ def _fair_share_factor(cluster: LocalCluster) -> dict[str, float]:
 
 def test_a_heavy_user_waits_behind_a_light_one(healthy: LocalCluster):
     _rival(healthy)
-    used = healthy.submit("--ntasks=4", "--nodelist=slonk-cpu-1", "--wrap", "sleep 3")
-    wait_for(f"job {used} to end", lambda: used not in healthy.jobs())
+    # Usage is charged at each decay pass to the jobs then running (one that ended before
+    # slurmctld's first pass is never charged): this one runs until one has counted it.
+    used = healthy.submit("--ntasks=4", "--nodelist=slonk-cpu-1", "--wrap", "sleep 300")
+    wait_for(f"job {used} running", lambda: healthy.jobs().get(used) == "RUNNING")
     wait_for("demo's usage in sshare", lambda: _raw_usage(healthy, "demo") > 0, timeout=150)
+    _controller(healthy, f"scancel {used}")
 
     # The node is busy while both flood it, demo first: the queue's order is priority's.
     blocker = _controller(

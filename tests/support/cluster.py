@@ -41,7 +41,7 @@ SCRATCH = "/var/tmp"  # in a pod's own writable layer
 USER_CA_SECRET = "slonk-test-user-ca"
 
 VERSION = yaml.safe_load((paths.chart_dir() / "Chart.yaml").read_text())["appVersion"]
-ROLES = ("base", "controller", "worker", "login")
+ROLES = ("base", "controller", "worker", "login", "database")
 
 
 def image(role: str) -> str:
