@@ -208,7 +208,9 @@ FLOWS = [
     ("slurmdbd", "dns", 53, True),
     ("slurmdbd", "outside", 443, False),
     ("slurmdbd", "outside", 3306, False),
-    ("slurmdbd", "controller", 6817, False),
+    # slurmdbd sends slurmctld every association change; slurmctld asks for none it lacks.
+    ("slurmdbd", "controller", 6817, True),
+    ("slurmdbd", "controller", 22, False),
     ("mariadb", "outside", 443, False),
     ("mariadb", "dns", 53, False),
 ]

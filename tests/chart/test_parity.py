@@ -255,6 +255,20 @@ CASES: list[tuple[str, dict[str, Any], Change, Change, str]] = [
         "accounting.groupAccounts[1].group",
     ),
     (
+        "accounting.database.name: %q is MariaDB's own: slurmdbd's account would rule the server",
+        BASE,
+        _put({"accounting": {"database": {"name": "mysql"}}}),
+        _put({"accounting": {"database": {"name": "mysql"}}}),
+        "accounting.database.name",
+    ),
+    (
+        "accounting.database.user: %q is MariaDB's own: slurmdbd's account would rule the server",
+        BASE,
+        _put({"accounting": {"database": {"user": "root"}}}),
+        _put({"accounting": {"database": {"user": "root"}}}),
+        "accounting.database.user",
+    ),
+    (
         "%sgroups[%d].gid: duplicate gid %s",
         BASE,
         _dup("ldap.dev.groups", name="other"),

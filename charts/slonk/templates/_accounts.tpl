@@ -83,3 +83,14 @@ pod refusing its cluster.yaml.
 {{- $_ := set $groups $mapping.group true -}}
 {{- end -}}
 {{- end -}}
+
+{{/* accounting.database: never MariaDB's own schemas or accounts (spec.RESERVED_DATABASE*). */}}
+{{- define "slonk.validateDatabase" -}}
+{{- $db := .Values.accounting.database -}}
+{{- if has (lower $db.name) (list "mysql" "sys" "performance_schema" "information_schema") -}}
+{{- fail (printf "accounting.database.name: %q is MariaDB's own: slurmdbd's account would rule the server" $db.name) -}}
+{{- end -}}
+{{- if has (lower $db.user) (list "root" "mysql" "public") -}}
+{{- fail (printf "accounting.database.user: %q is MariaDB's own: slurmdbd's account would rule the server" $db.user) -}}
+{{- end -}}
+{{- end -}}

@@ -189,6 +189,7 @@ Checks the schema cannot express. Each failure names the values key, as the sche
 {{- include "slonk.refuseList" (dict "key" "nodepools" "value" .Values.nodepools) -}}
 {{- include "slonk.refuseList" (dict "key" "partitions" "value" .Values.partitions) -}}
 {{- include "slonk.validateGroupAccounts" . -}}
+{{- include "slonk.validateDatabase" . -}}
 {{- if hasKey .Values.workers "terminationGracePeriodSeconds" -}}
 {{- fail "workers.terminationGracePeriodSeconds: removed; a worker pod's grace is now workers.drainTimeoutSeconds (for its jobs to end) + workers.stopMarginSeconds (to stop slurmd): set those instead" -}}
 {{- end -}}

@@ -671,6 +671,10 @@ def _ssh(data: Any, path: str) -> SshSettings:
     )
 
 
+# MariaDB's own schemas and accounts: slurmdbd's user, granted everything on its database,
+# would rule the whole server through them.
+RESERVED_DATABASES = frozenset({"mysql", "sys", "performance_schema", "information_schema"})
+RESERVED_DATABASE_USERS = frozenset({"root", "mysql", "public"})
 # Slurm adds the weighted factors into a 32-bit priority: five weights of at most this
 # cannot overflow it.
 PRIORITY_WEIGHT_MAX = 100_000_000
@@ -749,6 +753,15 @@ def _accounting(data: Any, path: str) -> AccountingSettings | None:
         ),
         tls=d.get("tls", bool, db("tls")),
     )
+    for key, value, reserved in (
+        ("name", database.name, RESERVED_DATABASES),
+        ("user", database.user, RESERVED_DATABASE_USERS),
+    ):
+        if value.lower() in reserved:
+            raise SpecError(
+                f"{d.at(key)}: {value!r} is MariaDB's own: slurmdbd's account would rule the "
+                "server"
+            )
     return AccountingSettings(
         host=_required_text(r, "host", patterns.DNS_NAME, "a host name"),
         port=r.count("port", default=own("port"), minimum=1, maximum=MAX_PORT),
