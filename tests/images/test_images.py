@@ -55,6 +55,8 @@ def test_every_pod_runs_its_image(from_images: LocalCluster):
         "slonk-login-0": image("login"),
         "slonk-cpu-0": image("worker"),
         "slonk-cpu-1": image("worker"),
+        "slonk-slurmdbd-0": image("controller"),
+        "slonk-mariadb-0": image("database"),
     }
     python = from_images.pod("slonk-cpu-0").check_output("readlink -f /usr/local/bin/slonk")
     assert python == "/opt/slonk/bin/slonk"  # the image's own slonk, not the host's

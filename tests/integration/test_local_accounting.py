@@ -108,9 +108,11 @@ def test_sshare_shows_demos_association(healthy: LocalCluster):
 
 def test_no_record_is_lost_while_the_database_or_slurmdbd_is_down(healthy: LocalCluster):
     tag = uuid.uuid4().hex
-    before = healthy.user("demo").check_output(
-        "sbatch --parsable --wait --output=/dev/null --wrap true"
-    ).strip()
+    before = (
+        healthy.user("demo")
+        .check_output("sbatch --parsable --wait --output=/dev/null --wrap true")
+        .strip()
+    )
     done = {before: ("COMPLETED", "0:0")}
     wait_for("the first record", lambda: _finished(healthy, [before], done))
     jobs = [_waiting_job(healthy, f".release-{tag}-{i}", i) for i in range(4)]

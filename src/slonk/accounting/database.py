@@ -49,36 +49,42 @@ def init_sql(database: Database, password_hash: str) -> str:
         raise DatabaseError("not a mysql_native_password hash")
     int(password_hash[1:], 16)  # hex digits only, or ValueError
     account = f"'{database.user}'@'%'"
-    return "\n".join(
-        [
-            f"CREATE DATABASE IF NOT EXISTS `{database.name}`;",
-            f"CREATE USER IF NOT EXISTS {account} IDENTIFIED BY PASSWORD '{password_hash}';",
-            # The Secret may have been replaced: the password follows it at the next start.
-            f"ALTER USER {account} IDENTIFIED BY PASSWORD '{password_hash}';",
-            f"GRANT ALL PRIVILEGES ON `{database.name}`.* TO {account};",
-        ]
-    ) + "\n"
+    return (
+        "\n".join(
+            [
+                f"CREATE DATABASE IF NOT EXISTS `{database.name}`;",
+                f"CREATE USER IF NOT EXISTS {account} IDENTIFIED BY PASSWORD '{password_hash}';",
+                # The Secret may have been replaced: the password follows it at the next start.
+                f"ALTER USER {account} IDENTIFIED BY PASSWORD '{password_hash}';",
+                f"GRANT ALL PRIVILEGES ON `{database.name}`.* TO {account};",
+            ]
+        )
+        + "\n"
+    )
 
 
 def server_config(database: Database) -> str:
     """mariadbd's whole configuration: on every address of the pod, names never resolved
     (clients are pods; a DNS outage must not lock slurmdbd out), logging to stderr."""
-    return "\n".join(
-        [
-            "# Written by slonk init --role database; changes are overwritten.",
-            "[mariadbd]",
-            f"datadir={DATA_DIR}",
-            f"socket={RUN_DIR / 'mysqld.sock'}",
-            f"pid-file={RUN_DIR / 'mysqld.pid'}",
-            f"port={database.port}",
-            "skip-name-resolve",
-            f"init-file={INIT_SQL}",
-            # What Slurm's accounting guide asks of InnoDB (its upgrades hold long locks).
-            "innodb_lock_wait_timeout=900",
-            "innodb_buffer_pool_size=256M",
-            "innodb_log_file_size=64M",
-        ]
-    ) + "\n"
+    return (
+        "\n".join(
+            [
+                "# Written by slonk init --role database; changes are overwritten.",
+                "[mariadbd]",
+                f"datadir={DATA_DIR}",
+                f"socket={RUN_DIR / 'mysqld.sock'}",
+                f"pid-file={RUN_DIR / 'mysqld.pid'}",
+                f"port={database.port}",
+                "skip-name-resolve",
+                f"init-file={INIT_SQL}",
+                # What Slurm's accounting guide asks of InnoDB (its upgrades hold long locks).
+                "innodb_lock_wait_timeout=900",
+                "innodb_buffer_pool_size=256M",
+                "innodb_log_file_size=64M",
+            ]
+        )
+        + "\n"
+    )
 
 
 def install(data_dir: Path = DATA_DIR) -> bool:

@@ -759,8 +759,7 @@ def _accounting(data: Any, path: str) -> AccountingSettings | None:
     ):
         if value.lower() in reserved:
             raise SpecError(
-                f"{d.at(key)}: {value!r} is MariaDB's own: slurmdbd's account would rule the "
-                "server"
+                f"{d.at(key)}: {value!r} is MariaDB's own: slurmdbd's account would rule the server"
             )
     return AccountingSettings(
         host=_required_text(r, "host", patterns.DNS_NAME, "a host name"),
