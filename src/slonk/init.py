@@ -100,7 +100,8 @@ def offer_shared_modulefiles() -> str:
     if problem:
         return f"none: {problem}"
     listed = paths.MODULES_PATH.read_text()
-    if str(paths.SHARED_MODULEFILES) not in listed.split():
+    entries = {line.split("#", 1)[0].strip() for line in listed.splitlines()}  # not comments
+    if str(paths.SHARED_MODULEFILES) not in entries:
         write_atomically(paths.MODULES_PATH, f"{listed}{paths.SHARED_MODULEFILES}\n")
     return str(paths.SHARED_MODULEFILES)
 

@@ -34,6 +34,16 @@ def _rival(cluster: LocalCluster) -> None:
             ldapadd(cluster, person(cluster, RIVAL, RIVAL_UID))
         wait_on_every_pod(cluster, RIVAL)
         wait_for(f"{RIVAL}'s association", lambda: _has_association(cluster, RIVAL))
+    # A new association's fair-share factor is 0 until slurmctld's next priority pass.
+    wait_for(f"{RIVAL}'s fair share", lambda: _fair_share(cluster, RIVAL) > 0, timeout=150)
+
+
+def _fair_share(cluster: LocalCluster, user: str) -> float:
+    command = f"sshare --noheader --parsable2 --users={user} --format=User,FairShare"
+    out = _controller(cluster, command)
+    return max(
+        (float(v) for n, v in (line.split("|") for line in out.splitlines()) if n), default=0
+    )
 
 
 def _fair_share_factor(cluster: LocalCluster) -> dict[str, float]:

@@ -98,3 +98,21 @@ def test_only_the_controller_has_slurm_files(tmp_path, monkeypatch, demo_spec, r
             said == "slurmd and clients fetch it from slurmctld at "
             "slonk-controller.hpc.svc.cluster.local:6817"
         )
+
+
+def test_the_sites_modulefiles_are_offered_once(tmp_path, monkeypatch):
+    """On the search path once, whatever the file's comments say of it."""
+    from slonk import init
+
+    listed = tmp_path / "modulespath"
+    listed.write_text("# slonk init adds /home/modulefiles\n/usr/share/modules/modulefiles\n")
+    monkeypatch.setattr(paths, "MODULES_PATH", listed)
+    monkeypatch.setattr(init.homes, "shared_dir", lambda name: None)
+    assert init.offer_shared_modulefiles() == "/home/modulefiles"
+    init.offer_shared_modulefiles()
+    assert listed.read_text().splitlines()[1:] == [
+        "/usr/share/modules/modulefiles",
+        "/home/modulefiles",
+    ]
+    monkeypatch.setattr(init.homes, "shared_dir", lambda name: "/home/modulefiles is uid 5's")
+    assert init.offer_shared_modulefiles() == "none: /home/modulefiles is uid 5's"
