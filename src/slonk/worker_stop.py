@@ -179,7 +179,9 @@ def down(slurm: Slurm, name: str, log: Callable[[str], None], clock: _Clock | No
             if node.drained and (node.cause is None or node.cause.kind != reasons.POD):
                 log(f"{name} left drained ({node.reason!a})")
                 return 0
-            if node.state != "down" or node.drained:
+            # Again only once it is back in service: a node Slurm powers down (lent) shows
+            # no DOWN, and marking it again would undo the power-down.
+            if marked_at is None or (node.up and not node.drained):
                 _mark_down(slurm, node)
                 again = (
                     " again: it came back before slurmctld saw it stop"

@@ -347,3 +347,12 @@ def test_sigterm_stops_slurmd_then_marks_the_node_down():
     steps = next(i for i, c in enumerate(commands) if "pgrep -x slurmstepd" in c)
     down = next(i for i, c in enumerate(commands) if "slonk worker down" in c)
     assert stop < steps < down
+
+
+def test_a_node_slurm_powers_down_is_marked_down_once():
+    """A lent node: Slurm clears its drain and powers it down as its pod goes. It shows no
+    DOWN, and marking it again would undo the power-down (seen in the lending test)."""
+    powering = _node("idle", "POWERING_DOWN", reason=worker_stop.REASON)
+    slurm = FakeSlurm(Clock(), lambda t: powering if slurm.commands else _node("idle"))
+    assert _down(slurm)[0] == 0
+    assert slurm.commands == [(*UPDATE, "state=down", f"reason={worker_stop.REASON}")]
