@@ -7,7 +7,7 @@ from __future__ import annotations
 from ..support.cluster import LocalCluster, wait_for
 from ..support.directory import ldapadd, person, wait_on_every_pod
 
-RIVAL, RIVAL_UID = "rival", 5301
+RIVAL, RIVAL_UID = "rival", 5490  # no other test's uid: the directory outlives each test
 NODE = "slonk-cpu-0"
 FLOOD = 3
 
