@@ -202,10 +202,10 @@ def pod_causes(
             return [Cause(power.LENT, f"its StatefulSet has {replicas} replicas")]
         return [Cause("pod-gone", f"no pod {name}")] if usable else []
     metadata, status = pod.get("metadata") or {}, pod.get("status") or {}
-    if lent:  # a lent node's pod is deleted because it is lent: its drain must say so
-        return [Cause(power.LENT, f"its StatefulSet has {replicas} replicas")]
     if metadata.get("deletionTimestamp"):
         return [Cause("pod-terminating", f"pod {name} is being deleted")]
+    if lent:
+        return [Cause(power.LENT, f"its StatefulSet has {replicas} replicas")]
     phase = status.get("phase", "Unknown")
     if phase != "Running" and usable and not _runs_its_slurmd(node, pod):
         return [Cause("pod-pending" if phase == "Pending" else "pod-gone", f"pod {name} {phase}")]
