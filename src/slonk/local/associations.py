@@ -8,6 +8,7 @@ import re
 import time
 from collections.abc import Callable, Collection
 
+from slonk.config import accounts
 from slonk.config.spec import ClusterSpec
 from slonk.local.manifests import LocalModeError
 from slonk.local.state import Cluster
@@ -15,7 +16,7 @@ from slonk.local.state import Cluster
 ASSOCIATIONS_TIMEOUT_SECONDS = 120.0
 # `scontrol show assoc_mgr` names a user's association "UserName=demo(5000)"; only names
 # slonk admits (slonk.config.accounts) are read, whatever else a line holds.
-_USER = re.compile(r"\bUserName=([a-z_][a-z0-9_-]{0,31})\(")
+_USER = re.compile(rf"\bUserName=({accounts.NAME_PATTERN.strip('^$')})\(")
 
 
 def spec_users(spec: ClusterSpec) -> list[str]:
