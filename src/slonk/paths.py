@@ -58,6 +58,10 @@ LENDING = STATE_SAVE / "slonk-lending.json"
 # asks back, for the syncer: JSON {"version": 1, "nodes": {"<node>": "<UTC time asked>"}},
 # replaced atomically under a lock on STATE_SAVE; the syncer forgets a node once given back.
 POWER_REQUESTS = STATE_SAVE / "slonk-power-requests.json"
+# The reasons of drained nodes Slurm shows powered down, as slonk.power last saw them: Slurm
+# with accounting storage forgets one as the node powers up (keeping its drain). Same format,
+# {"version": 1, "nodes": {"<node>": "<reason>"}}; root's (the syncer's) alone.
+POWERED_DOWN_REASONS = STATE_SAVE / "slonk-powered-down-reasons.json"
 # slurmctld's output as its s6 logger keeps it (rootfs' slurmctld/log/run): what it said.
 SLURMCTLD_LOG = Path("/run/slonk/log/slurmctld/current")
 

@@ -22,6 +22,9 @@ Measured on Slurm 24.11.5 (slurm.conf: slonk.config.render's POWER_SAVE):
   slurmd); while POWERING_UP, only a slurmd that says it booted after the resume request is
   taken ("Still waiting for boot of node" otherwise): a pod shares the host's uptime, so
   `slurmd_flags` starts such a node's slurmd with -b (and waits out POWERING_DOWN).
+- With AccountingStorageType=accounting_storage/slurmdbd, a drained node that powers up so
+  keeps its DRAIN and loses its reason (without accounting storage it keeps both): the lent
+  drain would no longer say it is slonk's, nor a person's why. `keep_reasons` puts it back.
 """
 
 from __future__ import annotations
@@ -53,7 +56,8 @@ POWER_PASS_SECONDS = 15.0
 POLL_SECONDS = 0.2
 # The hostlist slurmctld hands ResumeProgram is untrusted text: bounded before expanding.
 MAX_HOSTLIST_CHARS = 65536
-REQUESTS_VERSION = 1
+FILES_VERSION = 1  # of the requests and the reasons kept, each {"version", "nodes"}
+REQUESTS, REASONS = "power requests", "powered-down reasons"
 
 
 class PowerError(SlonkError):
@@ -97,6 +101,7 @@ def lend(name: str, detail: str, pod_gone: bool, on_demand: bool = False) -> boo
     Never kills a job: POWER_DOWN waits for the node to be idle."""
     node = slurm_nodes.read_node(name)
     if node.powering_up or is_lent(node, on_demand):
+        keep_reasons([node])
         return is_lent(node, on_demand)
     if not (node.powering_down or node.powered_down):
         if pod_gone and node.state == "down" and _cause(node) == reasons.POD:
@@ -117,6 +122,7 @@ def lend(name: str, detail: str, pod_gone: bool, on_demand: bool = False) -> boo
     ):
         slurm_nodes.drain(name, node.reason or lent_reason(detail))
         node = slurm_nodes.read_node(name)
+    keep_reasons([node])  # before its pod can come back and its slurmd register
     return is_lent(node, on_demand)
 
 
@@ -130,7 +136,7 @@ def give_back(name: str) -> bool:
     powers it up (nothing to ask Slurm: no POWER_UP, which would wait for a new boot); then
     the lent drain, and only that, is lifted. False while Slurm still shows it powered down
     or waits for it (call again)."""
-    node = slurm_nodes.read_node(name)
+    (node,) = keep_reasons([slurm_nodes.read_node(name)])
     if node.powering_down or not node.up:
         return False
     if node.drained and is_lent_reason(node.reason):
@@ -142,6 +148,29 @@ def give_back(name: str) -> bool:
             if node.drained and is_lent_reason(node.reason):
                 raise
     return True
+
+
+def keep_reasons(nodes: Iterable[NodeState]) -> list[NodeState]:
+    """The nodes as Slurm shows them once the reason of each drained one it shows powered
+    down is kept (paths.POWERED_DOWN_REASONS) and each kept reason is back on its node, up
+    again, drained and without one (Slurm forgot it powering up). A reason kept is dropped
+    once its node is up; meanwhile a newer one replaces it."""
+    found = list(nodes)
+    path = paths.POWERED_DOWN_REASONS
+    with _locked(path):
+        kept = _read_nodes(path, REASONS)
+        before = dict(kept)
+        for i, node in enumerate(found):
+            if node.up and node.name in kept:
+                reason = kept.pop(node.name)
+                if node.drained and not node.reason:
+                    slurm_nodes.drain(node.name, reason)
+                    found[i] = slurm_nodes.read_node(node.name)
+            elif node.powered_down and node.drained and node.reason:
+                kept[node.name] = node.reason
+        if kept != before:
+            _write_nodes(kept, path)
+    return found
 
 
 def slurmd_flags(name: str) -> list[str]:
@@ -190,9 +219,9 @@ def _locked(path: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def read_requests(path: Path = paths.POWER_REQUESTS) -> dict[str, str]:
-    """{node: UTC time Slurm asked it back}; {} when none. A file that is not slonk's
-    format is an error (never "nothing asked")."""
+def _read_nodes(path: Path, what: str) -> dict[str, str]:
+    """{node: text} of one of slonk's files on slurmctld's state; {} when there is none. A
+    file that is not slonk's format is an error (never "nothing there")."""
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
@@ -202,19 +231,28 @@ def read_requests(path: Path = paths.POWER_REQUESTS) -> dict[str, str]:
     nodes = data.get("nodes") if isinstance(data, dict) else None
     if (
         not isinstance(data, dict)
-        or data.get("version") != REQUESTS_VERSION
+        or data.get("version") != FILES_VERSION
         or not isinstance(nodes, dict)
         or not all(isinstance(k, str) and isinstance(v, str) for k, v in nodes.items())
     ):
-        raise PowerError(f"{path}: not version {REQUESTS_VERSION} of slonk's power requests")
+        raise PowerError(f"{path}: not version {FILES_VERSION} of slonk's {what}")
     return dict(nodes)
 
 
-def _write(requests: Mapping[str, str], path: Path) -> None:
-    document = {"version": REQUESTS_VERSION, "nodes": dict(sorted(requests.items()))}
-    # Readable by all: node names, no secret; SlurmUser (ResumeProgram) reads what root (the
-    # syncer) wrote, and replaces it, as it owns the directory.
-    write_atomically(path, json.dumps(document, indent=1) + "\n", mode=0o644)
+def _write_nodes(nodes: Mapping[str, str], path: Path) -> None:
+    document = {"version": FILES_VERSION, "nodes": dict(sorted(nodes.items()))}
+    # Readable by all: node names and drain reasons (`sinfo -R` shows them to all), no
+    # secret. SlurmUser (ResumeProgram) reads the requests root (the syncer) wrote, and
+    # replaces them, as it owns the directory.
+    try:
+        write_atomically(path, json.dumps(document, indent=1) + "\n", mode=0o644)
+    except OSError as err:
+        raise PowerError(f"{path}: cannot write: {err.strerror}") from None
+
+
+def read_requests(path: Path = paths.POWER_REQUESTS) -> dict[str, str]:
+    """{node: UTC time Slurm asked it back}; {} when none."""
+    return _read_nodes(path, REQUESTS)
 
 
 def record_resume(text: str, path: Path = paths.POWER_REQUESTS) -> list[str]:
@@ -226,10 +264,7 @@ def record_resume(text: str, path: Path = paths.POWER_REQUESTS) -> list[str]:
         requests = read_requests(path)
         for name in names:
             requests.setdefault(name, now)
-        try:
-            _write(requests, path)
-        except OSError as err:
-            raise PowerError(f"{path}: cannot write: {err.strerror}") from None
+        _write_nodes(requests, path)
     return names
 
 
@@ -239,7 +274,7 @@ def forget_requests(names: Iterable[str], path: Path = paths.POWER_REQUESTS) -> 
     with _locked(path):
         requests = read_requests(path)
         if drop & set(requests):
-            _write({k: v for k, v in requests.items() if k not in drop}, path)
+            _write_nodes({k: v for k, v in requests.items() if k not in drop}, path)
 
 
 def asked_back(nodes: Iterable[NodeState], path: Path = paths.POWER_REQUESTS) -> set[str]:

@@ -170,3 +170,22 @@ def test_a_pod_gone_undrained_is_lent_not_down(power: Power):
     power.slonk("restart", LENT)
     power.give_back(started)
     power.wait_idle()
+
+
+def test_a_persons_drain_comes_back_with_its_reason(power: Power):
+    """A person drained the node before it was lent. With accounting storage (on by default)
+    Slurm forgets a drained node's reason as it powers up: slonk puts the person's back, and
+    leaves their drain."""
+    started = power.node().slurmd_started
+    power.run(f"scontrol update nodename={LENT} state=drain reason='bad fan'")
+    try:
+        power.slonk("stop", LENT)
+        call = f"lend({LENT!r}, 'scaled to 1', pod_gone=True)"
+        wait_for(f"{LENT} lent", lambda: power.power(call) == "True")
+        assert (power.sinfo_state(), power.node().reason) == ("drained~", "bad fan")
+        power.slonk("restart", LENT)
+        power.give_back(started)
+        node = power.node()
+        assert node.up and node.drained and node.reason == "bad fan", node.label
+    finally:
+        power.run(f"scontrol update nodename={LENT} state=resume")

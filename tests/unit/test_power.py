@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from slonk import power, slurm_nodes
+from slonk import paths, power, slurm_nodes
 from slonk.slurm_state import parse_nodes
 
 from .slurm_json import node, nodes, text
@@ -74,7 +74,9 @@ class FakeScontrol:
 
 
 @pytest.fixture
-def slurm(monkeypatch: pytest.MonkeyPatch):
+def slurm(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    monkeypatch.setattr(paths, "POWERED_DOWN_REASONS", tmp_path / "reasons.json")
+
     def install(*states: tuple[list[str], str]) -> FakeScontrol:
         fake = FakeScontrol(*states)
         monkeypatch.setattr(slurm_nodes, "scontrol", fake)
@@ -152,6 +154,63 @@ def test_give_back_lifts_only_the_lent_drain_once_registered(slurm, state, reaso
     fake = slurm((state, reason))
     assert power.give_back("n") is done
     assert fake.changes == changes
+
+
+POWERED_DOWN = ["IDLE", "DRAIN", "POWERED_DOWN"]
+
+
+def kept() -> dict[str, str]:
+    return power.read_requests(paths.POWERED_DOWN_REASONS)  # the same format
+
+
+@pytest.mark.parametrize("reason", [LENT, "bad fan"])
+def test_a_reason_slurm_forgets_powering_up_is_put_back(slurm, reason):
+    """Slurm with accounting storage: the node registers, powers up, keeps its drain, loses
+    its reason. The lent drain comes back and is lifted; a person's comes back and stays."""
+    slurm((POWERED_DOWN, reason))
+    assert power.lend("n", "scaled", pod_gone=True) is True
+    assert kept() == {"n": reason}
+    fake = slurm((["IDLE", "DRAIN"], ""), (["IDLE", "DRAIN"], reason), (["IDLE"], reason))
+    assert power.give_back("n") is True
+    lifted = [("state=resume",)] if reason == LENT else []
+    assert fake.changes == [("state=drain", f"reason={reason}"), *lifted]
+    assert kept() == {}
+
+
+@pytest.mark.parametrize(
+    ("state", "reason"),
+    [
+        (["IDLE"], ""),  # resumed while powered down: nothing to put back
+        (["IDLE", "DRAIN"], "bad fan"),  # drained again since, with a reason of its own
+    ],
+)
+def test_a_node_changed_since_is_left_as_it_is(slurm, state, reason):
+    slurm((POWERED_DOWN, LENT))
+    power.keep_reasons([slurm_nodes.read_node("n")])
+    fake = slurm((state, reason))
+    (node,) = power.keep_reasons([slurm_nodes.read_node("n")])
+    assert (node.reason, fake.changes, kept()) == (reason, [], {})
+
+
+def test_the_newest_reason_of_a_powered_down_node_is_kept(slurm):
+    slurm((POWERED_DOWN, LENT))
+    power.keep_reasons([slurm_nodes.read_node("n")])
+    slurm((POWERED_DOWN, "bad fan"))  # a person drained it again meanwhile
+    power.keep_reasons([slurm_nodes.read_node("n")])
+    assert kept() == {"n": "bad fan"}
+    slurm((["IDLE", "POWERING_UP"], ""), (["IDLE", "NOT_RESPONDING"], ""))
+    power.keep_reasons([slurm_nodes.read_node("n")])  # not up yet: kept
+    assert kept() == {"n": "bad fan"}
+
+
+@pytest.mark.parametrize("content", ["{}", "[]", '{"version": 1, "nodes": {"n": 3}}', "x"])
+def test_a_reasons_file_not_slonks_drains_and_lifts_nothing(slurm, content):
+    paths.POWERED_DOWN_REASONS.write_text(content)
+    fake = slurm((["IDLE", "DRAIN"], ""))
+    with pytest.raises(power.PowerError, match="reasons"):
+        power.give_back("n")
+    assert fake.changes == []
+    assert paths.POWERED_DOWN_REASONS.read_text() == content
 
 
 @pytest.mark.parametrize(

@@ -49,7 +49,12 @@ def settings_of(spec: ClusterSpec) -> planning.Settings:
 
 def snapshot(spec: ClusterSpec, kube: Cluster) -> planning.Snapshot:
     """Both sides now; raises SlurmError when Slurm cannot be read (no pass then)."""
-    nodes = {n.name: n for n in slurm_nodes.read_nodes()}
+    found = slurm_nodes.read_nodes()
+    try:
+        found = power.keep_reasons(found)
+    except SlonkError as err:  # a node powered up keeps its drain: the next pass tries again
+        log(f"cannot keep or restore the reasons of powered-down nodes: {err}")
+    nodes = {n.name: n for n in found}
     jobs = slurm_nodes.running_jobs()
     replicas = kube.replicas()
     for pool, target in lending.targets().items():
