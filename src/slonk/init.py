@@ -245,6 +245,8 @@ def run(role: str) -> None:
         extra += ("health-recycle",)
     if role == "controller" and spec.syncer:
         extra += ("syncer",)
+    if role in ("controller", "worker") and spec.metrics:
+        extra += ("metrics",)
     step("wrote s6 services", lambda: services.write_scan_dir(role, extra))
     if role == "worker":  # lifts the drain a stopping pod may have left (slonk.worker_stop)
         worker_stop.release_in_background(name)

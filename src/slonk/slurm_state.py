@@ -147,22 +147,30 @@ def _records(items: list[Any], where: str) -> list[Mapping[str, Any]]:
     return items
 
 
+def node_records(text: str) -> list[Mapping[str, Any]]:
+    """`scontrol show node --json`'s node records, each a JSON object (nothing else checked)."""
+    return _records(_document(text, SHOW_NODES, "nodes"), " ".join(SHOW_NODES))
+
+
+def node_state(record: Mapping[str, Any]) -> NodeState:
+    """One node record's state, or a SlurmError naming the node and the field it lacks."""
+    command = " ".join(SHOW_NODES)
+    name = _get(record, "name", str, f"{command}: a node")
+    where = f"{command}: node {name!a}"
+    state, flags = _state(record, "state", where)
+    return NodeState(
+        name=name,
+        state=state.lower(),
+        flags=flags,
+        reason=_get(record, "reason", str, where),
+        slurmd_started=str(_number(record, "slurmd_start_time", where)),
+        reason_by=_get(record, "reason_set_by_user", str, where),
+    )
+
+
 def parse_nodes(text: str) -> list[NodeState]:
     """`scontrol show node --json`'s nodes."""
-    nodes, command = [], " ".join(SHOW_NODES)
-    for record in _records(_document(text, SHOW_NODES, "nodes"), command):
-        name = _get(record, "name", str, f"{command}: a node")
-        where = f"{command}: node {name!a}"
-        state, flags = _state(record, "state", where)
-        nodes.append(NodeState(
-            name=name,
-            state=state.lower(),
-            flags=flags,
-            reason=_get(record, "reason", str, where),
-            slurmd_started=str(_number(record, "slurmd_start_time", where)),
-            reason_by=_get(record, "reason_set_by_user", str, where),
-        ))  # fmt: skip
-    return nodes
+    return [node_state(record) for record in node_records(text)]
 
 
 def _job_nodes(record: Mapping[str, Any], where: str) -> tuple[str, ...]:
@@ -177,15 +185,27 @@ def _job_nodes(record: Mapping[str, Any], where: str) -> tuple[str, ...]:
                  for node in _records(allocation, where))  # fmt: skip
 
 
+def job_records(text: str) -> list[Mapping[str, Any]]:
+    """`squeue --json`'s job records (or `scontrol show job --json`'s: the same records)."""
+    return _records(_document(text, QUEUE, "jobs"), " ".join(QUEUE))
+
+
+def job_state(record: Mapping[str, Any]) -> tuple[str, str]:
+    """A job record's id and base state (PENDING, RUNNING, ...), or a SlurmError."""
+    command = " ".join(QUEUE)
+    job_id = _get(record, "job_id", int, f"{command}: a job")
+    state, _ = _state(record, "job_state", f"{command}: job {job_id}")
+    return str(job_id), state
+
+
 def parse_jobs(text: str) -> list[Job]:
     """`squeue --json`'s jobs (or `scontrol show job --json`'s: the same records)."""
     jobs, command = [], " ".join(QUEUE)
-    for record in _records(_document(text, QUEUE, "jobs"), command):
-        job_id = _get(record, "job_id", int, f"{command}: a job")
+    for record in job_records(text):
+        job_id, state = job_state(record)
         where = f"{command}: job {job_id}"
-        state, _ = _state(record, "job_state", where)
         jobs.append(Job(
-            id=str(job_id),
+            id=job_id,
             state=state,
             nodes=_job_nodes(record, where),
             restarts=_get(record, "restart_cnt", int, where),
