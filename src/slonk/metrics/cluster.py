@@ -30,6 +30,12 @@ JOB_STATES = frozenset({
 REASON_WORD = re.compile(r"[A-Za-z_]{1,64}")
 MIB = 1024 * 1024
 RESOURCE_STATES = ("allocated", "idle", "unavailable")
+# The fields read of each record (slonk.slurm_state keeps only these as it parses).
+NODE_FIELDS = (
+    "state", "reason", "slurmd_start_time", "reason_set_by_user",
+    "cpus", "alloc_cpus", "real_memory", "alloc_memory", "tres", "tres_used",
+)  # fmt: skip
+JOB_FIELDS = ("job_state", "partition", "state_reason")
 
 
 def node_label(node: NodeState) -> str:
@@ -77,7 +83,7 @@ def node_families(text: str, pool_of: Callable[[str], str]) -> list[Family]:
                     "that take jobs, unavailable on the others.", ("pool", "state"))  # fmt: skip
     gpus = Family("slonk_gpus", GAUGE, "GPUs by pool: allocated, idle on nodes that take "
                   "jobs, unavailable on the others.", ("pool", "state"))  # fmt: skip
-    for record in node_records(text):
+    for record in node_records(text, NODE_FIELDS):
         node = node_state(record)
         pool = pool_of(node.name)
         label = node_label(node)
@@ -117,7 +123,7 @@ def job_families(text: str, partitions: Collection[str]) -> list[Family]:
     for partition in partitions:  # a partition with no job reads 0, not absent
         jobs.add(0, partition, "pending")
         jobs.add(0, partition, "running")
-    for record in job_records(text):
+    for record in job_records(text, JOB_FIELDS):
         _, state = job_state(record)
         word = state.lower() if state in JOB_STATES else OTHER
         reason = record.get("state_reason")
