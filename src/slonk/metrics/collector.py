@@ -4,6 +4,7 @@ source that fails and serves the others. The one module that imports prometheus_
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 
@@ -34,6 +35,9 @@ class SourcesCollector(Collector):
     def __init__(self, sources: Mapping[str, Source]) -> None:
         self.sources = dict(sources)
         self.errors = dict.fromkeys(self.sources, 0.0)
+        # One scrape at a time: the HTTP server answers each request in a thread, and two
+        # scrapes at once would ask Slurm twice and race on the counts.
+        self.lock = threading.Lock()
 
     def read(self) -> list[Family]:
         families: list[Family] = []
@@ -52,17 +56,21 @@ class SourcesCollector(Collector):
         log(f"{source}: {str(err)[:500]!a}" if str(err) else f"{source}: {err!r}")
 
     def collect(self) -> Iterator[Metric]:
-        started = time.perf_counter()
-        for family in self.read():
+        with self.lock:
+            started = time.perf_counter()
+            families = self.read()
+            errors = dict(self.errors)
+            took = time.perf_counter() - started
+        for family in families:
             yield metric(family)
-        errors = CounterMetricFamily(
+        counted = CounterMetricFamily(
             "slonk_exporter_scrape_errors", "Scrapes in which a source failed, by source.",
             labels=["source"],
         )  # fmt: skip
-        for source, count in self.errors.items():
-            errors.add_metric([source], count)
-        yield errors
+        for source, count in errors.items():
+            counted.add_metric([source], count)
+        yield counted
         yield GaugeMetricFamily(
             "slonk_exporter_scrape_duration_seconds", "How long reading every source took.",
-            value=time.perf_counter() - started,
+            value=took,
         )  # fmt: skip
