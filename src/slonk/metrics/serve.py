@@ -32,7 +32,9 @@ def show(role: str, cluster: Path = paths.CLUSTER_SPEC) -> str:
     return generate_latest(registry(role, cluster)).decode()
 
 
-def serve(role: str, port: int, cluster: Path = paths.CLUSTER_SPEC, address: str = "") -> None:
+def serve(
+    role: str, port: int, cluster: Path = paths.CLUSTER_SPEC, address: str = "0.0.0.0"
+) -> None:
     """Serve /metrics until the process is stopped: one pass over the sources per request."""
     start_http_server(port, addr=address, registry=registry(role, cluster))
     log(f"serving the {role}'s metrics on port {port} at /metrics")
