@@ -36,7 +36,7 @@ def metrics_service(pod: testinfra.host.Host) -> Iterator[None]:
 
 
 def scrape(cluster: LocalCluster, target: str) -> dict[str, list]:
-    """/metrics of `target`'s pod, fetched from the login pod; {family: samples}."""
+    """/metrics of `target`'s pod, fetched from the login pod; {name: samples}."""
     url = f"http://{target}:{PORT}/metrics"
     fetch = (
         f"import urllib.request; print(urllib.request.urlopen({url!r}, timeout=30).read().decode())"
@@ -45,7 +45,11 @@ def scrape(cluster: LocalCluster, target: str) -> dict[str, list]:
         f"{target}:{PORT}/metrics",
         lambda: cluster.pod("slonk-login-0").run(f"python3 -c {shlex.quote(fetch)}").stdout,
     )
-    return {f.name: f.samples for f in text_string_to_metric_families(out)}
+    found: dict[str, list] = {}  # by sample name: a counter's family name has no _total
+    for family in text_string_to_metric_families(out):
+        for sample in family.samples:
+            found.setdefault(sample.name, []).append(sample)
+    return found
 
 
 def values(families: dict[str, list], name: str, **labels: str) -> list[float]:
