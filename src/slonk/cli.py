@@ -285,6 +285,34 @@ def _add_syncer(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(run=_syncer)
 
 
+def _metrics(args: argparse.Namespace) -> int:
+    from slonk.metrics import serve
+
+    if args.metrics_command == "show":
+        print(serve.show(args.role, args.cluster), end="")
+        return 0
+    port = args.port
+    if port is None:
+        from slonk.config.model import MetricsSettings, default_of
+        from slonk.config.spec import load_spec
+
+        settings = load_spec(args.cluster).metrics
+        port = settings.port if settings else default_of(MetricsSettings, "port")
+    serve.serve(args.role, port, args.cluster)
+    return 0
+
+
+def _add_metrics(metrics: argparse.ArgumentParser) -> None:
+    metrics_sub = metrics.add_subparsers(dest="metrics_command", required=True)
+    serve = metrics_sub.add_parser("serve", help="serve Prometheus' /metrics (the s6 service)")
+    serve.add_argument("--port", type=int, help="default: cluster.yaml's metrics.port")
+    show = metrics_sub.add_parser("show", help="print one scrape's metrics")
+    for command in (serve, show):
+        command.add_argument("--role", choices=("controller", "worker"), required=True)
+        command.add_argument("--cluster", type=Path, default=paths.CLUSTER_SPEC)
+    metrics.set_defaults(run=_metrics)
+
+
 def _align(args: argparse.Namespace) -> int:
     from slonk.align import report, syncer
     from slonk.align.kube import Cluster
@@ -418,6 +446,7 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
     "health": ("node health checks", _add_health),
     "syncer": ("keep Slurm and Kubernetes in agreement (runs under s6)", _add_syncer),
     "align": ("every node as Slurm and Kubernetes see it; exit 1 on drift", _add_align),
+    "metrics": ("Prometheus metrics of the cluster or this node", _add_metrics),
     "pool": ("lend a node pool's nodes and give them back", _add_pool),
     "worker": ("a worker pod's stop and return (preStop, SIGTERM)", _add_worker),
     "power": ("lent nodes as Slurm's power saving", _add_power),

@@ -179,6 +179,26 @@ def prepare_directory(spec: ClusterSpec) -> str:
     return f"seeded {len(server.users)} users" if seeded else "kept its data"
 
 
+def optional_services(spec: ClusterSpec, role: str) -> tuple[str, ...]:
+    """The s6 services a role runs beyond its own (services.ROLE_SERVICES), as cluster.yaml
+    asks for them."""
+    extra: tuple[str, ...] = ("users-sync",) if spec.ldap else ()
+    if role == "controller" and spec.accounting:
+        # The users sync that also gives every user its association (slonk.accounting.sync).
+        extra = ("associations",)
+    if role == "worker" and spec.hooks:
+        extra += ("hooks",)
+    if role == "worker" and spec.ssh.workers:  # syslog: PAM's messages, in the pod's log
+        extra += ("sshd", "syslog")
+    if role == "controller" and spec.health and spec.health.recycle:
+        extra += ("health-recycle",)
+    if role == "controller" and spec.syncer:
+        extra += ("syncer",)
+    if role in ("controller", "worker") and spec.metrics:
+        extra += ("metrics",)
+    return extra
+
+
 _T = TypeVar("_T")
 
 
@@ -228,23 +248,12 @@ def run(role: str) -> None:
     step("registered users", lambda: register_users(spec))
     if role == "login":
         step("offered the site's modulefiles", offer_shared_modulefiles)
-    extra: tuple[str, ...] = ("users-sync",) if spec.ldap else ()
-    if role == "controller" and spec.accounting:
-        # The users sync that also gives every user its association (slonk.accounting.sync).
-        extra = ("associations",)
     plan = health.plan_for(spec, name) if role == "worker" else None
     if plan:
         step("ran boot health checks", lambda: boot_checks(plan))
     if role == "worker" and (spec.job_phases or spec.health):
         step("installed job programs", lambda: install_job_programs(spec))
-    if role == "worker" and spec.hooks:
-        extra += ("hooks",)
-    if role == "worker" and spec.ssh.workers:  # syslog: PAM's messages, in the pod's log
-        extra += ("sshd", "syslog")
-    if role == "controller" and spec.health and spec.health.recycle:
-        extra += ("health-recycle",)
-    if role == "controller" and spec.syncer:
-        extra += ("syncer",)
+    extra = optional_services(spec, role)
     step("wrote s6 services", lambda: services.write_scan_dir(role, extra))
     if role == "worker":  # lifts the drain a stopping pod may have left (slonk.worker_stop)
         worker_stop.release_in_background(name)

@@ -175,6 +175,14 @@ class SyncerSettings:
 
 
 @dataclass(frozen=True)
+class MetricsSettings:
+    """The `metrics` service (slonk.metrics) on the controller and every worker: Prometheus
+    scrapes /metrics on this port."""
+
+    port: int = 9341
+
+
+@dataclass(frozen=True)
 class CapacitySettings:
     """Nodes lent to Kubernetes (slonk.power): may Slurm ask them back for pending jobs?"""
 
@@ -282,6 +290,7 @@ class ClusterSpec:
     priority: Priority = Priority()
     ssh: SshSettings = SshSettings()
     accounting: AccountingSettings | None = None
+    metrics: MetricsSettings | None = None
 
     @property
     def controller_name(self) -> str:

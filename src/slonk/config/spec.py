@@ -38,6 +38,7 @@ from slonk.config.model import (
     HookSettings,
     LdapServer,
     LdapSettings,
+    MetricsSettings,
     NodePool,
     Partition,
     Placement,
@@ -69,6 +70,7 @@ __all__ = [
     "HookSettings",
     "LdapServer",
     "LdapSettings",
+    "MetricsSettings",
     "NodePool",
     "Partition",
     "Placement",
@@ -112,6 +114,7 @@ STATEFULSET_NAME_MAX = 52
 # The longest StatefulSet name the chart makes from the release alone.
 RELEASE_MAX = STATEFULSET_NAME_MAX - len("-controller")
 MAX_PORT = 65535
+SSH_PORT = 22  # sshd on login pods and workers
 SPEC_KEYS = frozenset(
     "version clusterName release namespace clusterDomain slurmctldPort slurmdPort nodepools "
     "partitions confinement topology slurmConf cgroupConf extraLines users groups ldap ldapServer "
@@ -119,7 +122,7 @@ SPEC_KEYS = frozenset(
     "hooks "
     "health "
     "syncer "
-    "capacity priority accounting ssh".split()
+    "capacity priority accounting ssh metrics".split()
 )
 
 
@@ -653,6 +656,15 @@ def _syncer(data: Any, path: str) -> SyncerSettings | None:
     )
 
 
+def _metrics(data: Any, path: str) -> MetricsSettings | None:
+    """Absent: no `metrics` service (the chart writes the key when metrics.enabled)."""
+    if data is None:
+        return None
+    r = _Reader(data, path, {"port"})
+    port = default_of(MetricsSettings, "port")
+    return MetricsSettings(port=r.count("port", default=port, minimum=1, maximum=MAX_PORT))
+
+
 def _capacity(data: Any, path: str) -> CapacitySettings:
     r = _Reader(data or {}, path, {"returnOnDemand"})
     return CapacitySettings(
@@ -848,6 +860,15 @@ def parse_spec(data: Any) -> ClusterSpec:
         raise SpecError(f"topology: must be one of {', '.join(TOPOLOGY_PLUGINS)}")
     slurm_conf = _conf_map(r, "slurmConf")
     extra_lines = _extra_lines(r, slurm_conf)
+    metrics = _metrics(r.data.get("metrics"), "metrics")
+    taken = {
+        "slurmctldPort": r.get("slurmctldPort", int, spec_default("slurmctld_port")),
+        "slurmdPort": r.get("slurmdPort", int, spec_default("slurmd_port")),
+        "sshd": SSH_PORT,
+    }
+    for owner, port in taken.items():
+        if metrics is not None and metrics.port == port:
+            raise SpecError(f"metrics.port: {port} is {owner}'s port, in the same pods")
     return ClusterSpec(
         cluster_name=cluster_name,
         release=release,
@@ -888,6 +909,7 @@ def parse_spec(data: Any) -> ClusterSpec:
         priority=_priority(r.data.get("priority"), "priority"),
         accounting=_accounting(r.data.get("accounting"), "accounting"),
         ssh=_ssh(r.data.get("ssh"), "ssh"),
+        metrics=metrics,
     )
 
 

@@ -6,6 +6,7 @@ The node's plan (which checks, their options, what the node is) is written once 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -91,8 +92,26 @@ def load_plan(path: Path = HEALTH_PLAN) -> CheckPlan:
     )
 
 
-def run(plan: CheckPlan, phase: str) -> list[Result]:
-    """Every check of `phase`, started together; results in the plan's order."""
+def results_path(phase: str, state: Path = HEALTH_STATE) -> Path:
+    """The last results of a phase, for the `metrics` service (slonk.metrics.health)."""
+    return state / f"results-{phase}.json"
+
+
+def save_results(results: list[Result], phase: str, started: float, state: Path) -> None:
+    """Each check's result with when it ended (`time`, seconds since the epoch), replaced
+    atomically. Only where the plan lives (a worker pod): a run by hand elsewhere keeps
+    nothing, and a write that fails never fails the checks' run."""
+    if not state.is_dir():
+        return
+    records = [{**asdict(r), "time": round(started + r.seconds, 3)} for r in results]
+    with contextlib.suppress(OSError):  # already loaded by the job-time path: no new cost
+        write_atomically(results_path(phase, state), json.dumps(records) + "\n")
+
+
+def run(plan: CheckPlan, phase: str, state: Path = HEALTH_STATE) -> list[Result]:
+    """Every check of `phase`, started together; results in the plan's order, also saved
+    as the phase's last (save_results)."""
+    wall_started = time.time()
     selected = {n: c for n, c in plan.checks.items() if phase in c["phases"]}
     results: dict[str, Result] = {}
 
@@ -121,7 +140,9 @@ def run(plan: CheckPlan, phase: str) -> list[Result]:
         thread.join(max(0.0, started + limit + JOIN_SLACK_SECONDS - time.monotonic()))
         if name not in results:
             results[name] = Result(name, False, f"timed out after {limit:g} s", limit)
-    return [results[n] for n in selected]
+    ordered = [results[n] for n in selected]
+    save_results(ordered, phase, wall_started, state)
+    return ordered
 
 
 def save_boot_results(results: list[Result], path: Path = BOOT_RESULTS) -> None:

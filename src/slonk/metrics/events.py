@@ -1,0 +1,88 @@
+"""Counters from slonk's own records on the controller: node events from the node history
+(slonk.history, since the exporter started) and the syncer's stats file."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from slonk.metrics.cause import CAUSES, cause_label
+from slonk.metrics.family import COUNTER, Family, RecordError, number
+
+EVENTS = ("drain", "resume", "recycle", "quarantine")
+SYNCER_ACTIONS = ("drain", "resume", "down", "lend", "give-back")
+MAX_STATS_BYTES = 64 * 1024  # the syncer's file is a few hundred bytes
+
+
+def _field(event: Any, name: str) -> Any:
+    return event.get(name) if isinstance(event, Mapping) else getattr(event, name, None)
+
+
+class EventCounter:
+    """slonk_node_events_total{event,cause}: the history's events since the exporter first
+    read it, every event and cause shown from 0 so that a first event is an increase."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset: int | None = None
+        self.counts: dict[tuple[str, ...], float] = {
+            (event, cause): 0.0 for event in EVENTS for cause in sorted(CAUSES)
+        }
+
+    def update(self) -> None:
+        # The history helper's reader (slonk.history.follow), loaded by name: the exporter
+        # counts nothing until it exists, and says so in its scrape errors.
+        history = importlib.import_module("slonk.history")
+        if self.offset is None:  # its past belongs to earlier exporters
+            self.offset = self.path.stat().st_size if self.path.exists() else 0
+        events, self.offset = history.follow(self.path, self.offset)
+        for event in events:
+            kind = _field(event, "event")
+            if kind not in EVENTS:
+                continue
+            cause = _field(event, "cause")
+            if cause not in CAUSES:  # never a label the cause set does not hold
+                reason = _field(event, "reason")
+                cause = cause_label(reason if isinstance(reason, str) else "")
+            self.counts[kind, cause] += 1
+
+    def families(self) -> list[Family]:
+        self.update()
+        family = Family("slonk_node_events_total", COUNTER, "Node drains, resumes, recycles "
+                        "and quarantines since the exporter started, by cause.",
+                        ("event", "cause"))  # fmt: skip
+        family.samples.update(self.counts)
+        return [family]
+
+
+def syncer_families(path: Path) -> list[Family]:
+    """slonk_syncer_passes_total, _errors_total, _actions_total{action}: none while the
+    syncer has written no stats (it is off, or has not finished a pass)."""
+    try:
+        with path.open("rb") as file:
+            raw = file.read(MAX_STATS_BYTES + 1)
+    except FileNotFoundError:
+        return []
+    if len(raw) > MAX_STATS_BYTES:
+        raise RecordError(f"{path}: larger than {MAX_STATS_BYTES} bytes")
+    try:
+        stats = json.loads(raw)
+    except ValueError as err:
+        raise RecordError(f"{path}: not JSON ({err})") from None
+    if not isinstance(stats, dict):
+        raise RecordError(f"{path}: not a JSON object")
+    passes = Family("slonk_syncer_passes_total", COUNTER, "Syncer passes since it started.")
+    passes.set(number(stats.get("passes")))
+    errors = Family("slonk_syncer_errors_total", COUNTER, "Syncer passes that failed since "
+                    "it started.")  # fmt: skip
+    errors.set(number(stats.get("errors")))
+    actions = Family("slonk_syncer_actions_total", COUNTER, "What the syncer did to nodes "
+                     "since it started.", ("action",))  # fmt: skip
+    done = stats.get("actions")
+    done = done if isinstance(done, dict) else {}
+    for action in SYNCER_ACTIONS:
+        actions.set(number(done.get(action)), action)
+    return [passes, errors, actions]

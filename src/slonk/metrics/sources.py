@@ -1,0 +1,84 @@
+"""Each role's sources: what one scrape reads. Slurm is read once per scrape whatever the
+node count: three commands, never one per node."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from slonk import paths
+from slonk.metrics.cluster import job_families, node_families
+from slonk.metrics.events import EventCounter, syncer_families
+from slonk.metrics.family import Family, RecordError
+from slonk.metrics.health import health_families
+from slonk.metrics.sdiag import COMMAND as SDIAG
+from slonk.metrics.sdiag import sdiag_families
+from slonk.slurm_nodes import run
+from slonk.slurm_state import QUEUE, SHOW_NODES
+
+Source = Callable[[], list[Family]]
+
+
+class Spec:
+    """cluster.yaml's pools and partitions, read again when the file changes (config-watch
+    applies a new one without restarting this service)."""
+
+    def __init__(self, path: Path = paths.CLUSTER_SPEC) -> None:
+        self.path = path
+        self.seen: tuple[int, int] | None = None
+        self.pools: dict[str, str] = {}
+        self.partitions: frozenset[str] = frozenset()
+
+    def refresh(self) -> None:
+        stat = self.path.stat()
+        if (stat.st_mtime_ns, stat.st_size) == self.seen:
+            return
+        from slonk.config.spec import load_spec
+
+        spec = load_spec(self.path)
+        self.pools = {
+            node: pool.name for pool in spec.nodepools for node in pool.node_names(spec.release)
+        }
+        self.partitions = frozenset(p.name for p in spec.partitions)
+        self.seen = (stat.st_mtime_ns, stat.st_size)
+
+    def pool_of(self, node: str) -> str:
+        return self.pools.get(node, "")
+
+
+def _path(name: str) -> Path:
+    """A path of slonk.paths that the history helper's branch adds."""
+    path = getattr(paths, name, None)
+    if not isinstance(path, Path):
+        raise RecordError(f"slonk.paths has no {name}: this slonk has no slonk.history")
+    return path
+
+
+def controller(spec: Spec | None = None) -> dict[str, Source]:
+    spec = spec or Spec()
+    counter: EventCounter | None = None
+
+    def nodes() -> list[Family]:
+        spec.refresh()
+        return node_families(run(list(SHOW_NODES)), spec.pool_of)
+
+    def jobs() -> list[Family]:
+        spec.refresh()
+        return job_families(run(list(QUEUE)), spec.partitions)
+
+    def history() -> list[Family]:
+        nonlocal counter
+        counter = counter or EventCounter(_path("NODE_HISTORY"))
+        return counter.families()
+
+    return {
+        "nodes": nodes,
+        "jobs": jobs,
+        "sdiag": lambda: sdiag_families(run(list(SDIAG))),
+        "history": history,
+        "syncer": lambda: syncer_families(_path("SYNCER_STATS")),
+    }
+
+
+def worker(node: str) -> dict[str, Source]:
+    return {"health": lambda: health_families(paths.HEALTH_STATE, node)}

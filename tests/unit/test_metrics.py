@@ -1,0 +1,469 @@
+"""The metrics exporter (slonk.metrics) on Slurm 24.11's own JSON (tests/unit/data), hostile
+input, a failing source, and promtool's verdict on what it serves."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
+from slonk.config.spec import SpecError, parse_spec
+from slonk.health import runner
+from slonk.health.catalogue import HEALTH_CHECKS
+from slonk.health.checks import Node
+from slonk.init import optional_services
+from slonk.metrics import CAUSES, cause_label
+from slonk.metrics.cluster import NODE_STATES, job_families, node_families
+from slonk.metrics.collector import SourcesCollector
+from slonk.metrics.events import EventCounter, syncer_families
+from slonk.metrics.family import Family, RecordError
+from slonk.metrics.health import health_families
+from slonk.metrics.sdiag import sdiag_families
+from slonk.metrics.sources import Spec
+from slonk.slurm_state import SlurmError
+
+from .slurm_json import document, node, nodes, text
+
+POOLS = {"bare": "cpu", "n1": "cpu", "n2": "gpu", "n3": "gpu"}  # n4: no pool
+
+
+def samples(families: list[Family], name: str) -> dict[tuple[str, ...], float]:
+    (found,) = [f for f in families if f.name == name]
+    return {labels: value for labels, value in found.samples.items() if value}
+
+
+def jobs_document(*records: dict) -> str:
+    shown = document("squeue.json")
+    shown["jobs"] = list(records)
+    return json.dumps(shown)
+
+
+def job(job_id: int, state: str, partition: str = "main", reason: str = "None") -> dict:
+    """A job record: the real pending job 2 of squeue.json, changed."""
+    (record,) = [j for j in document("squeue.json")["jobs"] if j["job_id"] == 2]
+    record = copy.deepcopy(record)
+    record.update(job_id=job_id, job_state=[state], partition=partition, state_reason=reason)
+    return record
+
+
+# The cause label
+
+
+@pytest.mark.parametrize(
+    ("reason", "cause"),
+    [
+        ("", "none"),
+        ("slonk:gpu: 1 of 2 GPUs answer", "gpu"),
+        ("slonk:storage: /home is read-only", "storage"),
+        ("slonk:newcheck: from a later slonk", "other-check"),
+        ("slonk:hook:prolog:10-setup: exit 1", "hook"),
+        ("slonk:prolog:10-setup: exit 1", "hook"),  # before hooks had their word
+        ("slonk:quarantine: recycled 3 times", "quarantine"),
+        ("slonk:pod: stopping", "pod"),
+        ("slonk:scale-down: removed", "scale-down"),
+        ("slonk:k8s:cordoned: by kubectl", "k8s"),
+        ("maintenance by a person", "human"),
+        ("slonk:gpu:no space", "human"),  # not how slonk writes a check's reason
+    ],
+)
+def test_cause_label(reason, cause):
+    assert cause_label(reason) == cause
+
+
+@pytest.mark.parametrize(
+    ("reason", "cause"),
+    [
+        ('slonk:gpu"} 1\nslonk_nodes{cause="x": y', "human"),
+        ("slonk:k8s:" + "a" * 100_000 + ": y", "k8s"),  # a word, but never the label
+        ("slonk:" + "\u2028" * 1000, "human"),
+        ("slonk:k8s:evil label: y", "human"),
+        ("\x00slonk:gpu: y", "human"),
+        ("x" * 1_000_000, "human"),
+    ],
+)
+def test_no_reason_makes_a_label_of_its_own(reason, cause):
+    assert cause_label(reason) == cause
+
+
+def test_causes_are_the_checks_and_slonks_kinds():
+    assert set(HEALTH_CHECKS) < CAUSES
+    assert CAUSES - set(HEALTH_CHECKS) == {
+        "none", "other-check", "human", "hook", "quarantine", "pod", "scale-down", "k8s",
+    }  # fmt: skip
+
+
+# Nodes
+
+
+def test_nodes_from_slurms_json():
+    families = node_families(text("scontrol-show-node.json"), lambda n: POOLS.get(n, ""))
+    assert samples(families, "slonk_nodes") == {
+        ("cpu", "drained", "gpu"): 1,  # bare: slonk's GPU drain
+        ("cpu", "draining", "human"): 1,  # n1: a job runs; a hostile person's reason
+        ("gpu", "down", "human"): 1,  # n2
+        ("gpu", "unknown", "none"): 1,  # n3: never registered
+        ("", "idle", "none"): 1,  # n4
+    }
+    assert samples(families, "slonk_cpus") == {
+        ("cpu", "allocated"): 1,  # n1's job
+        ("cpu", "unavailable"): 3,  # both drained
+        ("gpu", "unavailable"): 4,
+        ("", "idle"): 2,
+    }
+    assert samples(families, "slonk_memory_bytes")[("", "idle")] == 1024 * 1024 * 1024
+    # every pool shows the three states, 0 or not
+    cpus = next(f for f in families if f.name == "slonk_cpus")
+    assert len(cpus.samples) == 3 * 3
+
+
+def test_power_saving_states():
+    families = node_families(text("scontrol-show-node-power.json"), lambda n: "cpu")
+    assert samples(families, "slonk_nodes") == {
+        ("cpu", "powering_down", "k8s"): 1,  # asked: drained, going
+        ("cpu", "powering_down", "none"): 1,  # going: Slurm lifted the drain
+        ("cpu", "powered_down", "k8s"): 1,  # lent
+        ("cpu", "powered_down", "none"): 1,  # on-demand: its old reason is not a cause
+        ("cpu", "powering_up", "none"): 1,  # waking
+    }
+
+
+def test_node_states_are_the_contracts():
+    assert set(NODE_STATES) == {
+        "idle", "mixed", "allocated", "draining", "drained", "down", "powered_down",
+        "powering_up", "powering_down", "unknown",
+    }  # fmt: skip
+
+
+def test_gpus_from_tres():
+    busy = node("g0", ["MIXED"])
+    busy.update(tres="cpu=64,mem=500G,gres/gpu=8,gres/gpu:h100=8", tres_used="cpu=8,gres/gpu=3")
+    sick = node("g1", ["IDLE", "DRAIN"], "slonk:gpu: 7 of 8 GPUs answer")
+    sick.update(tres="cpu=64,gres/gpu=8")
+    families = node_families(nodes(busy, sick), lambda n: "gpu")
+    assert samples(families, "slonk_gpus") == {
+        ("gpu", "allocated"): 3,
+        ("gpu", "idle"): 5,
+        ("gpu", "unavailable"): 8,
+    }
+
+
+def test_hostile_and_broken_node_fields_count_nothing():
+    odd = node("odd", ["IDLE"])
+    odd.update(
+        cpus="64", alloc_cpus=True, real_memory=10**30, alloc_memory=-5,
+        tres="gres/gpu=99999999999999999999,gres/gpu=x", tres_used=["gres/gpu=1"],
+    )  # fmt: skip
+    families = node_families(nodes(odd), lambda n: "")
+    assert samples(families, "slonk_nodes") == {("", "idle", "none"): 1}
+    for name in ("slonk_cpus", "slonk_memory_bytes", "slonk_gpus"):
+        assert samples(families, name) == {}
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        "not json",
+        json.dumps({"nodes": "all of them"}),
+        json.dumps({"nodes": [{"name": "n"}], "errors": []}),  # no state
+        json.dumps({"nodes": [], "errors": [{"description": "Unable to contact slurmctld"}]}),
+    ],
+)
+def test_broken_node_documents_fail_the_source(broken):
+    with pytest.raises(SlurmError):
+        node_families(broken, lambda n: "")
+
+
+# Jobs
+
+
+def test_jobs_from_slurms_json():
+    families = job_families(text("squeue.json"), {"main", "gpu"})
+    assert samples(families, "slonk_jobs") == {("main", "running"): 1, ("main", "pending"): 1}
+    assert samples(families, "slonk_jobs_pending") == {("main", "ReqNodeNotAvail"): 1}
+    jobs = next(f for f in families if f.name == "slonk_jobs")
+    assert jobs.samples[("gpu", "pending")] == 0  # an empty partition reads 0, not absent
+
+
+def test_job_labels_are_bounded():
+    queue = jobs_document(
+        job(3, "PENDING", "main,gpu", "Priority"),  # in both partitions, counted in each
+        job(4, "PENDING", 'main"} 1\nslonk_jobs{x="', 'Bad reason"} 1'),
+        job(5, "PENDING", "nosuch", "A" * 65),
+        job(6, "WEIRD_STATE", "main"),
+        job(7, "PENDING", ["main"], ["Priority"]),  # wrong types
+    )
+    families = job_families(queue, {"main", "gpu"})
+    assert samples(families, "slonk_jobs_pending") == {
+        ("main", "Priority"): 1,
+        ("gpu", "Priority"): 1,
+        ("other", "other"): 3,
+    }
+    assert samples(families, "slonk_jobs") == {
+        ("main", "pending"): 1, ("gpu", "pending"): 1, ("other", "pending"): 3,
+        ("main", "other"): 1,
+    }  # fmt: skip
+
+
+def test_broken_job_documents_fail_the_source():
+    with pytest.raises(SlurmError, match="job_state"):
+        job_families(jobs_document({"job_id": 1}), {"main"})
+
+
+# sdiag
+
+
+def test_sdiag_from_slurms_json():
+    families = sdiag_families(text("sdiag.json"))
+    names = {f.name for f in families}
+    assert {
+        "slonk_scheduler_cycle_last_seconds", "slonk_scheduler_cycle_mean_seconds",
+        "slonk_scheduler_cycles_total", "slonk_scheduler_queue_length",
+        "slonk_backfill_cycle_last_seconds", "slonk_backfill_cycles_total",
+        "slonk_backfilled_jobs_total", "slonk_rpcs_total", "slonk_rpc_seconds_total",
+        "slonk_server_threads", "slonk_agent_queue_size",
+    } == names  # fmt: skip
+    stats = document("sdiag.json")["statistics"]
+    assert samples(families, "slonk_scheduler_cycles_total") == {(): stats["schedule_cycle_total"]}
+    rpcs = samples(families, "slonk_rpcs_total")
+    assert rpcs[("REQUEST_NODE_INFO",)] >= 1
+    assert all(rpc.isupper() for (rpc,) in rpcs)
+
+
+def test_hostile_sdiag():
+    stats = document("sdiag.json")
+    stats["statistics"]["schedule_cycle_last"] = "soon"
+    stats["statistics"]["rpcs_by_message_type"] = [
+        {"message_type": 'REQUEST_X"} 1\n', "count": 5},
+        {"message_type": "REQUEST_OK", "count": 2, "total_time": 3_000_000},
+        "not a record",
+    ]
+    families = sdiag_families(json.dumps(stats))
+    assert samples(families, "slonk_scheduler_cycle_last_seconds") == {}
+    assert samples(families, "slonk_rpcs_total") == {("REQUEST_OK",): 2}
+    assert samples(families, "slonk_rpc_seconds_total") == {("REQUEST_OK",): 3.0}
+    with pytest.raises(SlurmError, match="statistics"):
+        sdiag_families("[]")
+
+
+# Health results (workers)
+
+
+def _plan() -> runner.CheckPlan:
+    interfaces = {"names": ["lo"], "rdmaDevices": []}
+    return runner.CheckPlan(
+        Node("slonk-cpu-0", 0, ("slonk-cpu-0",)),
+        True,
+        {"interfaces": {"phases": ["interval"], "timeoutSeconds": 5, "options": interfaces}},
+    )
+
+
+def test_the_runner_saves_each_phases_results_for_the_worker_metrics(tmp_path):
+    (result,) = runner.run(_plan(), "interval", state=tmp_path)
+    saved = json.loads(runner.results_path("interval", tmp_path).read_text())
+    assert saved[0]["check"] == "interfaces" and saved[0]["ok"] is result.ok
+    assert set(saved[0]) == {"check", "ok", "detail", "seconds", "time"}
+    families = health_families(tmp_path, "slonk-cpu-0")
+    labels = ("slonk-cpu-0", "interfaces", "interval")
+    ok = next(f for f in families if f.name == "slonk_health_check_ok")
+    assert ok.samples == {labels: 0.0}  # lo has no global address
+    last = next(f for f in families if f.name == "slonk_health_check_last_run_timestamp_seconds")
+    assert last.samples[labels] == saved[0]["time"]
+
+
+def test_a_run_where_no_plan_lives_saves_nothing(tmp_path):
+    runner.run(_plan(), "interval", state=tmp_path / "absent")
+    assert not (tmp_path / "absent").exists()
+
+
+def test_hostile_health_results(tmp_path):
+    runner.results_path("prolog", tmp_path).write_text(json.dumps([
+        {"check": 'gpu"} 1\n', "ok": True, "seconds": 1, "time": 5},
+        {"check": "storage", "ok": "yes", "seconds": "long", "time": None},
+        "junk",
+    ]))  # fmt: skip
+    runner.results_path("boot", tmp_path).write_text("{not json")
+    (tmp_path / "results-evil.json").write_text("[]")
+    with pytest.raises(RecordError, match=r"results-boot\.json") as caught:
+        health_families(tmp_path, "slonk-cpu-0")
+    ok, duration, _ = caught.value.families  # the readable phase is still served
+    assert ok.samples == {("slonk-cpu-0", "storage", "prolog"): 0.0}
+    assert duration.samples == {("slonk-cpu-0", "storage", "prolog"): 0.0}
+
+
+# Syncer stats and the node history
+
+
+def test_syncer_stats(tmp_path):
+    stats = tmp_path / "syncer-stats.json"
+    assert syncer_families(stats) == []  # the syncer wrote none yet
+    stats.write_text(json.dumps({
+        "passes": 12, "errors": 1, "lastPassSeconds": 0.2,
+        "actions": {"drain": 3, "resume": 2, "down": 0, "lend": 1, "give-back": 1, "evil\n": 9},
+    }))  # fmt: skip
+    families = syncer_families(stats)
+    assert samples(families, "slonk_syncer_passes_total") == {(): 12}
+    assert samples(families, "slonk_syncer_errors_total") == {(): 1}
+    assert samples(families, "slonk_syncer_actions_total") == {
+        ("drain",): 3, ("resume",): 2, ("lend",): 1, ("give-back",): 1,
+    }  # fmt: skip
+    stats.write_text("[1, 2")
+    with pytest.raises(RecordError, match="not JSON"):
+        syncer_families(stats)
+    stats.write_text(" " * 100_000)
+    with pytest.raises(RecordError, match="larger than"):
+        syncer_families(stats)
+
+
+def _event(event: str, cause: str, reason: str = "") -> str:
+    return json.dumps({
+        "time": 1.0, "event": event, "node": "slonk-gpu-0", "machine": "m1", "gpus": [],
+        "pod": "slonk-gpu-0", "podUID": "", "cause": cause, "reason": reason,
+    }) + "\n"  # fmt: skip
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("slonk.history") is None,
+    reason="slonk.history (the node history's reader) is another branch's; not merged here",
+)
+def test_node_events_count_from_when_the_exporter_started(tmp_path):
+    path = tmp_path / "history.jsonl"
+    path.write_text(_event("drain", "gpu"))  # before the exporter: not counted
+    counter = EventCounter(path)
+    events = samples(counter.families(), "slonk_node_events_total")
+    assert events == {}
+    with path.open("a") as file:
+        file.write(_event("recycle", "gpu") + _event("recycle", "gpu"))
+        file.write(_event("quarantine", "quarantine"))
+        file.write(_event("drain", 'evil"} 1\n', "slonk:storage: read-only"))
+        file.write(_event("explode", "gpu"))
+    assert samples(counter.families(), "slonk_node_events_total") == {
+        ("recycle", "gpu"): 2, ("quarantine", "quarantine"): 1, ("drain", "storage"): 1,
+    }  # fmt: skip
+
+
+# The collector: a failing source, and promtool
+
+
+def _controller_sources(tmp_path) -> dict:
+    pools = lambda n: POOLS.get(n, "")  # noqa: E731
+    stats = tmp_path / "stats.json"
+    stats.write_text(json.dumps({"passes": 1, "errors": 0, "actions": {"drain": 1}}))
+    return {
+        "nodes": lambda: node_families(text("scontrol-show-node.json"), pools),
+        "jobs": lambda: job_families(text("squeue.json"), {"main"}),
+        "sdiag": lambda: sdiag_families(text("sdiag.json")),
+        "syncer": lambda: syncer_families(stats),
+    }
+
+
+def _render(collector: SourcesCollector) -> str:
+    registry = CollectorRegistry()
+    registry.register(collector)
+    return generate_latest(registry).decode()
+
+
+def test_a_failing_source_is_counted_and_the_others_served(tmp_path, capsys):
+    sources = _controller_sources(tmp_path)
+    sources["sdiag"] = lambda: sdiag_families("sdiag: error: Unable to contact slurm\n")
+    collector = SourcesCollector(sources)
+    _render(collector)
+    out = _render(collector)
+    assert 'slonk_exporter_scrape_errors_total{source="sdiag"} 2.0' in out
+    assert 'slonk_exporter_scrape_errors_total{source="nodes"} 0.0' in out
+    assert 'slonk_nodes{cause="gpu",pool="cpu",state="drained"} 1.0' in out
+    assert "slonk_scheduler" not in out
+    assert "sdiag: 'sdiag --json: output is not JSON" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="no promtool (Debian's prometheus)")
+def test_promtool_accepts_what_the_exporter_serves(tmp_path):
+    runner.results_path("interval", tmp_path).write_text(
+        json.dumps([{"check": "dns", "ok": True, "detail": "", "seconds": 0.1, "time": 1.0}])
+    )
+    controller = _render(SourcesCollector(_controller_sources(tmp_path)))
+    worker = _render(SourcesCollector({"health": lambda: health_families(tmp_path, "n1")}))
+    for out in (controller, worker):
+        checked = subprocess.run(
+            ["promtool", "check", "metrics"], input=out, capture_output=True, text=True,
+            check=False,
+        )  # fmt: skip
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "slonk_rpcs_total" in controller and "slonk_health_check_ok" in worker
+
+
+# cluster.yaml: metrics.port, and who runs the service
+
+
+def test_the_spec_reads_pools_and_partitions_again_when_it_changes(tmp_path, demo_spec):
+    import yaml
+
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump(demo_spec))
+    spec = Spec(path)
+    spec.refresh()
+    assert (spec.pool_of("slonk-gpu-3"), spec.pool_of("slonk-gpu-4")) == ("gpu", "")
+    assert spec.partitions == {"main", "gpu"}
+    demo_spec["nodepools"]["gpu"]["replicas"] = 5
+    path.write_text(yaml.safe_dump(demo_spec) + "# changed\n")
+    spec.refresh()
+    assert spec.pool_of("slonk-gpu-4") == "gpu"
+
+
+def test_metrics_port(demo_spec):
+    assert parse_spec(demo_spec).metrics is None
+    demo_spec["metrics"] = {}
+    assert parse_spec(demo_spec).metrics.port == 9341
+    demo_spec["metrics"] = {"port": 9100}
+    assert parse_spec(demo_spec).metrics.port == 9100
+
+
+@pytest.mark.parametrize(
+    ("metrics", "message"),
+    [
+        ({"port": 0}, "metrics.port: must be >= 1"),
+        ({"port": 70000}, "metrics.port: must be <= 65535"),
+        ({"port": "9341"}, "metrics.port: expected an integer"),
+        ({"port": True}, "metrics.port: expected an integer, got a boolean"),
+        ({"port": 6818}, "metrics.port: 6818 is slurmdPort's port"),
+        ({"port": 22}, "metrics.port: 22 is sshd's port"),
+        ({"enabled": True}, "metrics.enabled: unknown key"),
+        (9341, "metrics: expected a mapping"),
+    ],
+)
+def test_bad_metrics_settings_name_the_key(demo_spec, metrics, message):
+    demo_spec["metrics"] = metrics
+    with pytest.raises(SpecError, match=message):
+        parse_spec(demo_spec)
+
+
+def test_the_metrics_service_runs_on_the_controller_and_workers_when_asked(demo_spec):
+    off = parse_spec(demo_spec)
+    demo_spec["metrics"] = {"port": 9341}
+    on = parse_spec(demo_spec)
+    for role in ("controller", "worker"):
+        assert "metrics" not in optional_services(off, role)
+        assert "metrics" in optional_services(on, role)
+    assert "metrics" not in optional_services(on, "login")
+
+
+# What job-time programs load
+
+
+def test_job_time_programs_and_the_cause_label_do_not_load_prometheus_client():
+    """Slurm runs the prolog, epilog and health programs for every job and every interval:
+    they must not pay for the exporter's library, nor must the syncer's cause label."""
+    modules = (
+        "slonk.health.command", "slonk.hooks.dispatch", "slonk.health.drains", "slonk.metrics",
+    )  # fmt: skip
+    code = f"import sys; import {', '.join(modules)}; print(sorted(sys.modules))"
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert "prometheus_client" not in loaded
+    assert "slonk.metrics.collector" not in loaded
