@@ -193,8 +193,9 @@ def append(events: Iterable[Event], path: Path = paths.NODE_HISTORY) -> None:
             _compact(path)
 
 
-def _compact(path: Path, keep: int = KEEP_BYTES) -> None:
-    """Rewrite the file (its lock held) with its newest complete lines within `keep` bytes."""
+def _compact(path: Path) -> None:
+    """Rewrite the file (its lock held) with its newest complete lines within KEEP_BYTES."""
+    keep = KEEP_BYTES
     data = path.read_bytes()
     base, header = _header(data)
     end = data.rfind(b"\n") + 1
