@@ -20,7 +20,7 @@ from slonk import history, paths
 from slonk.files import write_atomically
 from slonk.health import serials
 from slonk.metrics import cause_label
-from slonk.slurm_state import NodeState
+from slonk.slurm_state import OFF_FLAGS, NodeState
 
 # Cluster-scoped objects' core/v1 Events must be in `default` (the API server refuses another
 # namespace for an Event with no eventTime whose object has none), and `kubectl describe node`
@@ -59,7 +59,8 @@ class Pod:
 
 
 def out_of_service(node: NodeState) -> bool:
-    return node.drained or node.state == "down"
+    """Drained, down, or powered down (lent) or on its way: no job starts on it."""
+    return node.drained or node.state == "down" or bool(node.flags & OFF_FLAGS)
 
 
 def event(kind: str, node: NodeState, pod: Pod, reason: str, when: float) -> history.Event:
@@ -81,12 +82,13 @@ def changes(
 ) -> list[tuple[str, NodeState, str]]:
     """(drain | resume, node, reason) for each node whose service changed. `before`: each
     node's reason when last seen out of service, None when in service (absent: in service).
-    A resume carries the reason it lifted."""
+    A resume carries the reason it lifted. A node still out of service whose reason Slurm
+    cleared (powering up, lent) is no new drain."""
     found = []
     for node in nodes:
         old = before.get(node.name)
         if out_of_service(node):
-            if old != node.reason:
+            if old is None or (node.reason and node.reason != old):
                 found.append(("drain", node, node.reason))
         elif old is not None:
             found.append(("resume", node, old))

@@ -166,6 +166,9 @@ def test_changes_between_passes_are_drains_and_resumes_whoever_made_them() -> No
         ("drain", "c", "slonk:quarantine: recycled 2 times"),
         ("drain", "d", "Not responding"),
     ]
+    # Lent: powered down, and powering up with the reason Slurm cleared: no new drain.
+    lent = [_node("b", "idle+POWERED_DOWN", "maintenance"), _node("c", "mixed+POWERING_UP")]
+    assert node_events.changes(before, lent) == []
     resumed = node_events.changes(before, [_node("b", "idle"), _node("c", "mixed")])
     assert [(k, n.name, r) for k, n, r in resumed] == [
         ("resume", "b", "maintenance"),  # the resume carries what it lifted
