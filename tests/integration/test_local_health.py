@@ -11,7 +11,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from slonk import history, paths
 from slonk.health.drains import LOG as HEALTH_LOG
 from slonk.health.recycle import HISTORY
 from slonk.local.cluster import Cluster
@@ -149,14 +148,6 @@ def _deletes(cluster: LocalCluster, pod: str, since: int) -> int:
     return text.count(f'DELETE /api/v1/namespaces/default/pods/{pod} HTTP/1.1" 200')
 
 
-def _node_history(cluster: LocalCluster) -> list[history.Event]:
-    """The controller's node history, every line of it an event."""
-    out = cluster.pod(CONTROLLER).check_output(f"cat {paths.NODE_HISTORY}")
-    read = [history.parse(line) for line in out.encode().splitlines()]
-    assert None not in read
-    return [e for e in read if e is not None]
-
-
 def _in_controller(cluster: LocalCluster, *command: str) -> str:
     """A command in the controller pod as an operator runs it: `slonk local exec`."""
     state = ("--state-dir", str(cluster.state_dir))
@@ -273,7 +264,7 @@ def test_a_node_failing_boot_checks_registers_drained_then_is_recycled_then_quar
         )
 
     wait_for(f"a new slurmd on {BAD} registered drained", registered_drained)
-    recorded = len(_node_history(cluster))
+    recorded = len(cluster.node_history())
     deletes = _deletes_offset(cluster)
     _recycle_fast(cluster)
     quarantine = f"slonk:quarantine: recycled 2 times in 600 s; last {reason}"
@@ -295,7 +286,7 @@ def test_a_node_failing_boot_checks_registers_drained_then_is_recycled_then_quar
     machine = f"local-{BAD}"
     kept = [
         e
-        for e in _node_history(cluster)[recorded:]
+        for e in cluster.node_history()[recorded:]
         if e.machine == machine and e.event in ("recycle", "quarantine")
     ]
     assert [(e.event, e.node, e.cause) for e in kept] == [
