@@ -33,6 +33,7 @@ KEEP_BYTES = MAX_BYTES // 2  # ...to the newest lines that fit in this
 MAX_TEXT = 1024  # a reason as Slurm shows it is shorter; a person's may be anything
 MAX_NAME = 253  # a Kubernetes Node name's limit
 MAX_GPUS = 64
+MAX_HEADER = 100  # the compaction header's line is shorter
 
 
 def _text(value: str, limit: int) -> str:
@@ -112,12 +113,11 @@ class Read:
 
 
 def _scan(data: bytes, start: int, base: int, header: int) -> Read:
-    """Complete lines of `data` from physical `start`; offsets logical (base + past header)."""
-    result = Read(offset=base + max(0, start - header))
+    """The complete lines of `data`, the file's bytes from physical `start`; offsets logical
+    (base + bytes past the header)."""
+    result = Read(offset=base + start - header)
     end = data.rfind(b"\n") + 1
-    if end <= start:
-        return result
-    for line in data[start:end].splitlines():
+    for line in data[:end].splitlines():
         if not line.strip():
             continue
         event = parse(line)
@@ -125,30 +125,32 @@ def _scan(data: bytes, start: int, base: int, header: int) -> Read:
             result.skipped += 1
         else:
             result.events.append(event)
-    result.offset = base + end - header
+    result.offset += end
     return result
 
 
-def _header(data: bytes) -> tuple[int, int]:
-    """(base, header length) of a file's content."""
-    first = data.split(b"\n", 1)[0]
-    base = _base(first) if data.startswith(b"{") and b"\n" in data else None
-    return (0, 0) if base is None else (base, len(first) + 1)
+def _header(first: bytes) -> tuple[int, int]:
+    """(base, header length) from a file's first line (with its line end)."""
+    base = _base(first) if first.startswith(b"{") and first.endswith(b"\n") else None
+    return (0, 0) if base is None else (base, len(first))
 
 
 def load(path: Path = paths.NODE_HISTORY, offset: int = 0) -> Read:
     """Every event past logical `offset` (0: all), with the count of lines skipped. A missing
     file is an empty history. When compaction dropped the lines at `offset`, reading starts
-    at the oldest line kept: what was dropped unread is gone, nothing is read twice."""
+    at the oldest line kept: what was dropped unread is gone, nothing is read twice. Only
+    the bytes past `offset` are read."""
     try:
-        data = path.read_bytes()
+        handle = path.open("rb")
     except FileNotFoundError:
         return Read(offset=offset)
-    base, header = _header(data)
-    start = header + max(0, offset - base)
-    if start > len(data):  # an offset past the end: not this history's; from the start
-        start = header
-    return _scan(data, start, base, header)
+    with handle:
+        base, header = _header(handle.readline(MAX_HEADER))
+        start = header + max(0, offset - base)
+        if start > os.fstat(handle.fileno()).st_size:  # past the end: another file's offset
+            start = header
+        handle.seek(start)
+        return _scan(handle.read(), start, base, header)
 
 
 def read(path: Path = paths.NODE_HISTORY) -> list[Event]:
@@ -197,7 +199,7 @@ def _compact(path: Path) -> None:
     """Rewrite the file (its lock held) with its newest complete lines within KEEP_BYTES."""
     keep = KEEP_BYTES
     data = path.read_bytes()
-    base, header = _header(data)
+    base, header = _header(data[: data.find(b"\n") + 1])
     end = data.rfind(b"\n") + 1
     cut = max(header, end - keep)
     if cut > header and data[cut - 1 : cut] != b"\n":  # mid-line: from the next whole one
