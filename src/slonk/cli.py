@@ -343,6 +343,19 @@ def _pool(args: argparse.Namespace) -> int:
     return 0
 
 
+def _nodes(args: argparse.Namespace) -> int:
+    from slonk import fleet
+
+    return fleet.main(args.nodes_command or "", getattr(args, "node", None))
+
+
+def _add_nodes(parser: argparse.ArgumentParser) -> None:
+    nodes_sub = parser.add_subparsers(dest="nodes_command")
+    past = nodes_sub.add_parser("history", help="drains, resumes, recycles and quarantines")
+    past.add_argument("node", nargs="?", help="a Slurm node, a machine or a GPU serial")
+    parser.set_defaults(run=_nodes)
+
+
 def _add_pool(parser: argparse.ArgumentParser) -> None:
     pool_sub = parser.add_subparsers(dest="pool_command", required=True)
     scale = pool_sub.add_parser(
@@ -448,6 +461,7 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
     "align": ("every node as Slurm and Kubernetes see it; exit 1 on drift", _add_align),
     "metrics": ("Prometheus metrics of the cluster or this node", _add_metrics),
     "pool": ("lend a node pool's nodes and give them back", _add_pool),
+    "nodes": ("the fleet at a glance; `nodes history [NODE]`: what happened", _add_nodes),
     "worker": ("a worker pod's stop and return (preStop, SIGTERM)", _add_worker),
     "power": ("lent nodes as Slurm's power saving", _add_power),
     "local": ("run the chart's pods on this machine (root)", _add_local),

@@ -23,6 +23,7 @@ from slonk.config.spec import ClusterSpec, read_spec
 from slonk.errors import SlonkError
 from slonk.files import make_dir, write_atomically
 from slonk.health import runner as health
+from slonk.health import serials
 from slonk.identity import pod_name
 from slonk.ldapdev import DevDirectory, seed_ldif
 from slonk.slurmctld import Slurmctld
@@ -149,12 +150,18 @@ def boot_checks(plan: health.CheckPlan) -> str:
     health.write_plan(plan)
     results = health.run(plan, "boot")
     health.save_boot_results(results)
+    gpus = plan.checks.get("gpu")
+    found = ""
+    if gpus:  # for the node history: the first health run puts them on the Slurm node
+        numbers = serials.query(gpus["options"], gpus["timeoutSeconds"])
+        serials.save(numbers)
+        found = f"; GPU serials: {', '.join(numbers) or 'none given'}"
     failed = [r for r in results if not r.ok]
     for result in failed:
         log(f"boot check failed: {result.line()}")
     if failed:
-        return f"{len(failed)} of {len(results)} failed; the node registers drained"
-    return f"{len(results)} passed"
+        return f"{len(failed)} of {len(results)} failed; the node registers drained{found}"
+    return f"{len(results)} passed{found}"
 
 
 def prepare_directory(spec: ClusterSpec) -> str:

@@ -62,6 +62,13 @@ POWER_REQUESTS = STATE_SAVE / "slonk-power-requests.json"
 # with accounting storage forgets one as the node powers up (keeping its drain). Same format,
 # {"version": 1, "nodes": {"<node>": "<reason>"}}; root's (the syncer's) alone.
 POWERED_DOWN_REASONS = STATE_SAVE / "slonk-powered-down-reasons.json"
+# Every drain, resume, recycle and quarantine of a node, keyed by its machine (slonk.history):
+# one JSON object a line, appended under a lock, compacted to the newest lines.
+NODE_HISTORY = STATE_SAVE / "slonk-node-history.jsonl"
+# The Kubernetes Node each node's pod runs on, as the syncer last saw it: {"<node>": "<Node>"}.
+MACHINES = STATE_SAVE / "slonk-machines.json"
+# The syncer's counts since its process started, rewritten after every pass (slonk.align.syncer).
+SYNCER_STATS = Path("/run/slonk/syncer-stats.json")
 # slurmctld's output as its s6 logger keeps it (rootfs' slurmctld/log/run): what it said.
 SLURMCTLD_LOG = Path("/run/slonk/log/slurmctld/current")
 

@@ -45,6 +45,7 @@ class NodeState:
     reason: str
     slurmd_started: str = ""  # changes when a new slurmd registers ("0": never did)
     reason_by: str = ""  # the user who set the reason
+    extra: str = ""  # Slurm's free-form Extra (slonk.health.serials writes GPU serials there)
 
     @property
     def drained(self) -> bool:
@@ -184,6 +185,7 @@ def node_state(record: Mapping[str, Any]) -> NodeState:
         reason=_get(record, "reason", str, where),
         slurmd_started=str(_number(record, "slurmd_start_time", where)),
         reason_by=_get(record, "reason_set_by_user", str, where),
+        extra=record["extra"] if isinstance(record.get("extra"), str) else "",
     )
 
 

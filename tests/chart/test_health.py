@@ -33,6 +33,8 @@ def test_gpu_pools_check_gpus_after_jobs_and_may_read_the_kernel_log(gpu_manifes
     assert "SYSLOG" in slurmd.securityContext.capabilities.add
 
 
+# Both record node events on pods (here) and Nodes (in `default`): slonk.node_events.
+EVENTS = [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
 # What each part of the controller calls (slonk.align.kube, slonk.align.syncer's Lease,
 # slonk.health.kube): the chart grants exactly the union of the enabled parts'.
 SYNCER_ROLE = [
@@ -43,7 +45,6 @@ SYNCER_ROLE = [
         "resourceNames": ["slonk-cpu"],
         "verbs": ["patch"],
     },
-    {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
     {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
     {
         "apiGroups": ["coordination.k8s.io"],
@@ -86,9 +87,11 @@ def test_the_controller_gets_exactly_what_its_enabled_parts_call(
         "health": {"recycle": {"enabled": recycle, "taintNodes": taint}},
     }
     roles = _roles(values)
-    role = [{"apiGroups": [""], "resources": ["pods"], "verbs": pods}]
+    role = [{"apiGroups": [""], "resources": ["pods"], "verbs": pods}, *EVENTS]
     role += SYNCER_ROLE if syncer else []
     assert roles[("Role", "slonk-controller")] == role
+    # A Node's Events are in `default`: there, events/create alone.
+    assert roles[("Role", "hpc-slonk-controller-node-events")] == EVENTS
     cluster = roles.get(("ClusterRole", "hpc-slonk-controller"))
     assert cluster == (
         None if nodes is None else [{"apiGroups": [""], "resources": ["nodes"], "verbs": nodes}]
@@ -128,3 +131,23 @@ def test_the_values_file_shows_slonks_own_defaults():
         if "timeoutSeconds" in shown:
             assert shown.pop("timeoutSeconds") == default.timeout_seconds, name
         assert shown.items() <= dict(default.options).items(), name
+
+
+def test_node_events_go_to_default_for_a_release_elsewhere_only():
+    def documents(namespace):
+        rendered = chart.render(chart.default_chart(), {}, namespace=namespace)
+        return [d for d in yaml.safe_load_all(chart.manifest(rendered)) if d]
+
+    binding = next(
+        d
+        for d in documents("hpc")
+        if d["metadata"]["name"] == "hpc-slonk-controller-node-events"
+        and d["kind"] == "RoleBinding"
+    )
+    assert binding["metadata"]["namespace"] == "default"
+    assert binding["roleRef"]["name"] == "hpc-slonk-controller-node-events"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "slonk-controller", "namespace": "hpc"}
+    ]
+    # In `default` the release's own Role has events/create already.
+    assert not [d for d in documents("default") if "node-events" in d["metadata"]["name"]]

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from slonk import paths
 from slonk.health import reasons
 
 from ..support.cluster import SLONK, LocalCluster, wait_for
@@ -46,6 +47,7 @@ def aligned(healthy: LocalCluster) -> Iterator[LocalCluster]:
 def test_cordon_drains_only_while_it_holds_and_leaves_a_persons_drain(
     aligned: LocalCluster,
 ) -> None:
+    recorded = len(aligned.node_history())
     _scontrol(aligned, "update", "nodename=slonk-cpu-1", "state=drain", "reason=hands_off")
     aligned.kubectl("cordon", "local-slonk-cpu-0")
     aligned.kubectl("cordon", "local-slonk-cpu-1")
@@ -70,6 +72,17 @@ def test_cordon_drains_only_while_it_holds_and_leaves_a_persons_drain(
     aligned.kubectl("uncordon", "local-slonk-cpu-1")
     wait_for("slonk-cpu-0 resumed", lambda: aligned.nodes()["slonk-cpu-0"][0] == "idle")
     assert aligned.nodes()["slonk-cpu-1"] == ("idle+drain", "hands_off")
+
+    # The node history holds each change, whoever made it (the person's resume too), once.
+    def seen(node: str) -> list[tuple[str, str]]:
+        return [(e.event, e.cause) for e in aligned.node_history()[recorded:] if e.node == node]
+
+    changes = [("drain", "k8s"), ("resume", "k8s"), ("drain", "k8s"), ("resume", "k8s")]
+    wait_for("slonk-cpu-0's changes in the history", lambda: seen("slonk-cpu-0") == changes)
+    assert seen("slonk-cpu-1") == [("drain", "human")]
+    stats = json.loads(aligned.pod(CONTROLLER).check_output(f"cat {paths.SYNCER_STATS}"))
+    assert stats["passes"] > 0 and stats["lastPassSeconds"] > 0
+    assert stats["actions"]["drain"] >= 2 and stats["actions"]["resume"] >= 1
 
 
 def test_slurms_view_shows_on_the_pods(aligned: LocalCluster) -> None:

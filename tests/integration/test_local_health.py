@@ -15,7 +15,7 @@ from slonk.health.drains import LOG as HEALTH_LOG
 from slonk.health.recycle import HISTORY
 from slonk.local.cluster import Cluster
 
-from ..support.cluster import SCRATCH, LocalCluster, wait_for
+from ..support.cluster import SCRATCH, LocalCluster, slonk, wait_for
 
 BAD, GOOD = "slonk-cpu-1", "slonk-cpu-0"
 CONTROLLER = "slonk-controller-0"
@@ -148,6 +148,12 @@ def _deletes(cluster: LocalCluster, pod: str, since: int) -> int:
     return text.count(f'DELETE /api/v1/namespaces/default/pods/{pod} HTTP/1.1" 200')
 
 
+def _in_controller(cluster: LocalCluster, *command: str) -> str:
+    """A command in the controller pod as an operator runs it: `slonk local exec`."""
+    state = ("--state-dir", str(cluster.state_dir))
+    return slonk("local", "exec", *state, CONTROLLER, "--", *command).stdout
+
+
 def _hosts_of_new_jobs(cluster: LocalCluster, count: int) -> set[str]:
     jobs = [
         cluster.submit("--output=/dev/null", "--wrap", "hostname > $HOME/ran-$SLURM_JOB_ID")
@@ -258,6 +264,7 @@ def test_a_node_failing_boot_checks_registers_drained_then_is_recycled_then_quar
         )
 
     wait_for(f"a new slurmd on {BAD} registered drained", registered_drained)
+    recorded = len(cluster.node_history())
     deletes = _deletes_offset(cluster)
     _recycle_fast(cluster)
     quarantine = f"slonk:quarantine: recycled 2 times in 600 s; last {reason}"
@@ -274,6 +281,37 @@ def test_a_node_failing_boot_checks_registers_drained_then_is_recycled_then_quar
 
     node = wait_for(f"local-{BAD} tainted", tainted)
     assert node["metadata"]["annotations"]["slonk.io/quarantine-reason"] == quarantine
+    # The machine's history holds all three, each from another pod of the same node, with
+    # the GPU serial its boot run reported (one GPU visible: one serial).
+    machine = f"local-{BAD}"
+    kept = [
+        e
+        for e in cluster.node_history()[recorded:]
+        if e.machine == machine and e.event in ("recycle", "quarantine")
+    ]
+    assert [(e.event, e.node, e.cause) for e in kept] == [
+        ("recycle", BAD, "gpu"),
+        ("recycle", BAD, "gpu"),
+        ("quarantine", BAD, "quarantine"),
+    ]
+    assert kept[2].reason == quarantine
+    assert len({e.podUID for e in kept}) == 3 and all(e.podUID for e in kept)
+    assert all(len(e.gpus) == 1 and e.gpus[0].isdigit() for e in kept), kept
+    # The operator's view, in the controller pod: the events across pods, newest last...
+    printed = _in_controller(cluster, "slonk", "nodes", "history", machine).splitlines()
+    events = [
+        line.split()[2] for line in printed[1:] if line.split()[2] in ("recycle", "quarantine")
+    ]
+    assert events[-3:] == ["recycle", "recycle", "quarantine"]
+    # ...the fleet at a glance...
+    (line,) = [
+        line.split() for line in _in_controller(cluster, "slonk", "nodes").splitlines()
+        if line.startswith(f"{BAD} ")
+    ]  # fmt: skip
+    assert (line[1], line[2], line[-2], line[-1]) == ("idle+drain", "quarantine", "2", machine)
+    # ...and Kubernetes' Events on the Node (kubectl describe node).
+    described = cluster.kubectl("describe", "node", machine)
+    assert "SlonkQuarantined" in described and "SlonkRecycled" in described
     # Neither a healed GPU nor a new pod lifts a quarantine: that is the person's who
     # replaces the node (the fixture resumes it).
     faults.heal()

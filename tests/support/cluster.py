@@ -26,7 +26,7 @@ import testinfra.host
 import yaml
 from testinfra.backend import base
 
-from slonk import paths, slurm_state
+from slonk import history, paths, slurm_state
 from slonk.local.cluster import Cluster
 from slonk.local.projection import project
 from slonk.slurm_state import NodeState
@@ -233,6 +233,13 @@ class LocalCluster:
         if out.rc != 0:
             return {}
         return {n.name: n for n in slurm_state.parse_nodes(out.stdout)}
+
+    def node_history(self) -> list[history.Event]:
+        """The controller's node history ([] before its first event); every line an event."""
+        out = self.pod("slonk-controller-0").run(f"cat {paths.NODE_HISTORY}")
+        read = [history.parse(line) for line in out.stdout.encode().splitlines()]
+        assert None not in read, out.stdout
+        return [e for e in read if e is not None]
 
     def nodes(self) -> dict[str, tuple[str, str]]:
         """{node: (state, reason)} as the controller sees it ({} while it does not answer):

@@ -182,3 +182,40 @@ def test_work_that_ends_gives_the_lease_up(api: Fake) -> None:
     stopped: list[str] = []
     _elector(api, "a", [0.0]).run(lambda: None, lambda: stopped.append("lost"))
     assert stopped == ["lost"]
+
+
+def test_node_events_show_in_kubectl_describe_node_and_go_nowhere_else(
+    api: Fake, kube: Cluster
+) -> None:
+    """A drain recorded by the syncer, as node_events makes it: on the pod, and on the Node
+    in `default`, where `kubectl describe node` finds it. The API refuses a Node's Event in
+    another namespace, as a real one does."""
+    from slonk import history, node_events
+
+    pod = node_events.Pod.of(kube.pods.snapshot()["slonk-cpu-1"])
+    event = history.Event(
+        time=1_800_000_000.0,
+        event="drain",
+        node="slonk-cpu-1",
+        machine="local-slonk-cpu-1",
+        gpus=("1654000000010",),
+        pod=pod.name,
+        podUID=pod.uid,  # `kubectl describe pod` asks for it
+        cause="gpu",
+        reason="slonk:gpu: 1 of 2 GPUs visible",
+    )
+    assert pod.machine == event.machine
+    node_events.publish(kube, [event], NAMESPACE, lambda line: pytest.fail(line))
+    described = api.kubectl("describe", "node", "local-slonk-cpu-1").stdout
+    assert "SlurmNodeDrained" in described and "1 of 2 GPUs visible" in described
+    assert "SlurmNodeDrained" in api.kubectl("describe", "pod", "slonk-cpu-1").stdout
+    (_, (_, on_node)) = node_events.bodies(event, NAMESPACE)
+    on_node["metadata"]["namespace"] = "kube-public"
+    with pytest.raises(KubeError, match="403"):  # the chart grants events/create in default
+        kube.create_event("kube-public", on_node)
+    from kubernetes import client
+
+    admin = client.CoreV1Api(api.client())
+    with pytest.raises(client.ApiException) as refused:
+        admin.create_namespaced_event("kube-public", on_node)
+    assert refused.value.status == 422

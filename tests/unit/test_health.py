@@ -452,6 +452,12 @@ def test_a_hostile_reason_on_another_node_leaves_this_one_alone(monkeypatch):
     assert updates == []
 
 
+@pytest.fixture(autouse=True)
+def _node_history(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The recycle loop records in a test's own history, never the host's."""
+    monkeypatch.setattr(recycle, "NODE_HISTORY", tmp_path / "node-history.jsonl")
+
+
 RECYCLE_NOW = {"enabled": True, "recycle": {"idleSeconds": 1, "maxRecycles": 5}}
 
 
@@ -459,6 +465,13 @@ class RecordingKubernetes:
     def __init__(self, refuse=()) -> None:
         self.deleted: list[str] = []
         self.refuse = refuse
+        self.events: list[tuple[str, dict]] = []
+
+    def pod_place(self, name: str) -> tuple[str, str]:
+        return f"local-{name}", f"uid-{name}"
+
+    def create_event(self, namespace: str, body: dict) -> None:
+        self.events.append((namespace, body))
 
     def delete_pod(self, name: str) -> None:
         if name in self.refuse:

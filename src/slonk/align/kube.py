@@ -237,6 +237,16 @@ class Cluster:
         }
         self._call(f"event on pod {pod}", self.core.create_namespaced_event, self.namespace, body)
 
+    def create_event(self, namespace: str, body: Mapping[str, Any]) -> None:
+        """A core/v1 Event slonk.node_events made (on a pod, or a Node in `default`)."""
+        about = body.get("involvedObject") or {}
+        self._call(
+            f"event on {str(about.get('kind', '')).lower()} {about.get('name')}",
+            self.core.create_namespaced_event,
+            namespace,
+            dict(body),
+        )
+
     def scale(self, statefulset: str, replicas: int) -> None:
         body = {"spec": {"replicas": replicas}}
         self._call(

@@ -17,10 +17,11 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 
-from slonk import paths, power, slurm_nodes
+from slonk import node_events, paths, power, slurm_nodes
 from slonk.align import lease, lending
 from slonk.align import plan as planning
 from slonk.align.kube import BACKOFF_SECONDS, Cluster
+from slonk.align.stats import Stats
 from slonk.config import placement
 from slonk.config.spec import ClusterSpec, SpecError, load_spec
 from slonk.errors import SlonkError
@@ -113,10 +114,13 @@ EVENT_REASONS = {
 }
 
 
-def apply(result: planning.Plan, kube: Cluster, spec: ClusterSpec) -> list[str]:
+def apply(
+    result: planning.Plan, kube: Cluster, spec: ClusterSpec, stats: Stats | None = None
+) -> list[str]:
     """Carry the plan out; one line per change or failure. A node Slurm or the API refuses
     is tried again next pass: one never keeps the others waiting."""
     said = []
+    counts = stats or Stats()
     on_demand = spec.capacity.return_on_demand
     for action in result.actions:
         done = f"{action.verb} {action.node}: {action.reason or action.why}"
@@ -125,23 +129,28 @@ def apply(result: planning.Plan, kube: Cluster, spec: ClusterSpec) -> list[str]:
                 continue  # under way, or moot: the next pass looks again
         except (SlonkError, ValueError) as err:  # Slurm, the power requests file
             said.append(f"could not {action.verb} {action.node}, next pass tries again: {err}")
+            counts.errors += 1
             continue
         said.append(done)
+        counts.actions[action.verb] = counts.actions.get(action.verb, 0) + 1
         try:  # for `kubectl describe pod`; the change is made whether it is told or not
             kube.event(action.node, EVENT_REASONS[action.verb], done)
         except KubeError as err:
             said.append(f"could not record an Event for {action.node}: {err}")
+            counts.errors += 1
     for statefulset, replicas in result.scales.items():
         try:
             kube.scale(statefulset, replicas)
             said.append(f"scaled {statefulset} to {replicas}: Slurm asks its lent nodes back")
         except KubeError as err:
             said.append(f"could not scale {statefulset} up: {err}")
+            counts.errors += 1
     for patch in result.patches:
         try:
             kube.patch_pod(patch.pod, patch.labels, patch.annotations)
         except KubeError as err:
             said.append(f"could not show Slurm's view on pod {patch.pod}: {err}")
+            counts.errors += 1
     if spec.syncer and spec.syncer.topology_labels:
         said += place(result.placement, spec)
     return said
@@ -168,10 +177,21 @@ def place(found: Mapping[str, Mapping[str, str]], spec: ClusterSpec) -> list[str
         return [f"placement changed, topology not applied: {err}"]
 
 
-def pass_once(spec: ClusterSpec, kube: Cluster, fix: bool = True) -> planning.Plan:
-    result = planning.plan(snapshot(spec, kube), settings_of(spec))
+def pass_once(
+    spec: ClusterSpec,
+    kube: Cluster,
+    fix: bool = True,
+    observer: node_events.Observer | None = None,
+    stats: Stats | None = None,
+) -> planning.Plan:
+    """One pass. The syncer's own (with an observer) records what changed on the nodes since
+    its last pass, whoever changed it, before it acts."""
+    now = snapshot(spec, kube)
+    if observer is not None:
+        observer.observe(now.slurm, now.pods, kube, time.time())
+    result = planning.plan(now, settings_of(spec))
     if fix:
-        for line in apply(result, kube, spec):
+        for line in apply(result, kube, spec, stats):
             log(line)
     return result
 
@@ -210,6 +230,9 @@ def run(load: Callable[[], ClusterSpec]) -> None:
     poll_seconds = spec.syncer.slurm_poll_seconds
     kube = connect(spec, spec.syncer.resync_seconds)
 
+    observer = node_events.Observer(spec.namespace, log)
+    stats = Stats()
+
     def work() -> None:
         current, refused = spec, ""
         kube.start()
@@ -225,12 +248,21 @@ def run(load: Callable[[], ClusterSpec]) -> None:
                 refused = str(err)
             if not kube.synced:
                 continue  # a list failed: its objects' absence would read as pods gone
+            started = time.monotonic()
             try:
-                pass_once(current, kube)
+                pass_once(current, kube, observer=observer, stats=stats)
             except SlurmError as err:
                 log(f"pass skipped, Slurm cannot be read: {err}")
+                stats.errors += 1
             except Exception as err:  # whatever it was, a crash loop would stop all syncing
                 log(f"pass failed, trying again: {type(err).__name__}: {err}")
+                stats.errors += 1
+            stats.passes += 1
+            stats.last_pass_seconds = time.monotonic() - started
+            try:
+                stats.save()
+            except OSError as err:
+                log(f"cannot write {paths.SYNCER_STATS}: {err}")
             time.sleep(MIN_PASS_SECONDS)
 
     lead(spec, kube, work)

@@ -7,6 +7,8 @@ import json
 import sys
 from dataclasses import asdict
 
+from slonk.errors import SlonkError
+from slonk.health import runner, serials
 from slonk.health.drains import check_node
 from slonk.paths import HEALTH_PLAN, HEALTH_STATE
 
@@ -22,6 +24,10 @@ def slurmd_program() -> int:
         results, _ = check_node("interval", drain=True)
     else:
         STARTED.touch()
+        try:  # before the drain: the node history reads them with it
+            serials.report(runner.load_plan().node.name)
+        except (SlonkError, OSError, ValueError) as err:
+            print(f"slonk health: GPU serials not reported: {err}", file=sys.stderr)
         results, _ = check_node("boot", drain=True, rerun=False)
     failed = [r.reason for r in results if not r.ok]
     print("; ".join(failed))

@@ -3,6 +3,7 @@ controller pod's ServiceAccount (the chart's Role allows exactly these)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from slonk.errors import SlonkError
@@ -37,6 +38,21 @@ class KubeApi:
             return method(*args, **kwargs)
         except self._error as err:
             raise KubeError(f"{what}: {err.status} {err.reason}") from err
+
+    def pod_place(self, name: str) -> tuple[str, str]:
+        """(its Kubernetes Node, its uid): which machine a recycle or quarantine is about."""
+        found = self._call(f"read pod {name}", self.api.read_namespaced_pod, name, self.namespace)
+        return found.spec.node_name or "", found.metadata.uid or ""
+
+    def create_event(self, namespace: str, body: Mapping[str, Any]) -> None:
+        """A core/v1 Event slonk.node_events made (on a pod, or a Node in `default`)."""
+        about = body.get("involvedObject") or {}
+        self._call(
+            f"event on {str(about.get('kind', '')).lower()} {about.get('name')}",
+            self.api.create_namespaced_event,
+            namespace,
+            dict(body),
+        )
 
     def delete_pod(self, name: str) -> None:
         """Its StatefulSet makes it anew: fresh containers, boot checks, slurmd registers."""

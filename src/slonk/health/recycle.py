@@ -13,12 +13,12 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
-from slonk import paths, slurm_nodes
+from slonk import node_events, paths, slurm_nodes
 from slonk.config.spec import ClusterSpec, RecycleSettings, SpecError
 from slonk.files import write_atomically
 from slonk.health import reasons
@@ -29,6 +29,7 @@ from slonk.slurm_state import NodeState, SlurmError
 # On the controller's state volume, beside slurmctld's own state: a controller restart must
 # not forget how often a node was recycled.
 HISTORY = paths.STATE_SAVE / "slonk-recycle.json"
+NODE_HISTORY = paths.NODE_HISTORY  # where recycles and quarantines are recorded (slonk.history)
 
 
 def log(message: str) -> None:
@@ -38,6 +39,19 @@ def log(message: str) -> None:
 class Kubernetes(Protocol):
     def delete_pod(self, name: str) -> None: ...
     def quarantine_node(self, pod: str, slurm_node: str, reason: str) -> str: ...
+    def pod_place(self, name: str) -> tuple[str, str]: ...
+    def create_event(self, namespace: str, body: Mapping[str, Any]) -> None: ...
+
+
+def _pod(kube: Kubernetes, name: str) -> node_events.Pod:
+    """The node's pod and the machine under it; its name alone when the API cannot say (the
+    recycle goes on: the history then says less)."""
+    try:
+        machine, uid = kube.pod_place(name)
+    except KubeError as err:
+        log(f"cannot tell which machine {name} runs on: {err}")
+        return node_events.Pod(name)
+    return node_events.Pod(name, uid, machine)
 
 
 @dataclass
@@ -114,9 +128,11 @@ def pass_once(spec: ClusterSpec, kube: Kubernetes, history: History, now: float)
         return  # recycling is off: nothing is due
     settings = spec.health.recycle
     for action, node, recent in list(due(slurm_nodes.read_nodes(), history, settings, now)):
+        pod = _pod(kube, node.name)
         try:
             if action == "recycle":
                 kube.delete_pod(node.name)
+                record = node_events.event("recycle", node, pod, node.reason, now)
                 history.recycles[node.name].append(now)
                 history.restarting[node.name] = node.slurmd_started
                 log(
@@ -129,6 +145,7 @@ def pass_once(spec: ClusterSpec, kube: Kubernetes, history: History, now: float)
                     f"recycled {recent} times in {window} s; last {node.reason}"
                 )
                 slurm_nodes.drain(node.name, reason)
+                record = node_events.event("quarantine", node, pod, reason, now)
                 log(f"quarantined {node.name}: {reason}")
                 if settings.taint_nodes:
                     history.untainted[node.name] = reason
@@ -136,6 +153,7 @@ def pass_once(spec: ClusterSpec, kube: Kubernetes, history: History, now: float)
             log(f"could not {action} {node.name}, trying again next pass: {err}")
             continue
         history.idle_since.pop(node.name, None)
+        node_events.record([record], kube, spec.namespace, log, NODE_HISTORY)
     taint(kube, history)
 
 

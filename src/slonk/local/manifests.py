@@ -163,7 +163,8 @@ def plan(documents: Iterable[Mapping[str, Any]], namespace: str) -> Plan:
             ]
         elif kind in ("RoleBinding", "ClusterRoleBinding"):
             role = f"{doc['roleRef']['kind']}/{doc['roleRef']['name']}"
-            scope = namespace if kind == "RoleBinding" else None
+            # A RoleBinding holds in its own namespace (the chart's Node events one: default).
+            scope = meta.get("namespace", namespace) if kind == "RoleBinding" else None
             result.bindings += [
                 (s["name"], role, scope)
                 for s in doc.get("subjects", [])

@@ -380,6 +380,8 @@ class Handler(BaseHTTPRequestHandler):
                 "Required value: name or generateName is required",
             )
         _name(meta["name"])
+        if (target.resource.group, target.resource.kind) == ("", "Event"):
+            _check_event_namespace(obj, target.namespace)
         if (
             target.resource.namespaced
             and api.store.find("/namespaces", "", target.namespace) is None
@@ -527,6 +529,25 @@ def _checked(body: Any, target: Target) -> Object:
         ):
             raise invalid(resource.kind, meta.get("name", ""), f"metadata.{key}", "strings only")
     return obj
+
+
+def _check_event_namespace(event: Object, namespace: str) -> None:
+    """As the API server's legacy Event validation: an Event about a cluster-scoped object
+    (a Node: no involvedObject.namespace) with no eventTime is in `default`; any other is in
+    its object's namespace."""
+    about = event.get("involvedObject") or {}
+    theirs = about.get("namespace") or ""
+    if event.get("eventTime"):
+        allowed = {"default", "kube-system"} if not theirs else {namespace}
+    else:
+        allowed = {"default"} if not theirs else {theirs}
+    if namespace not in allowed:
+        raise invalid(
+            "Event",
+            event["metadata"].get("name", ""),
+            "involvedObject.namespace",
+            f"Invalid value: {theirs!r}: does not match event.namespace",
+        )
 
 
 def _event(

@@ -23,6 +23,9 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "spec.unschedulable": ("spec", "unschedulable"),
     "involvedObject.name": ("involvedObject", "name"),
     "involvedObject.kind": ("involvedObject", "kind"),
+    # `kubectl describe node` asks for these too (a Node's: namespace "", uid its name)
+    "involvedObject.namespace": ("involvedObject", "namespace"),
+    "involvedObject.uid": ("involvedObject", "uid"),
     "regarding.name": ("regarding", "name"),
 }
 
