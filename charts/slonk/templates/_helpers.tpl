@@ -375,6 +375,9 @@ resources, placement) are checked by the API server and are left to it. */}}
   "priority" $slurm.priority
   "ssh" (dict "workers" .Values.workers.ssh.enabled "trustedUserCAKeys" (not (empty .Values.ssh.trustedUserCAKeys)))
 -}}
+{{- if .Values.metrics.enabled -}}
+{{- $_ := set $spec "metrics" (dict "port" (int .Values.metrics.port)) -}}
+{{- end -}}
 {{- $accounting := .Values.accounting -}}
 {{- if $accounting.enabled -}}
 {{- $domain := printf "%s.svc.%s" .Release.Namespace .Values.clusterDomain -}}
@@ -554,4 +557,49 @@ podSelector:
   {{- with .Values.networkPolicy.dnsTo }}
   to: {{- toYaml . | nindent 4 }}
   {{- end }}
+{{- end }}
+
+{{/* Metrics (values: metrics): slonk's exporter on the controller and every worker. The
+container port, the Service port and the NetworkPolicy rule, each nothing when it is off. */}}
+{{- define "slonk.metricsContainerPort" -}}
+{{- if .Values.metrics.enabled -}}
+- {name: metrics, containerPort: {{ .Values.metrics.port }}}
+{{- end -}}
+{{- end }}
+
+{{- define "slonk.metricsServicePort" -}}
+{{- if .Values.metrics.enabled -}}
+- {name: metrics, port: {{ .Values.metrics.port }}, targetPort: metrics}
+{{- end -}}
+{{- end }}
+
+{{- define "slonk.metricsIngress" -}}
+{{- if .Values.metrics.enabled -}}
+# Scrapes of slonk's exporter: from networkPolicy.metricsFrom, or anyone.
+- ports:
+    - {protocol: TCP, port: {{ .Values.metrics.port }}}
+  {{- with .Values.networkPolicy.metricsFrom }}
+  from: {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- end -}}
+{{- end }}
+
+{{- /* metrics.port must be free on the pods the exporter runs in: not slurmctld's (the
+controller), slurmd's, sshd's or srun's (the workers). The same rule as slonk.config.spec. */}}
+{{- define "slonk.validateMetrics" -}}
+{{- if .Values.metrics.enabled -}}
+{{- $port := int .Values.metrics.port -}}
+{{- $taken := dict (toString (int .Values.slurm.slurmctldPort)) "slurmctldPort" (toString (int .Values.slurm.slurmdPort)) "slurmdPort" -}}
+{{- if .Values.workers.ssh.enabled }}{{ $_ := set $taken "22" "workers.ssh (sshd)" }}{{ end -}}
+{{- with get $taken (toString $port) -}}
+{{- fail (printf "metrics.port: %d is taken by %s in the pods the exporter runs in" $port .) -}}
+{{- end -}}
+{{- $range := index (.Values.slurm.slurmConf | default dict) "SrunPortRange" -}}
+{{- if and (not (kindIs "invalid" $range)) (regexMatch "^[0-9]{1,5}-[0-9]{1,5}$" (toString $range)) -}}
+{{- $ports := splitList "-" (toString $range) -}}
+{{- if and (ge $port (index $ports 0 | int)) (le $port (index $ports 1 | int)) -}}
+{{- fail (printf "metrics.port: %d is taken by %s in the pods the exporter runs in" $port "SrunPortRange (srun)") -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- end }}

@@ -211,6 +211,15 @@ class SshSettings:
     trusted_user_ca_keys: bool = False
 
 
+# Minimal model of cluster.yaml's `metrics` for the chart branch (issue 16): the metrics
+# branch owns this model; on merge, keep its MetricsSettings and drop this one.
+@dataclass(frozen=True)
+class MetricsSettings:
+    """slonk's exporter (`slonk metrics serve`) on the controller and every worker."""
+
+    port: int = 9341
+
+
 @dataclass(frozen=True)
 class GroupAccount:
     """Users in `group` (static or LDAP) get an association in Slurm account `account`."""
@@ -282,6 +291,7 @@ class ClusterSpec:
     priority: Priority = Priority()
     ssh: SshSettings = SshSettings()
     accounting: AccountingSettings | None = None
+    metrics: MetricsSettings | None = None
 
     @property
     def controller_name(self) -> str:

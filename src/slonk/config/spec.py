@@ -38,6 +38,7 @@ from slonk.config.model import (
     HookSettings,
     LdapServer,
     LdapSettings,
+    MetricsSettings,
     NodePool,
     Partition,
     Placement,
@@ -119,7 +120,7 @@ SPEC_KEYS = frozenset(
     "hooks "
     "health "
     "syncer "
-    "capacity priority accounting ssh".split()
+    "capacity priority accounting ssh metrics".split()
 )
 
 
@@ -671,6 +672,29 @@ def _ssh(data: Any, path: str) -> SshSettings:
     )
 
 
+# Minimal parser of cluster.yaml's `metrics` for the chart branch (issue 16): the metrics
+# branch owns it; on merge, keep its parser and this port rule (the chart's
+# slonk.validateMetrics).
+def _metrics(data: Any, path: str, taken: Mapping[str, range]) -> MetricsSettings | None:
+    """`taken`: what already listens in the pods the exporter runs in, by the key naming it."""
+    if data is None:
+        return None
+    r = _Reader(data, path, {"port"})
+    port = r.count("port", default=default_of(MetricsSettings, "port"), minimum=1, maximum=MAX_PORT)
+    for name, ports in taken.items():
+        if port in ports:
+            raise SpecError(
+                f"{r.at('port')}: {port} is taken by {name} in the pods the exporter runs in"
+            )
+    return MetricsSettings(port=port)
+
+
+def _srun_ports(slurm_conf: Mapping[str, Any]) -> range:
+    """SrunPortRange FIRST-LAST as a range; empty when unset or not that shape."""
+    found = re.fullmatch(r"([0-9]{1,5})-([0-9]{1,5})", str(slurm_conf.get("SrunPortRange", "")))
+    return range(int(found[1]), int(found[2]) + 1) if found else range(0)
+
+
 # MariaDB's own schemas and accounts: slurmdbd's user, granted everything on its database,
 # would rule the whole server through them.
 RESERVED_DATABASES = frozenset({"mysql", "sys", "performance_schema", "information_schema"})
@@ -848,6 +872,19 @@ def parse_spec(data: Any) -> ClusterSpec:
         raise SpecError(f"topology: must be one of {', '.join(TOPOLOGY_PLUGINS)}")
     slurm_conf = _conf_map(r, "slurmConf")
     extra_lines = _extra_lines(r, slurm_conf)
+    slurmctld_port = r.count(
+        "slurmctldPort", default=spec_default("slurmctld_port"), minimum=1, maximum=MAX_PORT
+    )
+    slurmd_port = r.count(
+        "slurmdPort", default=spec_default("slurmd_port"), minimum=1, maximum=MAX_PORT
+    )
+    ssh = _ssh(r.data.get("ssh"), "ssh")
+    in_pods = {
+        "slurmctldPort": range(slurmctld_port, slurmctld_port + 1),
+        "slurmdPort": range(slurmd_port, slurmd_port + 1),
+        "workers.ssh (sshd)": range(22, 23) if ssh.workers else range(0),
+        "SrunPortRange (srun)": _srun_ports(slurm_conf),
+    }
     return ClusterSpec(
         cluster_name=cluster_name,
         release=release,
@@ -860,12 +897,8 @@ def parse_spec(data: Any) -> ClusterSpec:
                 default=spec_default("cluster_domain"),
             )
         ),
-        slurmctld_port=r.count(
-            "slurmctldPort", default=spec_default("slurmctld_port"), minimum=1, maximum=MAX_PORT
-        ),
-        slurmd_port=r.count(
-            "slurmdPort", default=spec_default("slurmd_port"), minimum=1, maximum=MAX_PORT
-        ),
+        slurmctld_port=slurmctld_port,
+        slurmd_port=slurmd_port,
         nodepools=tuple(pools),
         partitions=tuple(partitions),
         drain_timeout_seconds=r.count(
@@ -887,7 +920,8 @@ def parse_spec(data: Any) -> ClusterSpec:
         capacity=_capacity(r.data.get("capacity"), "capacity"),
         priority=_priority(r.data.get("priority"), "priority"),
         accounting=_accounting(r.data.get("accounting"), "accounting"),
-        ssh=_ssh(r.data.get("ssh"), "ssh"),
+        ssh=ssh,
+        metrics=_metrics(r.data.get("metrics"), "metrics", in_pods),
     )
 
 
