@@ -15,6 +15,7 @@ import yaml
 
 from slonk.config.model import ClusterSpec, MetricsSettings
 from slonk.local import forward, prometheus
+from slonk.local.manifests import LocalModeError
 from slonk.local.state import Cluster, write_record
 
 PODS = {
@@ -110,3 +111,8 @@ def test_the_relay_carries_both_ways_and_the_end_of_each():
     assert answer == b"X" * 200_000
     upstream.close()
     relay.close()
+
+
+def test_prometheus_without_metrics_is_refused_before_anything_starts():
+    with pytest.raises(LocalModeError, match=r"metrics\.enabled is false"):
+        prometheus.check(_spec(None))

@@ -75,6 +75,8 @@ def up(
     started = time.monotonic()
     user = chart.user_values(value_files)
     objects, spec = render(cluster, user)
+    if with_prometheus:
+        prometheus.check(spec)
     save_values(cluster, user)
     progress(f"slonk local: {len(objects.pods)} pods from the chart, state in {cluster.state_dir}")
 

@@ -107,9 +107,9 @@ def url(cluster: Cluster) -> str | None:
         return None
 
 
-def start(cluster: Cluster, spec: ClusterSpec) -> str:
-    """Start Prometheus and its relay in the cluster's switch namespace; returns its URL
-    once it answers ready."""
+def check(spec: ClusterSpec) -> str:
+    """The Prometheus binary, once sure it can scrape this cluster: `up` asks before it makes
+    anything."""
     binary = shutil.which(BINARY)
     if binary is None:
         raise LocalModeError(
@@ -120,6 +120,13 @@ def start(cluster: Cluster, spec: ClusterSpec) -> str:
         raise LocalModeError(
             "--prometheus scrapes slonk's exporter, but metrics.enabled is false in the values"
         )
+    return binary
+
+
+def start(cluster: Cluster, spec: ClusterSpec) -> str:
+    """Start Prometheus and its relay in the cluster's switch namespace; returns its URL
+    once it answers ready."""
+    binary = check(spec)
     folder = cluster.prometheus_dir
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     cluster.prometheus_data.mkdir(parents=True, exist_ok=True, mode=0o700)
