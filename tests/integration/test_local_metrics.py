@@ -140,10 +140,16 @@ def test_prometheus_scrapes_the_controller_and_every_worker(metrics: Metrics):
     assert {pod: t["scrapeUrl"] for pod, t in found.items()} == {
         pod: f"http://{local.address(pod)}:{PORT}/metrics" for pod in (CONTROLLER, *WORKERS)
     }
-    wait_for(
-        "every target scraped",
-        lambda: all(t["health"] == "up" for t in targets().values()) or targets(),
-    )
+    health: dict[str, str] = {}
+
+    def all_up() -> bool:
+        health.update({pod: f"{t['health']} {t['lastError']}" for pod, t in targets().items()})
+        return all(h.startswith("up ") for h in health.values())
+
+    try:
+        wait_for("every target scraped", all_up)
+    except AssertionError as err:
+        raise AssertionError(f"{err}; last seen: {health}") from None
 
 
 def test_node_counts_match_sinfo(metrics: Metrics):
