@@ -146,6 +146,19 @@ def test_the_dashboard_is_valid_json_with_the_panels_operators_need(dashboard):
     assert dashboard["uid"] == "slonk"
 
 
+def test_the_dashboards_panels_do_not_overlap_and_read_the_chosen_data_source(dashboard):
+    taken: dict[tuple[int, int], str] = {}
+    for panel in dashboard["panels"]:
+        box = panel["gridPos"]
+        assert box["x"] + box["w"] <= 24, panel["title"]
+        for x in range(box["x"], box["x"] + box["w"]):
+            for y in range(box["y"], box["y"] + box["h"]):
+                assert (x, y) not in taken, f"{panel['title']} over {taken[x, y]}"
+                taken[x, y] = panel["title"]
+        for target in panel.get("targets", []):
+            assert target["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+
+
 def test_the_dashboard_names_only_series_and_labels_the_exporter_produces(dashboard):
     produced = exporter_series()
     named: set[str] = set()
