@@ -101,7 +101,8 @@ def test_the_relay_carries_both_ways_and_the_end_of_each():
 
     threading.Thread(target=echo_upper, daemon=True).start()
     target = ("127.0.0.1", upstream.getsockname()[1])
-    threading.Thread(target=forward.serve, args=(relay, target), daemon=True).start()
+    serving = threading.Thread(target=forward.serve, args=(relay, target), daemon=True)
+    serving.start()
     with socket.create_connection(relay.getsockname(), timeout=10) as client:
         client.sendall(b"x" * 200_000)
         client.shutdown(socket.SHUT_WR)
@@ -110,7 +111,10 @@ def test_the_relay_carries_both_ways_and_the_end_of_each():
             answer += chunk
     assert answer == b"X" * 200_000
     upstream.close()
+    relay.shutdown(socket.SHUT_RDWR)  # ends the blocked accept: the relay stops, quietly
     relay.close()
+    serving.join(timeout=10)
+    assert not serving.is_alive()
 
 
 def test_prometheus_without_metrics_is_refused_before_anything_starts():

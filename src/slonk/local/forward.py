@@ -64,8 +64,12 @@ def _carry(client: socket.socket, target: tuple[str, int]) -> None:
 
 
 def serve(server: socket.socket, target: tuple[str, int]) -> None:
+    """Until the listening socket is closed."""
     while True:
-        client, _ = server.accept()
+        try:
+            client, _ = server.accept()
+        except OSError:
+            return
         threading.Thread(target=_carry, args=(client, target), daemon=True).start()
 
 
