@@ -332,22 +332,17 @@ def test_the_dashboard_fits_a_configmap():
         ),
         (
             ["--set", "metrics.port=6817"],
-            "metrics.port: 6817 is taken by slurmctldPort in the pods the exporter runs in",
+            "metrics.port: 6817 is slurmctldPort's port, in the same pods",
         ),
         (
-            ["--set", "metrics.port=22"],
-            "metrics.port: 22 is taken by workers.ssh (sshd) in the pods the exporter runs in",
+            ["--set", "metrics.port=7000,slurm.slurmdPort=7000"],
+            "metrics.port: 7000 is slurmdPort's port, in the same pods",
         ),
         (
-            ["--set", "metrics.port=63000"],
-            "metrics.port: 63000 is taken by SrunPortRange (srun) in the pods the exporter runs in",
+            ["--set", "metrics.port=22,workers.ssh.enabled=false"],
+            "metrics.port: 22 is sshd's port, in the same pods",
         ),
     ],
 )
 def test_bad_metrics_values_fail_naming_the_key(args, message):
     assert message in _template_error(*args)
-
-
-def test_a_port_taken_only_when_its_user_is_on_is_free_otherwise():
-    docs = _docs({"metrics": {"port": 22}, "workers": {"ssh": {"enabled": False}}})
-    assert _spec(docs)["metrics"] == {"port": 22}

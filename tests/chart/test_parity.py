@@ -297,17 +297,17 @@ CASES: list[tuple[str, dict[str, Any], Change, Change, str]] = [
         "ldap.dev.users[1].uid",
     ),
     (
-        "metrics.port: %d is taken by %s in the pods the exporter runs in",
+        "metrics.port: %d is %s's port, in the same pods",
         BASE,
         _put({"metrics": {"port": 6818}}),
         _put({"metrics": {"port": 6818}}),
         "metrics.port",
     ),
     (
-        "metrics.port: %d is taken by %s in the pods the exporter runs in",
+        "metrics.port: %d is %s's port, in the same pods",
         BASE,
-        _put({"metrics": {"port": 60500}}),
-        _put({"metrics": {"port": 60500}}),
+        _put({"metrics": {"port": 22}}),
+        _put({"metrics": {"port": 22}}),
         "metrics.port",
     ),
 ]

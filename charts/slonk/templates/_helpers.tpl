@@ -584,21 +584,16 @@ container port, the Service port and the NetworkPolicy rule, each nothing when i
 {{- end -}}
 {{- end }}
 
-{{- /* metrics.port must be free on the pods the exporter runs in: not slurmctld's (the
-controller), slurmd's, sshd's or srun's (the workers). The same rule as slonk.config.spec. */}}
+{{- /* metrics.port must be free in the pods the exporter runs in: not slurmctld's (the
+controller), slurmd's or sshd's (the workers, with workers.ssh; refused whatever it says, as
+the pods' parser does). The same rule and words as slonk.config.spec. */}}
 {{- define "slonk.validateMetrics" -}}
 {{- if .Values.metrics.enabled -}}
 {{- $port := int .Values.metrics.port -}}
-{{- $taken := dict (toString (int .Values.slurm.slurmctldPort)) "slurmctldPort" (toString (int .Values.slurm.slurmdPort)) "slurmdPort" -}}
-{{- if .Values.workers.ssh.enabled }}{{ $_ := set $taken "22" "workers.ssh (sshd)" }}{{ end -}}
-{{- with get $taken (toString $port) -}}
-{{- fail (printf "metrics.port: %d is taken by %s in the pods the exporter runs in" $port .) -}}
-{{- end -}}
-{{- $range := index (.Values.slurm.slurmConf | default dict) "SrunPortRange" -}}
-{{- if and (not (kindIs "invalid" $range)) (regexMatch "^[0-9]{1,5}-[0-9]{1,5}$" (toString $range)) -}}
-{{- $ports := splitList "-" (toString $range) -}}
-{{- if and (ge $port (index $ports 0 | int)) (le $port (index $ports 1 | int)) -}}
-{{- fail (printf "metrics.port: %d is taken by %s in the pods the exporter runs in" $port "SrunPortRange (srun)") -}}
+{{- $owners := list (list "slurmctldPort" (int .Values.slurm.slurmctldPort)) (list "slurmdPort" (int .Values.slurm.slurmdPort)) (list "sshd" 22) -}}
+{{- range $owner := $owners -}}
+{{- if eq $port (index $owner 1) -}}
+{{- fail (printf "metrics.port: %d is %s's port, in the same pods" $port (index $owner 0)) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}

@@ -673,26 +673,20 @@ def _ssh(data: Any, path: str) -> SshSettings:
 
 
 # Minimal parser of cluster.yaml's `metrics` for the chart branch (issue 16): the metrics
-# branch owns it; on merge, keep its parser and this port rule (the chart's
-# slonk.validateMetrics).
-def _metrics(data: Any, path: str, taken: Mapping[str, range]) -> MetricsSettings | None:
-    """`taken`: what already listens in the pods the exporter runs in, by the key naming it."""
+# branch owns it (the same rule and words); on merge, keep that branch's.
+SSH_PORT = 22  # sshd on login pods and workers
+
+
+def _metrics(data: Any, path: str, taken: Mapping[str, int]) -> MetricsSettings | None:
+    """`taken`: the ports already listening in the pods the exporter runs in, by owner."""
     if data is None:
         return None
     r = _Reader(data, path, {"port"})
     port = r.count("port", default=default_of(MetricsSettings, "port"), minimum=1, maximum=MAX_PORT)
-    for name, ports in taken.items():
-        if port in ports:
-            raise SpecError(
-                f"{r.at('port')}: {port} is taken by {name} in the pods the exporter runs in"
-            )
+    for owner, owned in taken.items():
+        if port == owned:
+            raise SpecError(f"{r.at('port')}: {port} is {owner}'s port, in the same pods")
     return MetricsSettings(port=port)
-
-
-def _srun_ports(slurm_conf: Mapping[str, Any]) -> range:
-    """SrunPortRange FIRST-LAST as a range; empty when unset or not that shape."""
-    found = re.fullmatch(r"([0-9]{1,5})-([0-9]{1,5})", str(slurm_conf.get("SrunPortRange", "")))
-    return range(int(found[1]), int(found[2]) + 1) if found else range(0)
 
 
 # MariaDB's own schemas and accounts: slurmdbd's user, granted everything on its database,
@@ -879,12 +873,7 @@ def parse_spec(data: Any) -> ClusterSpec:
         "slurmdPort", default=spec_default("slurmd_port"), minimum=1, maximum=MAX_PORT
     )
     ssh = _ssh(r.data.get("ssh"), "ssh")
-    in_pods = {
-        "slurmctldPort": range(slurmctld_port, slurmctld_port + 1),
-        "slurmdPort": range(slurmd_port, slurmd_port + 1),
-        "workers.ssh (sshd)": range(22, 23) if ssh.workers else range(0),
-        "SrunPortRange (srun)": _srun_ports(slurm_conf),
-    }
+    in_pods = {"slurmctldPort": slurmctld_port, "slurmdPort": slurmd_port, "sshd": SSH_PORT}
     return ClusterSpec(
         cluster_name=cluster_name,
         release=release,
