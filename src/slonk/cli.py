@@ -141,10 +141,16 @@ def _local(args: argparse.Namespace) -> int:
 
     state = args.state_dir
     if args.local_command == "up":
-        local = cluster.up(state, args.values, runtime=args.runtime)
+        local = cluster.up(
+            state, args.values, runtime=args.runtime, with_prometheus=args.prometheus
+        )
         login = local.pod_names("login")
         if login:
             print(f"Log in:  slonk local ssh demo --state-dir {local.state_dir}")
+        if args.prometheus:
+            from slonk.local import prometheus
+
+            print(f"Prometheus:  {prometheus.url(local)}")
         return 0
     if args.local_command == "upgrade":
         from slonk.local import upgrade
@@ -436,6 +442,11 @@ def _add_local(local: argparse.ArgumentParser) -> None:
         choices=("host", "podman"),
         default="host",
         help="run pods on the host's files (default) or from the chart's images with podman",
+    )
+    up.add_argument(
+        "--prometheus",
+        action="store_true",
+        help="and Debian's Prometheus scraping every pod's metrics (prints its URL)",
     )
     sub("down", "stop every pod, remove namespaces; volumes and secrets kept").add_argument(
         "--purge", action="store_true", help="remove the state directory too"

@@ -31,6 +31,7 @@ NOT_DEFAULTS = {
     "hooks": "the same",
     "ldap": "the same",
     "accounting": "the same (a spec from before accounting)",
+    "metrics": "the same (no metrics service)",
     "health.enabled": "no health section: a spec from before health checks",
     "slurmConf": "holds SrunPortRange only",
     "slurmConf.SrunPortRange": "the chart pins srun's ports for its NetworkPolicies; a spec "

@@ -296,6 +296,20 @@ CASES: list[tuple[str, dict[str, Any], Change, Change, str]] = [
         _dup("ldapServer.users", name="bob"),
         "ldap.dev.users[1].uid",
     ),
+    (
+        "metrics.port: %d is %s's port, in the same pods",
+        BASE,
+        _put({"metrics": {"port": 6818}}),
+        _put({"metrics": {"port": 6818}}),
+        "metrics.port",
+    ),
+    (
+        "metrics.port: %d is %s's port, in the same pods",
+        BASE,
+        _put({"metrics": {"port": 22}}),
+        _put({"metrics": {"port": 22}}),
+        "metrics.port",
+    ),
 ]
 
 # A `fail` that only the chart can check, and why.

@@ -375,6 +375,9 @@ resources, placement) are checked by the API server and are left to it. */}}
   "priority" $slurm.priority
   "ssh" (dict "workers" .Values.workers.ssh.enabled "trustedUserCAKeys" (not (empty .Values.ssh.trustedUserCAKeys)))
 -}}
+{{- if .Values.metrics.enabled -}}
+{{- $_ := set $spec "metrics" (dict "port" (int .Values.metrics.port)) -}}
+{{- end -}}
 {{- $accounting := .Values.accounting -}}
 {{- if $accounting.enabled -}}
 {{- $domain := printf "%s.svc.%s" .Release.Namespace .Values.clusterDomain -}}
@@ -554,4 +557,44 @@ podSelector:
   {{- with .Values.networkPolicy.dnsTo }}
   to: {{- toYaml . | nindent 4 }}
   {{- end }}
+{{- end }}
+
+{{/* Metrics (values: metrics): slonk's exporter on the controller and every worker. The
+container port, the Service port and the NetworkPolicy rule, each nothing when it is off. */}}
+{{- define "slonk.metricsContainerPort" -}}
+{{- if .Values.metrics.enabled -}}
+- {name: metrics, containerPort: {{ .Values.metrics.port }}}
+{{- end -}}
+{{- end }}
+
+{{- define "slonk.metricsServicePort" -}}
+{{- if .Values.metrics.enabled -}}
+- {name: metrics, port: {{ .Values.metrics.port }}, targetPort: metrics}
+{{- end -}}
+{{- end }}
+
+{{- define "slonk.metricsIngress" -}}
+{{- if .Values.metrics.enabled -}}
+# Scrapes of slonk's exporter: from networkPolicy.metricsFrom, or anyone.
+- ports:
+    - {protocol: TCP, port: {{ .Values.metrics.port }}}
+  {{- with .Values.networkPolicy.metricsFrom }}
+  from: {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- end -}}
+{{- end }}
+
+{{- /* metrics.port must be free in the pods the exporter runs in: not slurmctld's (the
+controller), slurmd's or sshd's (the workers, with workers.ssh; refused whatever it says, as
+the pods' parser does). The same rule and words as slonk.config.spec. */}}
+{{- define "slonk.validateMetrics" -}}
+{{- if .Values.metrics.enabled -}}
+{{- $port := int .Values.metrics.port -}}
+{{- $owners := list (list "slurmctldPort" (int .Values.slurm.slurmctldPort)) (list "slurmdPort" (int .Values.slurm.slurmdPort)) (list "sshd" 22) -}}
+{{- range $owner := $owners -}}
+{{- if eq $port (index $owner 1) -}}
+{{- fail (printf "metrics.port: %d is %s's port, in the same pods" $port (index $owner 0)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- end }}

@@ -9,6 +9,8 @@ The parts, each in its own module, each importing only modules below it in this 
   kubelet         start, stop and restart one pod; sidecars, its stand-in processes
   nodes           the cluster's Slurm nodes as its controller sees them
   associations    the spec's users as slurmctld's associations (accounting)
+  prometheus      with `up --prometheus`: Debian's Prometheus scraping the pods' exporters,
+                  reached from the host through `forward`
   state           the state directory's layout, and `Cluster`, the handle every part reads it by
 """
 
@@ -21,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from slonk import chart
-from slonk.local import fake_apiserver, podman
+from slonk.local import fake_apiserver, podman, prometheus
 from slonk.local.associations import wait_associations
 from slonk.local.kubelet import kill_all, restart_pod, start_pod, stop_pods
 from slonk.local.manifests import LocalModeError, hosts_file
@@ -58,9 +60,11 @@ def up(
     value_files: Sequence[Path] = (),
     progress: Callable[[str], None] = print,
     runtime: str = "host",
+    with_prometheus: bool = False,
 ) -> Cluster:
     """Start the chart's pods; `runtime` host runs them on the host's files with rootfs/
-    layered over, podman from the images the chart names (slonk.local.podman)."""
+    layered over, podman from the images the chart names (slonk.local.podman).
+    `with_prometheus`: and Debian's Prometheus scraping them (slonk.local.prometheus)."""
     require_root()
     cluster = Cluster(state_dir.resolve())
     if cluster.record_file.exists() and any(cluster.pid(n) for n in cluster.pod_names()):
@@ -71,6 +75,8 @@ def up(
     started = time.monotonic()
     user = chart.user_values(value_files)
     objects, spec = render(cluster, user)
+    if with_prometheus:
+        prometheus.check(spec)
     save_values(cluster, user)
     progress(f"slonk local: {len(objects.pods)} pods from the chart, state in {cluster.state_dir}")
 
@@ -85,6 +91,7 @@ def up(
             "prefix": network.prefix,
             "made_netns_mount": previous.get("made_netns_mount") or not is_mount_point(NETNS_DIR),
             "runtime": runtime,
+            "prometheus": with_prometheus,
             "pods": {p.name: {"role": p.role, "address": addresses[p.name]} for p in objects.pods},
         },
     )
@@ -96,6 +103,8 @@ def up(
     hosts = hosts_file(objects, addresses, spec.cluster_domain)
     for p in objects.pods:
         start_pod(cluster, p, pod_spec(cluster, p, hosts, runtime), progress)
+    if with_prometheus:
+        progress(f"slonk local: Prometheus on {prometheus.start(cluster, spec)}")
     wait_nodes_up(cluster, progress=progress)
     wait_associations(cluster, spec, progress=progress)
     progress(f"slonk local: cluster up in {time.monotonic() - started:.2f} s")
@@ -131,6 +140,7 @@ def down(state_dir: Path, purge: bool = False, progress: Callable[[str], None] =
     cluster = Cluster(state_dir.resolve())
     network = cluster.network
     record = cluster.record() if cluster.record_file.exists() else {"pods": {}}
+    prometheus.stop(cluster)
     for wave in stop_order({name: pod["role"] for name, pod in record["pods"].items()}):
         # A power-off: no preStop hook waits for jobs (drainTimeoutSeconds per busy worker);
         # each worker's SIGTERM marks its node down, and Slurm requeues its jobs.
@@ -171,4 +181,6 @@ def status(state_dir: Path) -> str:
     rows.append(
         "Slurm nodes: " + (", ".join(f"{n} {s.label}" for n, s in states.items()) or "unknown")
     )
+    if prometheus.enabled(cluster):
+        rows.append(f"Prometheus: {prometheus.url(cluster) or 'not running'}")
     return "\n".join(rows)

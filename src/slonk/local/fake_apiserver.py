@@ -16,7 +16,6 @@ slonk.local.apiserver; this module runs them for a local cluster:
 from __future__ import annotations
 
 import base64
-import ctypes
 import json
 import secrets
 import ssl
@@ -38,14 +37,13 @@ from slonk.local.apiserver.rbac import ADMIN, Authorizer
 from slonk.local.apiserver.store import HISTORY, Change, Store
 from slonk.local.kubelet import start_saved, stop_pods
 from slonk.local.manifests import LocalModeError, Plan
-from slonk.local.network import BRIDGE_ADDRESS, NETNS_DIR
+from slonk.local.network import BRIDGE_ADDRESS, NETNS_DIR, enter_network
 from slonk.local.projection import project
 from slonk.local.state import Cluster
 
 PORT = 6443
 HOST_ADDRESS = "127.0.0.1"
 HOST_FILE = "host-address"  # where the host's listener is, "127.0.0.1:<port>"
-CLONE_NEWNET = 0x40000000
 CHART_FILE = "chart.json"  # the StatefulSets and PDBs in force, as `up` and `upgrade` rendered
 
 
@@ -252,14 +250,6 @@ def listen(api: Api, cluster: Cluster, address: str, port: int) -> Server:
     return server
 
 
-def _enter_network(netns: Path) -> None:
-    """Join the cluster's network namespace (Python 3.11 has no os.setns)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    with open(netns) as handle:
-        if libc.setns(handle.fileno(), CLONE_NEWNET) != 0:
-            raise OSError(ctypes.get_errno(), f"setns {netns}")
-
-
 def main() -> None:
     """<state dir> <the switch's netns>: serve on the host's loopback (a free port, written
     to apiserver/host-address for `slonk local kubeconfig`) and, from inside the cluster's
@@ -267,7 +257,7 @@ def main() -> None:
     cluster, netns = Cluster(Path(sys.argv[1])), Path(sys.argv[2])
     api, _ = serve(cluster)
     host = listen(api, cluster, HOST_ADDRESS, 0)
-    _enter_network(netns)  # the host listener's socket stays in the host's namespace
+    enter_network(netns)  # the host listener's socket stays in the host's namespace
     bridge = listen(api, cluster, BRIDGE_ADDRESS, PORT)
     threading.Thread(target=host.serve_forever, daemon=True).start()
     where = f"{HOST_ADDRESS}:{host.server_address[1]}"

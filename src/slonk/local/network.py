@@ -7,6 +7,7 @@ each cluster's bridge lives in its own namespace.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import itertools
 import os
@@ -22,6 +23,7 @@ SUBNET = "10.73.0"
 PREFIX_LEN = 24
 BRIDGE_ADDRESS = f"{SUBNET}.1"
 FIRST_POD_HOST = 10
+CLONE_NEWNET = 0x40000000
 
 
 def _ip(*args: str) -> None:
@@ -55,6 +57,16 @@ def pod_addresses(names: Iterable[str], kept: Mapping[str, str]) -> dict[str, st
     for name in names:
         addresses[name] = kept[name] if name in kept else pod_address(next(free))
     return addresses
+
+
+def enter_network(netns: Path) -> None:
+    """Join a network namespace, this thread and those it starts after (Python 3.11 has no
+    os.setns). A socket made before stays in the namespace it was made in: a process serves
+    the host's loopback and reaches the cluster's network."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    with open(netns) as handle:
+        if libc.setns(handle.fileno(), CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), f"setns {netns}")
 
 
 def is_mount_point(path: Path) -> bool:

@@ -12,6 +12,9 @@ Layout (everything local mode makes lives here or in /run/netns):
   apiserver/               the fake Kubernetes API server's TLS, tokens, rules, the chart's
                            StatefulSets and PDBs, its Nodes (nodes/), host address and log
   serviceaccounts/<name>/  what kubelet mounts at /var/run/secrets/kubernetes.io/serviceaccount
+  prometheus/              with `up --prometheus`: its configuration, targets, log, pid and
+                           host address (slonk.local.prometheus)
+  prometheus-data/         its storage, kept across `down` like volumes
 """
 
 from __future__ import annotations
@@ -66,10 +69,20 @@ class Cluster:
         return self.state_dir / "apiserver"
 
     @property
+    def prometheus_dir(self) -> Path:
+        return self.state_dir / "prometheus"
+
+    @property
+    def prometheus_data(self) -> Path:
+        return self.state_dir / "prometheus-data"
+
+    @property
     def removed_by_down(self) -> list[Path]:
-        """What `down` removes (`up` makes it again); Secrets and volumes are kept."""
+        """What `down` removes (`up` makes it again); Secrets, volumes and Prometheus's data
+        are kept."""
+        dirs = ("pods", "configmaps", "apiserver", "serviceaccounts", "prometheus")
         return [
-            *(self.state_dir / d for d in ("pods", "configmaps", "apiserver", "serviceaccounts")),
+            *(self.state_dir / d for d in dirs),
             self.record_file,
             self.values_file,
         ]

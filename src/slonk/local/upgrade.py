@@ -28,7 +28,7 @@ from typing import Any
 
 from slonk import chart
 from slonk.health import reasons
-from slonk.local import fake_apiserver
+from slonk.local import fake_apiserver, prometheus
 from slonk.local.cluster import require_root
 from slonk.local.kubelet import start_pod, stop_pods, write_hosts
 from slonk.local.manifests import LocalModeError, Plan, Pod, hosts_file
@@ -305,6 +305,8 @@ def upgrade(
             rollback.pop_all()  # the pods took it: from here on, the change stays
         save_values(cluster, user)
         _settle(cluster, objects, templates, joining, leaving, progress)
+        if prometheus.enabled(cluster):
+            prometheus.write_targets(cluster, spec)  # the pod set and metrics.port in force
     progress("slonk local: upgraded")
 
 
