@@ -157,6 +157,17 @@ def read(path: Path = paths.NODE_HISTORY) -> list[Event]:
     return load(path).events
 
 
+def end(path: Path = paths.NODE_HISTORY) -> int:
+    """The logical offset of the history's end: where a follower of new events only starts."""
+    try:
+        handle = path.open("rb")
+    except FileNotFoundError:
+        return 0
+    with handle:
+        base, header = _header(handle.readline(MAX_HEADER))
+        return base + os.fstat(handle.fileno()).st_size - header
+
+
 def follow(path: Path, offset: int) -> tuple[list[Event], int]:
     """The complete lines appended since `offset`, and the offset to pass next time."""
     result = load(path, offset)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-from functools import cache
 from typing import Any
 
 import pytest
@@ -16,6 +15,7 @@ import yaml
 from slonk import chart
 from slonk.config.spec import parse_spec
 
+from ..support.exporter import served_series
 from .netpol import Endpoint, allowed, selects
 from .test_security import OUTSIDE, STRANGER, _docs, _get, _pods, _policies
 from .test_validity import _template_error
@@ -26,49 +26,10 @@ SCRAPER = Endpoint("10.244.7.7", "monitoring", {"app.kubernetes.io/name": "prome
 MONITORING = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
 ON = {"metrics": {"serviceMonitor": {"enabled": True}, "dashboard": {"enabled": True}}}
 
-# ---------------------------------------------------------------------------------------
-# THE EXPORTER'S SERIES. Until the exporter (branch `metrics`) is merged, they are read from
-# the shared contract (/work/notes/issue16-plan.md), copied here. After the merge, swap
-# `exporter_series` for one that reads the exporter's real output (e.g. a scrape over the
-# bench's --json fixtures): the tests below only call exporter_series().
-CONTRACT_SERIES = """
-slonk_nodes{pool,state,cause}
-slonk_cpus{pool,state}
-slonk_memory_bytes{pool,state}
-slonk_gpus{pool,state}
-slonk_jobs{partition,state}
-slonk_jobs_pending{partition,reason}
-slonk_node_events_total{event,cause}
-slonk_syncer_passes_total
-slonk_syncer_errors_total
-slonk_syncer_actions_total{action}
-slonk_scheduler_cycle_last_seconds
-slonk_scheduler_cycle_mean_seconds
-slonk_scheduler_cycles_total
-slonk_scheduler_queue_length
-slonk_backfill_cycle_last_seconds
-slonk_backfill_cycles_total
-slonk_backfilled_jobs_total
-slonk_rpcs_total{rpc}
-slonk_rpc_seconds_total{rpc}
-slonk_server_threads
-slonk_agent_queue_size
-slonk_exporter_scrape_duration_seconds
-slonk_exporter_scrape_errors_total{source}
-slonk_health_check_ok{node,check,phase}
-slonk_health_check_duration_seconds{node,check,phase}
-slonk_health_check_last_run_timestamp_seconds{node,check,phase}
-"""
 
-
-@cache
 def exporter_series() -> dict[str, frozenset[str]]:
-    """{series name: its labels} of everything the exporter serves (the one function to swap)."""
-    series = {}
-    for line in CONTRACT_SERIES.split():
-        name, _, labels = line.partition("{")
-        series[name] = frozenset(filter(None, labels.rstrip("}").split(",")))
-    return series
+    """{series name: its labels} of everything the exporter serves, from a real scrape."""
+    return served_series()
 
 
 # ---------------------------------------------------------------------------------------

@@ -211,7 +211,6 @@ def test_a_gpu_fault_drains_its_node_under_cause_gpu(metrics: Metrics):
     wait_for(f"{BAD} resumed once healed", lambda: metrics.node(BAD)[0] == "idle")
 
 
-@pytest.mark.xfail(reason="needs branch history", strict=False)
 def test_a_quarantine_increments_its_counter(metrics: Metrics, tmp_path: Path):
     quarantines = 'sum(slonk_node_events_total{event="quarantine", cause="quarantine"})'
     before = metrics.by(quarantines).get((), 0.0)

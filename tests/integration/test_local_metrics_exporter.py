@@ -4,35 +4,13 @@ results."""
 
 from __future__ import annotations
 
-import contextlib
 import shlex
-from collections.abc import Iterator
 
-import testinfra.host
 from prometheus_client.parser import text_string_to_metric_families
 
 from ..support.cluster import LocalCluster, wait_for
 
-SCAN = "/run/slonk/service"
-SERVICE = f"{SCAN}/metrics"
 PORT = 9341  # cluster.yaml's metrics.port when the chart leaves it out
-
-
-@contextlib.contextmanager
-def metrics_service(pod: testinfra.host.Host) -> Iterator[None]:
-    """The service as `slonk init` starts it when cluster.yaml has `metrics`: its directory in
-    the scan dir, and s6 told to look. Left as it was found (a chart that writes `metrics`
-    has it started already)."""
-    started = pod.run(f"test -d {SERVICE}").rc != 0
-    if started:
-        pod.check_output(
-            f"cp -a /usr/share/slonk/services/metrics {SERVICE} && s6-svscanctl -a {SCAN}"
-        )
-    try:
-        yield
-    finally:
-        if started:
-            pod.run(f"s6-svc -wD -d {SERVICE}; rm -rf {SERVICE}; s6-svscanctl -an {SCAN}")
 
 
 def scrape(cluster: LocalCluster, target: str) -> dict[str, list]:
@@ -61,8 +39,7 @@ def test_the_controller_counts_what_slurm_shows(healthy: LocalCluster):
     held = healthy.submit("--hold", "--partition=main", "--wrap", "true")
     controller.check_output("scontrol update nodename=slonk-cpu-1 state=drain reason=by-hand")
     try:
-        with metrics_service(controller):
-            families = scrape(healthy, "slonk-controller-0")
+        families = scrape(healthy, "slonk-controller-0")
         sinfo = set(controller.check_output("sinfo --noheader --Node --format=%N").split())
         held_jobs = controller.check_output(
             "squeue --noheader --partition=main --states=PENDING --format=%r"
@@ -84,17 +61,15 @@ def test_the_controller_counts_what_slurm_shows(healthy: LocalCluster):
 
 
 def test_a_worker_serves_its_health_checks(healthy: LocalCluster):
-    worker = healthy.pod("slonk-cpu-0")
-    # The interval run that follows the service's start has written its results.
-    with metrics_service(worker):
-        families = wait_for(
-            "the worker's interval results",
-            lambda: (
-                (found := scrape(healthy, "slonk-cpu-0"))
-                and values(found, "slonk_health_check_ok", phase="interval")
-                and found
-            ),
-        )
+    # The results of the node's first interval run, once it has had one.
+    families = wait_for(
+        "the worker's interval results",
+        lambda: (
+            (found := scrape(healthy, "slonk-cpu-0"))
+            and values(found, "slonk_health_check_ok", phase="interval")
+            and found
+        ),
+    )
     ok = {s.labels["check"]: s.value for s in families["slonk_health_check_ok"]
           if s.labels["phase"] == "interval"}  # fmt: skip
     assert {"gpu", "storage", "dns", "controller"} <= set(ok)

@@ -4,7 +4,6 @@ input, a failing source, and promtool's verdict on what it serves."""
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import shutil
 import subprocess
@@ -13,6 +12,7 @@ import sys
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from slonk import history
 from slonk.config.spec import SpecError, parse_spec
 from slonk.health import runner
 from slonk.health.catalogue import HEALTH_CHECKS
@@ -327,10 +327,6 @@ def _event(event: str, cause: str, reason: str = "") -> str:
     }) + "\n"  # fmt: skip
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("slonk.history") is None,
-    reason="slonk.history (the node history's reader) is another branch's; not merged here",
-)
 def test_node_events_count_from_when_the_exporter_started(tmp_path):
     path = tmp_path / "history.jsonl"
     path.write_text(_event("drain", "gpu"))  # before the exporter: not counted
@@ -467,3 +463,18 @@ def test_job_time_programs_and_the_cause_label_do_not_load_prometheus_client():
     ).stdout
     assert "prometheus_client" not in loaded
     assert "slonk.metrics.collector" not in loaded
+
+
+def test_an_exporter_started_after_a_compaction_counts_only_new_events(tmp_path, monkeypatch):
+    path = tmp_path / "history.jsonl"
+    monkeypatch.setattr(history, "MAX_BYTES", 2000)
+    monkeypatch.setattr(history, "KEEP_BYTES", 1000)
+    old = history.Event(time=1.0, event="drain", node="slonk-gpu-0", cause="gpu")
+    history.append([old] * 20, path)
+    assert path.read_bytes().startswith(b'{"base": ')  # compacted: offsets are not sizes
+    counter = EventCounter(path)
+    assert samples(counter.families(), "slonk_node_events_total") == {}
+    history.append(
+        [history.Event(time=2.0, event="recycle", node="slonk-gpu-0", cause="gpu")], path
+    )
+    assert samples(counter.families(), "slonk_node_events_total") == {("recycle", "gpu"): 1}

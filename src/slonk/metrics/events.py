@@ -3,22 +3,16 @@
 
 from __future__ import annotations
 
-import importlib
 import json
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
+from slonk import history
 from slonk.metrics.cause import CAUSES, cause_label
 from slonk.metrics.family import COUNTER, Family, RecordError, number
 
 EVENTS = ("drain", "resume", "recycle", "quarantine")
 SYNCER_ACTIONS = ("drain", "resume", "down", "lend", "give-back")
 MAX_STATS_BYTES = 64 * 1024  # the syncer's file is a few hundred bytes
-
-
-def _field(event: Any, name: str) -> Any:
-    return event.get(name) if isinstance(event, Mapping) else getattr(event, name, None)
 
 
 class EventCounter:
@@ -33,21 +27,16 @@ class EventCounter:
         }
 
     def update(self) -> None:
-        # The history helper's reader (slonk.history.follow), loaded by name: the exporter
-        # counts nothing until it exists, and says so in its scrape errors.
-        history = importlib.import_module("slonk.history")
         if self.offset is None:  # its past belongs to earlier exporters
-            self.offset = self.path.stat().st_size if self.path.exists() else 0
+            self.offset = history.end(self.path)
         events, self.offset = history.follow(self.path, self.offset)
         for event in events:
-            kind = _field(event, "event")
-            if kind not in EVENTS:
+            if event.event not in EVENTS:
                 continue
-            cause = _field(event, "cause")
+            cause = event.cause
             if cause not in CAUSES:  # never a label the cause set does not hold
-                reason = _field(event, "reason")
-                cause = cause_label(reason if isinstance(reason, str) else "")
-            self.counts[kind, cause] += 1
+                cause = cause_label(event.reason)
+            self.counts[event.event, cause] += 1
 
     def families(self) -> list[Family]:
         self.update()

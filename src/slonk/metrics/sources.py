@@ -9,7 +9,7 @@ from pathlib import Path
 from slonk import paths
 from slonk.metrics.cluster import job_families, node_families
 from slonk.metrics.events import EventCounter, syncer_families
-from slonk.metrics.family import Family, RecordError
+from slonk.metrics.family import Family
 from slonk.metrics.health import health_families
 from slonk.metrics.sdiag import COMMAND as SDIAG
 from slonk.metrics.sdiag import sdiag_families
@@ -46,14 +46,6 @@ class Spec:
         return self.pools.get(node, "")
 
 
-def _path(name: str) -> Path:
-    """A path of slonk.paths that the history helper's branch adds."""
-    path = getattr(paths, name, None)
-    if not isinstance(path, Path):
-        raise RecordError(f"slonk.paths has no {name}: this slonk has no slonk.history")
-    return path
-
-
 def controller(spec: Spec | None = None) -> dict[str, Source]:
     spec = spec or Spec()
     counter: EventCounter | None = None
@@ -68,7 +60,7 @@ def controller(spec: Spec | None = None) -> dict[str, Source]:
 
     def history() -> list[Family]:
         nonlocal counter
-        counter = counter or EventCounter(_path("NODE_HISTORY"))
+        counter = counter or EventCounter(paths.NODE_HISTORY)
         return counter.families()
 
     return {
@@ -76,7 +68,7 @@ def controller(spec: Spec | None = None) -> dict[str, Source]:
         "jobs": jobs,
         "sdiag": lambda: sdiag_families(run(list(SDIAG))),
         "history": history,
-        "syncer": lambda: syncer_families(_path("SYNCER_STATS")),
+        "syncer": lambda: syncer_families(paths.SYNCER_STATS),
     }
 
 
