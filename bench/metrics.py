@@ -104,11 +104,15 @@ def child(what: str, files: list[str]) -> None:
         from slonk.metrics.sdiag import sdiag_families
 
         pools = {node_name(i): f"gpu{i % POOLS:02d}" for i in range(NODES)}
-        collector = SourcesCollector({
-            "nodes": lambda: node_families(texts[0], lambda n: pools.get(n, "")),
-            "jobs": lambda: job_families(texts[1], PARTITIONS),
-            "sdiag": lambda: sdiag_families(texts[2]),
-        })  # fmt: skip
+        collector = SourcesCollector(
+            {
+                "nodes": lambda: node_families(texts[0], lambda n: pools.get(n, "")),
+                "jobs": lambda: job_families(texts[1], PARTITIONS),
+                "sdiag": lambda: sdiag_families(texts[2]),
+            },
+            deadline=3600,
+            fresh=0,
+        )  # every run reads Slurm again, and none is cut short
         registry = CollectorRegistry()
         registry.register(collector)
 

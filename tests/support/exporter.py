@@ -43,7 +43,7 @@ def scrapes() -> tuple[str, str]:
             "sdiag": lambda: sdiag_families(text("sdiag.json")),
             "history": events.families,
             "syncer": lambda: syncer_families(stats),
-        })  # fmt: skip
+        }, fresh=0)  # fmt: skip
         _render(controller)  # the counter starts at the history's end
         history.append([history.Event(time=1.0, event="drain", node="n", cause="gpu")], events.path)
         result = {"check": "dns", "ok": True, "detail": "", "seconds": 0.1, "time": 1.0}

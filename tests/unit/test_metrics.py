@@ -8,6 +8,7 @@ import json
 import shutil
 import subprocess
 import sys
+import threading
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -367,7 +368,7 @@ def _render(collector: SourcesCollector) -> str:
 def test_a_failing_source_is_counted_and_the_others_served(tmp_path, capsys):
     sources = _controller_sources(tmp_path)
     sources["sdiag"] = lambda: sdiag_families("sdiag: error: Unable to contact slurm\n")
-    collector = SourcesCollector(sources)
+    collector = SourcesCollector(sources, fresh=0)
     _render(collector)
     out = _render(collector)
     assert 'slonk_exporter_scrape_errors_total{source="sdiag"} 2.0' in out
@@ -375,6 +376,42 @@ def test_a_failing_source_is_counted_and_the_others_served(tmp_path, capsys):
     assert 'slonk_nodes{cause="gpu",pool="cpu",state="drained"} 1.0' in out
     assert "slonk_scheduler" not in out
     assert "sdiag: 'sdiag --json: output is not JSON" in capsys.readouterr().err
+
+
+def test_a_source_that_hangs_leaves_the_others_served_and_is_never_read_twice_at_once(tmp_path):
+    """A hung slurmctld: the scrape answers by its deadline, saying which source failed."""
+    hung, calls = threading.Event(), []
+
+    def sdiag() -> list:
+        calls.append(1)
+        hung.wait()
+        return []
+
+    sources = _controller_sources(tmp_path)
+    sources["sdiag"] = sdiag
+    collector = SourcesCollector(sources, deadline=0.05, fresh=0)
+    try:
+        first, second = _render(collector), _render(collector)
+    finally:
+        hung.set()
+    assert 'slonk_nodes{cause="gpu",pool="cpu",state="drained"} 1.0' in first
+    assert 'slonk_exporter_scrape_errors_total{source="sdiag"} 2.0' in second
+    assert calls == [1]  # still reading since the first scrape: not asked again
+
+
+def test_requests_share_a_fresh_scrape(tmp_path):
+    """However many ask (a flood of requests included), Slurm is read once per fresh period."""
+    calls = []
+    sources = {"nodes": lambda: calls.append(1) or node_families(text("scontrol-show-node.json"),
+                                                                 lambda n: "")}  # fmt: skip
+    collector = SourcesCollector(sources, fresh=3600)
+    threads = [threading.Thread(target=_render, args=(collector,)) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert "slonk_nodes" in _render(collector)
+    assert calls == [1]
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="no promtool (Debian's prometheus)")

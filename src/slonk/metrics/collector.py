@@ -7,6 +7,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -28,22 +29,51 @@ def metric(family: Family) -> Metric:
     return rendered
 
 
+# One scrape reads every source at once and waits this long at most: under Prometheus'
+# default scrape timeout (10 s), so that a hung slurmctld (each Slurm command may take 10 s)
+# still leaves a scrape that says which source failed.
+DEADLINE_SECONDS = 8.0
+# A scrape this recent is served again: requests, whoever sends them and however many, never
+# ask Slurm more often than this (a request that waited on a scrape gets its result).
+FRESH_SECONDS = 5.0
+
+
 class SourcesCollector(Collector):
     """Every source's families, then slonk_exporter_scrape_duration_seconds and
     slonk_exporter_scrape_errors_total{source} (each source shown from 0)."""
 
-    def __init__(self, sources: Mapping[str, Source]) -> None:
+    def __init__(
+        self,
+        sources: Mapping[str, Source],
+        deadline: float = DEADLINE_SECONDS,
+        fresh: float = FRESH_SECONDS,
+    ) -> None:
         self.sources = dict(sources)
+        self.deadline, self.fresh = deadline, fresh
         self.errors = dict.fromkeys(self.sources, 0.0)
-        # One scrape at a time: the HTTP server answers each request in a thread, and two
-        # scrapes at once would ask Slurm twice and race on the counts.
+        # One scrape at a time: the HTTP server answers each request in a thread.
         self.lock = threading.Lock()
+        self.pool = ThreadPoolExecutor(max(1, len(self.sources)), "metrics-source")
+        self.reading: dict[str, Future[list[Family]]] = {}  # each source's last read
+        self.served: tuple[float, list[Family], dict[str, float], float] | None = None
 
     def read(self) -> list[Family]:
-        families: list[Family] = []
+        """Every source at once: a source still reading when the deadline comes (or since an
+        earlier scrape: it is never read twice at once) is counted as failed, the others
+        served."""
+        late = {name for name, future in self.reading.items() if not future.done()}
         for name, source in self.sources.items():
+            if name not in late:
+                self.reading[name] = self.pool.submit(source)
+        wait([self.reading[n] for n in self.sources if n not in late], timeout=self.deadline)
+        families: list[Family] = []
+        for name in self.sources:
+            future = self.reading[name]
+            if name in late or not future.done():
+                self._failed(name, f"still reading after {self.deadline:g} s")
+                continue
             try:
-                families += source()
+                families += future.result()
             except PartialError as err:
                 families += err.families
                 self._failed(name, err)
@@ -51,16 +81,22 @@ class SourcesCollector(Collector):
                 self._failed(name, err)
         return families
 
-    def _failed(self, source: str, err: Exception) -> None:
+    def _failed(self, source: str, err: Exception | str) -> None:
         self.errors[source] += 1
         log(f"{source}: {str(err)[:500]!a}" if str(err) else f"{source}: {err!r}")
 
-    def collect(self) -> Iterator[Metric]:
+    def scrape(self) -> tuple[list[Family], dict[str, float], float]:
+        """The families, the error counts and how long reading took: read now, or the last
+        scrape's when it is fresh."""
         with self.lock:
-            started = time.perf_counter()
-            families = self.read()
-            errors = dict(self.errors)
-            took = time.perf_counter() - started
+            now = time.monotonic()
+            if self.served is None or now - self.served[0] >= self.fresh:
+                families = self.read()
+                self.served = (now, families, dict(self.errors), time.monotonic() - now)
+            return self.served[1], self.served[2], self.served[3]
+
+    def collect(self) -> Iterator[Metric]:
+        families, errors, took = self.scrape()
         for family in families:
             yield metric(family)
         counted = CounterMetricFamily(
