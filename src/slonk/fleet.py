@@ -15,7 +15,7 @@ from slonk.metrics import cause_label
 
 def shown(value: str, limit: int = 200) -> str:
     """One printable cell: a reason's line ends and escapes must not reach the terminal."""
-    text = "".join(c if c.isprintable() else "?" for c in value)
+    text = history.printable(value)
     return (text[: limit - 1] + "…") if len(text) > limit else text or "-"
 
 

@@ -33,11 +33,18 @@ KEEP_BYTES = MAX_BYTES // 2  # ...to the newest lines that fit in this
 MAX_TEXT = 1024  # a reason as Slurm shows it is shorter; a person's may be anything
 MAX_NAME = 253  # a Kubernetes Node name's limit
 MAX_GPUS = 64
+MAX_TIME = 2.0**33  # seconds since 1970: the year 2242
 MAX_HEADER = 100  # the compaction header's line is shorter
 
 
 def _text(value: str, limit: int) -> str:
     return value[:limit]
+
+
+def printable(value: str) -> str:
+    """A recorded text as people read it (a terminal, `kubectl describe`): a reason is anyone's
+    text, and its line ends and escapes must not reach them."""
+    return "".join(c if c.isprintable() else "?" for c in value)
 
 
 @dataclass(frozen=True)
@@ -84,8 +91,8 @@ def parse(line: bytes) -> Event | None:
     if not isinstance(record, dict) or record.get("event") not in EVENTS:
         return None
     stamp, gpus = record.get("time"), record.get("gpus", [])
-    if not isinstance(stamp, int | float) or isinstance(stamp, bool):
-        return None
+    if not isinstance(stamp, int | float) or isinstance(stamp, bool) or not 0 <= stamp < MAX_TIME:
+        return None  # NaN and infinities fail the range too: every time prints as a date
     if not isinstance(gpus, list) or not all(isinstance(g, str) for g in gpus):
         return None
     values = {key: record.get(key, "") for key in _STRINGS}
@@ -179,7 +186,7 @@ def _locked(path: Path) -> Iterator[IO[bytes]]:
     """The history file open for appending, under its lock: the file the path names once the
     lock is held (a compaction may have replaced the one opened while waiting)."""
     while True:
-        handle = open(path, "ab")  # noqa: SIM115 (closed below, or kept for the caller)
+        handle = open(path, "a+b")  # noqa: SIM115 (closed below, or kept for the caller)
         try:
             fcntl.flock(handle, fcntl.LOCK_EX)
             if os.fstat(handle.fileno()).st_ino == os.stat(path).st_ino:
@@ -200,9 +207,20 @@ def append(events: Iterable[Event], path: Path = paths.NODE_HISTORY) -> None:
     if not data:
         return
     with _locked(path) as handle:
-        handle.write(data)
-        handle.flush()
-        if handle.tell() > MAX_BYTES:
+        fd = handle.fileno()  # written unbuffered: what failed is known, and undone
+        size = os.lseek(fd, 0, os.SEEK_END)
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            data = b"\n" + data  # a writer killed mid-line: that line alone is lost
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        except OSError:
+            # A volume that filled mid-write: the part written goes, or the next line
+            # appended after it would be glued to it and both lost as one corrupt line.
+            os.ftruncate(fd, size)
+            raise
+        if size + len(data) > MAX_BYTES:
             _compact(path)
 
 

@@ -111,7 +111,8 @@ def bodies(e: history.Event, namespace: str) -> list[tuple[str, dict[str, Any]]]
     reason, kind = REASONS[e.event]
     where = f" on {e.machine}" if e.machine else ""
     gpus = f" (GPUs {', '.join(e.gpus)})" if e.gpus else ""
-    message = f"{e.node} {e.event}{where}{gpus}: {e.reason or '-'} [cause {e.cause}]"
+    text = f"{e.node} {e.event}{where}{gpus}: {e.reason or '-'} [cause {e.cause}]"
+    message = history.printable(text)
     stamp = datetime.datetime.fromtimestamp(e.time, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
     def body(namespace: str, about: dict[str, str], name: str) -> dict[str, Any]:

@@ -303,6 +303,24 @@ def test_the_dashboard_fits_a_configmap():
             ["--set", "metrics.port=22,workers.ssh.enabled=false"],
             "metrics.port: 22 is sshd's port, in the same pods",
         ),
+        (  # the chart's own labels select and own its objects: a site's may not repeat them
+            [
+                "--set",
+                "metrics.serviceMonitor.enabled=true",
+                "--set",
+                "metrics.serviceMonitor.labels.app\\.kubernetes\\.io/instance=other",
+            ],
+            "metrics.serviceMonitor.labels: app.kubernetes.io/instance is set by the chart",
+        ),
+        (
+            [
+                "--set",
+                "metrics.dashboard.enabled=true",
+                "--set",
+                "metrics.dashboard.labels.app\\.kubernetes\\.io/name=x",
+            ],
+            "metrics.dashboard.labels: app.kubernetes.io/name is set by the chart",
+        ),
     ],
 )
 def test_bad_metrics_values_fail_naming_the_key(args, message):

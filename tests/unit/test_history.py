@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -235,6 +237,14 @@ def test_an_event_message_is_bounded() -> None:
         assert len(body["message"]) <= node_events.MAX_MESSAGE
 
 
+def test_an_event_message_carries_no_terminal_controls() -> None:
+    """Root in any worker may set a reason: `kubectl describe` prints it to a person."""
+    event = _event(0, reason="slonk:gpu: x\x1b]0;owned\x07\nFAKE: line\u2028")
+    for _, body in node_events.bodies(event, "hpc"):
+        assert body["message"].isprintable(), body["message"]
+        assert "FAKE" in body["message"]  # shown, not dropped
+
+
 def test_serials_ride_on_extra_and_a_sites_extra_is_left_alone() -> None:
     assert serials.encode("", ["1654000000010"]) == '{"slonk.gpuSerials":["1654000000010"]}'
     theirs = '{"rack": "r12"}'
@@ -296,3 +306,43 @@ def test_nodes_shows_state_cause_since_and_recycles_in_the_window(
         "slonk-gpu-1", "idle+drain", "quarantine", "1970-01-01", "00:26:40", "1", "node-a"
     ]  # fmt: skip
     assert lines[2].split() == ["slonk-gpu-2", "idle", "none", "-", "0", "node-b"]
+
+
+def test_a_write_the_volume_cuts_short_loses_only_its_own_events(tmp_path: Path) -> None:
+    """A volume that fills mid-line (RLIMIT_FSIZE stands in for it, in a child process): the
+    part written is taken back, and the next append, once there is room, reads whole."""
+    path = tmp_path / "history.jsonl"
+    history.append([_event(0)], path)
+    room = path.stat().st_size + 40  # less than a line
+    code = (
+        "import pathlib, resource, signal\n"
+        "from slonk import history\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        f"resource.setrlimit(resource.RLIMIT_FSIZE, ({room}, resource.RLIM_INFINITY))\n"
+        "event = history.Event(time=1.0, event='drain', node='cut-short')\n"
+        f"history.record([event], print, pathlib.Path({str(path)!r}))\n"
+    )
+    said = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "could not record 1 node event" in said.stdout
+    history.append([_event(2)], path)
+    found = history.load(path)
+    assert ([e.podUID for e in found.events], found.skipped) == (["uid-0", "uid-2"], 0)
+
+
+def test_a_line_a_killed_writer_left_half_written_is_the_only_one_lost(tmp_path: Path) -> None:
+    path = tmp_path / "history.jsonl"
+    history.append([_event(0)], path)
+    with path.open("ab") as file:
+        file.write(_event(1).line()[:30])
+    history.append([_event(2)], path)
+    found = history.load(path)
+    assert ([e.podUID for e in found.events], found.skipped) == (["uid-0", "uid-2"], 1)
+
+
+@pytest.mark.parametrize("stamp", [b"NaN", b"Infinity", b"1e300", b"-1", b"true"])
+def test_a_line_with_an_impossible_time_is_skipped(tmp_path: Path, stamp: bytes) -> None:
+    path = tmp_path / "history.jsonl"
+    path.write_bytes(b'{"time": %s, "event": "drain", "node": "bad"}\n' % stamp)
+    found = history.load(path)
+    assert (found.events, found.skipped) == ([], 1)
+    fleet.history_table(found.events, None)  # prints, never raises

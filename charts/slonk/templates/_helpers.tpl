@@ -598,3 +598,16 @@ the pods' parser does). The same rule and words as slonk.config.spec. */}}
 {{- end -}}
 {{- end -}}
 {{- end }}
+
+{{/* A site's labels (list: root context, their values key, the labels) after the chart's own,
+which they may not repeat: a duplicate key would silently win or be refused by the API. */}}
+{{- define "slonk.extraLabels" -}}
+{{- $root := index . 0 -}}{{- $key := index . 1 -}}{{- $labels := index . 2 | default dict -}}
+{{- $own := include "slonk.labels" $root | fromYaml -}}
+{{- range $name, $value := $labels -}}
+{{- if hasKey $own $name -}}
+{{- fail (printf "%s: %s is set by the chart" $key $name) -}}
+{{- end -}}
+{{- end -}}
+{{- with $labels }}{{ toYaml . }}{{ end -}}
+{{- end }}
