@@ -151,11 +151,11 @@ def boot_checks(plan: health.CheckPlan) -> str:
     results = health.run(plan, "boot")
     health.save_boot_results(results)
     gpus = plan.checks.get("gpu")
-    found = ""
-    if gpus:  # for the node history: the first health run puts them on the Slurm node
-        numbers = serials.query(gpus["options"], gpus["timeoutSeconds"])
-        serials.save(numbers)
-        found = f"; GPU serials: {', '.join(numbers) or 'none given'}"
+    # For the node history: the first health run puts them on the Slurm node, none included
+    # (a pod without the gpu check clears what an earlier pod on other GPUs left there).
+    numbers = serials.query(gpus["options"], gpus["timeoutSeconds"]) if gpus else []
+    serials.save(numbers)
+    found = f"; GPU serials: {', '.join(numbers)}" if numbers else ""
     failed = [r for r in results if not r.ok]
     for result in failed:
         log(f"boot check failed: {result.line()}")

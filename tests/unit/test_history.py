@@ -17,6 +17,8 @@ from slonk import fleet, history, node_events, slurm_nodes
 from slonk.health import serials
 from slonk.slurm_state import NodeState
 
+from . import slurm_json
+
 FAKE_GPU = Path(__file__).parents[1] / "fakes" / "fake-gpu"
 
 
@@ -346,3 +348,34 @@ def test_a_line_with_an_impossible_time_is_skipped(tmp_path: Path, stamp: bytes)
     found = history.load(path)
     assert (found.events, found.skipped) == ([], 1)
     fleet.history_table(found.events, None)  # prints, never raises
+
+
+def test_serials_reach_the_node_once_slurm_answers_and_a_pod_without_gpus_clears_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first health run may come before Slurm answers: later runs try again, once done
+    no more. A pod with no GPUs (or no gpu check) takes the last pod's serials away."""
+    done = tmp_path / "reported"
+    stale = '{"slonk.gpuSerials":["1654000000010"]}'
+    calls: list[tuple[str, ...]] = []
+
+    def scontrol(*args: str) -> str:
+        calls.append(args)
+        if len(calls) == 1:
+            raise slurm_nodes.SlurmError("scontrol show timed out")
+        if args[0] == "show":
+            record = slurm_json.node("slonk-gpu-1", ["IDLE"])
+            record["extra"] = stale
+            return slurm_json.nodes(record)
+        return ""
+
+    monkeypatch.setattr(slurm_nodes, "scontrol", scontrol)
+    monkeypatch.setattr(serials, "saved", lambda: [])
+    with pytest.raises(slurm_nodes.SlurmError):
+        serials.report("slonk-gpu-1", done)
+    assert not done.exists()
+    assert serials.report("slonk-gpu-1", done) == "GPU serials on the node: none"
+    assert calls[-1] == ("update", "nodename=slonk-gpu-1", "extra=")
+    assert done.exists()
+    calls.clear()
+    assert serials.report("slonk-gpu-1", done) is None and calls == []

@@ -20,14 +20,15 @@ def slurmd_program() -> int:
     then every HealthCheckInterval. The first run only applies the boot checks' results:
     the controller and peers may still be starting, and munged beside slurmd too. slurmd
     logs what a failing run prints."""
+    # Before a drain (the node history reads them with it); until Slurm took them, each run.
+    try:
+        serials.report(runner.load_plan().node.name)
+    except (SlonkError, OSError, ValueError) as err:
+        print(f"slonk health: GPU serials not reported yet: {err}", file=sys.stderr)
     if STARTED.exists():
         results, _ = check_node("interval", drain=True)
     else:
         STARTED.touch()
-        try:  # before the drain: the node history reads them with it
-            serials.report(runner.load_plan().node.name)
-        except (SlonkError, OSError, ValueError) as err:
-            print(f"slonk health: GPU serials not reported: {err}", file=sys.stderr)
         results, _ = check_node("boot", drain=True, rerun=False)
     failed = [r.reason for r in results if not r.ok]
     print("; ".join(failed))

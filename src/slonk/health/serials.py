@@ -25,6 +25,7 @@ from slonk.health.probe import Unhealthy
 from slonk.paths import HEALTH_STATE
 
 SAVED = HEALTH_STATE / "gpu-serials.json"
+REPORTED = HEALTH_STATE / "gpu-serials.reported"  # this pod's are on its Slurm node
 EXTRA_KEY = "slonk.gpuSerials"
 # nvidia-smi prints `[N/A]` for a GPU with no serial (consumer boards); real ones are digits.
 SERIAL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -46,7 +47,7 @@ def save(serials: Sequence[str], path: Path = SAVED) -> None:
 
 
 def saved(path: Path = SAVED) -> list[str] | None:
-    """What boot saved; None when boot asked nothing (no gpu check)."""
+    """What boot saved; None when there is nothing (not a worker pod of this version)."""
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -91,14 +92,16 @@ def encode(extra: str, serials: Sequence[str]) -> str | None:
     return json.dumps(data, separators=(",", ":")) if data else ""
 
 
-def report(node_name: str) -> str | None:
-    """Put boot's serials on the node's Extra; what was done, for the log (None: nothing)."""
+def report(node_name: str, done: Path = REPORTED) -> str | None:
+    """Put boot's serials on the node's Extra, once per pod (`done` says it is); what was
+    done, for the log (None: nothing). Raises while Slurm cannot be asked: a later health
+    run tries again."""
     serials = saved()
-    if serials is None:
+    if serials is None or done.exists():
         return None
     node = slurm_nodes.read_node(node_name)
     new = encode(node.extra, serials)
-    if new is None:
-        return None
-    slurm_nodes.scontrol("update", f"nodename={node_name}", f"extra={new}")
-    return f"GPU serials on the node: {', '.join(serials) or 'none'}"
+    if new is not None:
+        slurm_nodes.scontrol("update", f"nodename={node_name}", f"extra={new}")
+    done.touch()
+    return None if new is None else f"GPU serials on the node: {', '.join(serials) or 'none'}"
