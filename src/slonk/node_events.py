@@ -36,6 +36,7 @@ REASONS = {
 }
 COMPONENT = "slonk"
 MAX_MESSAGE = 1024  # the API's limit for a note
+MAX_EVENTS_PER_PASS = 50  # two API calls each (pod, Node): a mass change must not stall a pass
 
 
 class EventSink(Protocol):
@@ -186,6 +187,7 @@ class Observer:
         sink: EventSink | None,
         when: float,
     ) -> list[history.Event]:
+        catching_up = self.before is None and history.end(self.path) == 0
         if self.before is None:
             try:
                 self.before = last_seen(history.read(self.path))
@@ -200,7 +202,14 @@ class Observer:
         for e in found:
             self.before[e.node] = e.reason if e.event == "drain" else None
         if found:
-            record(found, sink, self.namespace, self.log, self.path)
+            # The first pass of all (no history yet) records how things stand, as no news;
+            # a pass's Events are bounded, as each is a call to the API before the syncer acts.
+            told = [] if catching_up else found[:MAX_EVENTS_PER_PASS]
+            if len(told) < len(found):
+                self.log(f"{len(found) - len(told)} node events recorded, not sent as Events")
+            record(found, None, self.namespace, self.log, self.path)
+            if sink is not None:
+                publish(sink, told, self.namespace, self.log)
         self._save_machines(pods)
         return found
 

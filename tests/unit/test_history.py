@@ -198,6 +198,7 @@ def test_the_observer_records_each_change_once_across_restarts(tmp_path: Path) -
     pods = {"slonk-gpu-1": _pod("slonk-gpu-1", "node-a", "uid-1")}
     drained = {"slonk-gpu-1": _node("slonk-gpu-1", "idle+DRAIN", "slonk:gpu: lost", extra)}
     sink, said = Sink(), []
+    history.append([_event(0, "resume", node="slonk-gpu-9")], path)  # not the first pass ever
     observer = node_events.Observer("hpc", said.append, path, machines)
     (e,) = observer.observe(drained, pods, sink, 1000.0)
     assert (e.event, e.machine, e.gpus, e.podUID, e.cause) == (
@@ -219,8 +220,26 @@ def test_the_observer_records_each_change_once_across_restarts(tmp_path: Path) -
     assert again.observe(drained, pods, None, 1002.0) == []
     (resumed,) = again.observe({"slonk-gpu-1": _node("slonk-gpu-1")}, pods, None, 1003.0)
     assert (resumed.event, resumed.reason, resumed.cause) == ("resume", "slonk:gpu: lost", "gpu")
-    assert [e.event for e in history.read(path)] == ["drain", "resume"]
+    assert [e.event for e in history.read(path)] == ["resume", "drain", "resume"]
     assert said == []
+
+
+def test_the_first_pass_ever_sends_no_events_and_a_pass_sends_a_bounded_number(
+    tmp_path: Path,
+) -> None:
+    """The first pass after an upgrade finds every drained or lent node: how things stand,
+    recorded, no news to send. Later, a mass change sends MAX_EVENTS_PER_PASS, records all."""
+    path, machines = tmp_path / "h.jsonl", tmp_path / "machines.json"
+    sink, said = Sink(), []
+    many = node_events.MAX_EVENTS_PER_PASS + 5
+    drained = {f"n{i}": _node(f"n{i}", "idle+DRAIN", "maintenance") for i in range(many)}
+    observer = node_events.Observer("hpc", said.append, path, machines)
+    assert len(observer.observe(drained, {}, sink, 1.0)) == many
+    assert sink.events == [] and said == [f"{many} node events recorded, not sent as Events"]
+    resumed = {name: _node(name) for name in drained}
+    assert len(observer.observe(resumed, {}, sink, 2.0)) == many
+    assert len(sink.events) == node_events.MAX_EVENTS_PER_PASS  # pods alone: no machine known
+    assert len(history.read(path)) == 2 * many
 
 
 def test_a_history_that_cannot_be_written_stops_nothing(tmp_path: Path) -> None:
