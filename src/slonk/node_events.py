@@ -175,10 +175,34 @@ class Observer:
         log: Callable[[str], None],
         path: Path = paths.NODE_HISTORY,
         machines: Path = paths.MACHINES,
+        seen: Path = paths.NODES_SEEN,
     ) -> None:
         self.namespace, self.log, self.path, self.machines_path = namespace, log, path, machines
+        self.seen_path = seen
         self.before: dict[str, str | None] | None = None
         self.machines: dict[str, str] | None = None
+
+    def _last_seen(self) -> tuple[dict[str, str | None], bool]:
+        """What the last syncer saw, and whether this is the first pass of all: from its own
+        record, else from the history (a compaction may have dropped a long drain's line)."""
+        try:
+            data = json.loads(self.seen_path.read_text())
+        except (OSError, ValueError):
+            data = None
+        if isinstance(data, dict) and all(isinstance(v, str) for v in data.values()):
+            return {str(k): v for k, v in data.items()}, False
+        try:
+            return last_seen(history.read(self.path)), history.end(self.path) == 0
+        except OSError as err:
+            self.log(f"cannot read the node history, starting from now: {err}")
+            return {}, False
+
+    def _save_seen(self, before: Mapping[str, str | None]) -> None:
+        out = {node: reason for node, reason in before.items() if reason is not None}
+        try:
+            write_atomically(self.seen_path, json.dumps(out, sort_keys=True))
+        except OSError as err:
+            self.log(f"cannot save the nodes out of service: {err}")
 
     def observe(
         self,
@@ -187,13 +211,9 @@ class Observer:
         sink: EventSink | None,
         when: float,
     ) -> list[history.Event]:
-        catching_up = self.before is None and history.end(self.path) == 0
+        catching_up = False
         if self.before is None:
-            try:
-                self.before = last_seen(history.read(self.path))
-            except OSError as err:
-                self.log(f"cannot read the node history, starting from now: {err}")
-                self.before = {}
+            self.before, catching_up = self._last_seen()
         found = [
             event(kind, node, Pod.of(pods[node.name]) if node.name in pods else Pod(node.name),
                   reason, when)
@@ -201,6 +221,8 @@ class Observer:
         ]  # fmt: skip
         for e in found:
             self.before[e.node] = e.reason if e.event == "drain" else None
+        if found or catching_up:
+            self._save_seen(self.before)
         if found:
             # The first pass of all (no history yet) records how things stand, as no news;
             # a pass's Events are bounded, as each is a call to the API before the syncer acts.

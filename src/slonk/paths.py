@@ -67,6 +67,9 @@ POWERED_DOWN_REASONS = STATE_SAVE / "slonk-powered-down-reasons.json"
 NODE_HISTORY = STATE_SAVE / "slonk-node-history.jsonl"
 # The Kubernetes Node each node's pod runs on, as the syncer last saw it: {"<node>": "<Node>"}.
 MACHINES = STATE_SAVE / "slonk-machines.json"
+# The nodes out of service as the syncer last saw them, with their reasons: {"<node>": "<reason>"}
+# (a syncer that starts again compares with these; the history may have been compacted).
+NODES_SEEN = STATE_SAVE / "slonk-nodes-seen.json"
 # The syncer's counts since its process started, rewritten after every pass (slonk.align.syncer).
 SYNCER_STATS = Path("/run/slonk/syncer-stats.json")
 # slurmctld's output as its s6 logger keeps it (rootfs' slurmctld/log/run): what it said.

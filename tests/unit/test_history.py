@@ -199,7 +199,7 @@ def test_the_observer_records_each_change_once_across_restarts(tmp_path: Path) -
     drained = {"slonk-gpu-1": _node("slonk-gpu-1", "idle+DRAIN", "slonk:gpu: lost", extra)}
     sink, said = Sink(), []
     history.append([_event(0, "resume", node="slonk-gpu-9")], path)  # not the first pass ever
-    observer = node_events.Observer("hpc", said.append, path, machines)
+    observer = node_events.Observer("hpc", said.append, path, machines, tmp_path / "seen.json")
     (e,) = observer.observe(drained, pods, sink, 1000.0)
     assert (e.event, e.machine, e.gpus, e.podUID, e.cause) == (
         "drain", "node-a", ("1654000000010",), "uid-1", "gpu"
@@ -216,12 +216,30 @@ def test_the_observer_records_each_change_once_across_restarts(tmp_path: Path) -
     assert node_events.load_machines(machines) == {"slonk-gpu-1": "node-a"}
     # A new syncer (restarted) knows the drain from the history: it is not recorded again,
     # and the resume that happened while it was away is.
-    again = node_events.Observer("hpc", said.append, path, machines)
+    again = node_events.Observer("hpc", said.append, path, machines, tmp_path / "seen.json")
     assert again.observe(drained, pods, None, 1002.0) == []
     (resumed,) = again.observe({"slonk-gpu-1": _node("slonk-gpu-1")}, pods, None, 1003.0)
     assert (resumed.event, resumed.reason, resumed.cause) == ("resume", "slonk:gpu: lost", "gpu")
     assert [e.event for e in history.read(path)] == ["resume", "drain", "resume"]
     assert said == []
+
+
+def test_a_syncer_started_again_after_a_compaction_records_no_drain_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long drain's line compacted away: the syncer's own record still knows it."""
+    monkeypatch.setattr(history, "MAX_BYTES", 4000)
+    monkeypatch.setattr(history, "KEEP_BYTES", 2000)
+    path, machines, seen = tmp_path / "h.jsonl", tmp_path / "m.json", tmp_path / "seen.json"
+    old = _node("old", "idle+DRAIN", "slonk:gpu: xid 79")
+    flapping = [{"old": old, "flap": _node("flap", "idle+DRAIN" if i % 2 else "idle", "x")}
+                for i in range(60)]  # fmt: skip
+    observer = node_events.Observer("hpc", print, path, machines, seen)
+    for i, nodes in enumerate(flapping):
+        observer.observe(nodes, {}, None, float(i))
+    assert "old" not in {e.node for e in history.read(path)}  # compacted away
+    again = node_events.Observer("hpc", print, path, machines, seen)
+    assert again.observe(flapping[-1], {}, None, 99.0) == []
 
 
 def test_the_first_pass_ever_sends_no_events_and_a_pass_sends_a_bounded_number(
@@ -233,7 +251,7 @@ def test_the_first_pass_ever_sends_no_events_and_a_pass_sends_a_bounded_number(
     sink, said = Sink(), []
     many = node_events.MAX_EVENTS_PER_PASS + 5
     drained = {f"n{i}": _node(f"n{i}", "idle+DRAIN", "maintenance") for i in range(many)}
-    observer = node_events.Observer("hpc", said.append, path, machines)
+    observer = node_events.Observer("hpc", said.append, path, machines, tmp_path / "seen.json")
     assert len(observer.observe(drained, {}, sink, 1.0)) == many
     assert sink.events == [] and said == [f"{many} node events recorded, not sent as Events"]
     resumed = {name: _node(name) for name in drained}
@@ -245,7 +263,11 @@ def test_the_first_pass_ever_sends_no_events_and_a_pass_sends_a_bounded_number(
 def test_a_history_that_cannot_be_written_stops_nothing(tmp_path: Path) -> None:
     said: list[str] = []
     observer = node_events.Observer(
-        "hpc", said.append, tmp_path / "no-such-dir" / "h.jsonl", tmp_path / "nope" / "m.json"
+        "hpc",
+        said.append,
+        tmp_path / "no-such-dir" / "h.jsonl",
+        tmp_path / "nope" / "m.json",
+        tmp_path / "nope" / "seen.json",
     )
     drained = {"n": _node("n", "idle+DRAIN", "maintenance")}
     assert [e.event for e in observer.observe(drained, {}, Sink(), 1.0)] == ["drain"]
