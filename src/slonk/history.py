@@ -211,14 +211,15 @@ def append(events: Iterable[Event], path: Path = paths.NODE_HISTORY) -> None:
         size = os.lseek(fd, 0, os.SEEK_END)
         if size and os.pread(fd, 1, size - 1) != b"\n":
             data = b"\n" + data  # a writer killed mid-line: that line alone is lost
+        written = 0
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            while written < len(data):
+                written += os.write(fd, memoryview(data)[written:])
         except OSError:
-            # A volume that filled mid-write: the part written goes, or the next line
+            # A volume that filled mid-line: the line cut short goes, or the next one
             # appended after it would be glued to it and both lost as one corrupt line.
-            os.ftruncate(fd, size)
+            # Whole lines stay: a follower may have read them already.
+            os.ftruncate(fd, size + data.rfind(b"\n", 0, written) + 1)
             raise
         if size + len(data) > MAX_BYTES:
             _compact(path)

@@ -183,24 +183,33 @@ class Observer:
         self.machines: dict[str, str] | None = None
 
     def _last_seen(self) -> tuple[dict[str, str | None], bool]:
-        """What the last syncer saw, and whether this is the first pass of all: from its own
-        record, else from the history (a compaction may have dropped a long drain's line)."""
+        """What the last syncer saw, and whether this is the first pass of all: its own
+        record (a compaction may have dropped a long drain's line from the history) and the
+        history written after it; else the history alone."""
         try:
             data = json.loads(self.seen_path.read_text())
         except (OSError, ValueError):
             data = None
-        if isinstance(data, dict) and all(isinstance(v, str) for v in data.values()):
-            return {str(k): v for k, v in data.items()}, False
+        nodes = data.get("nodes") if isinstance(data, dict) else None
+        offset = data.get("offset") if isinstance(data, dict) else None
         try:
+            if isinstance(nodes, dict) and isinstance(offset, int):
+                seen: dict[str, str | None] = {
+                    str(k): v for k, v in nodes.items() if isinstance(v, str)
+                }
+                seen.update(last_seen(history.follow(self.path, offset)[0]))
+                return seen, False
             return last_seen(history.read(self.path)), history.end(self.path) == 0
         except OSError as err:
             self.log(f"cannot read the node history, starting from now: {err}")
             return {}, False
 
     def _save_seen(self, before: Mapping[str, str | None]) -> None:
+        """After the history: the events before its end are in this record."""
         out = {node: reason for node, reason in before.items() if reason is not None}
         try:
-            write_atomically(self.seen_path, json.dumps(out, sort_keys=True))
+            document = {"offset": history.end(self.path), "nodes": out}
+            write_atomically(self.seen_path, json.dumps(document, sort_keys=True))
         except OSError as err:
             self.log(f"cannot save the nodes out of service: {err}")
 
@@ -221,8 +230,6 @@ class Observer:
         ]  # fmt: skip
         for e in found:
             self.before[e.node] = e.reason if e.event == "drain" else None
-        if found or catching_up:
-            self._save_seen(self.before)
         if found:
             # The first pass of all (no history yet) records how things stand, as no news;
             # a pass's Events are bounded, as each is a call to the API before the syncer acts.
@@ -232,6 +239,8 @@ class Observer:
             record(found, None, self.namespace, self.log, self.path)
             if sink is not None:
                 publish(sink, told, self.namespace, self.log)
+        if found or catching_up:
+            self._save_seen(self.before)
         self._save_machines(pods)
         return found
 

@@ -67,7 +67,8 @@ POWERED_DOWN_REASONS = STATE_SAVE / "slonk-powered-down-reasons.json"
 NODE_HISTORY = STATE_SAVE / "slonk-node-history.jsonl"
 # The Kubernetes Node each node's pod runs on, as the syncer last saw it: {"<node>": "<Node>"}.
 MACHINES = STATE_SAVE / "slonk-machines.json"
-# The nodes out of service as the syncer last saw them, with their reasons: {"<node>": "<reason>"}
+# The nodes out of service as the syncer last saw them, and how far the history then went:
+# {"offset": <NODE_HISTORY offset>, "nodes": {"<node>": "<reason>"}}
 # (a syncer that starts again compares with these; the history may have been compacted).
 NODES_SEEN = STATE_SAVE / "slonk-nodes-seen.json"
 # The syncer's counts since its process started, rewritten after every pass (slonk.align.syncer).

@@ -101,7 +101,7 @@ def lend(name: str, detail: str, pod_gone: bool, on_demand: bool = False) -> boo
     Never kills a job: POWER_DOWN waits for the node to be idle."""
     node = slurm_nodes.read_node(name)
     if node.powering_up or is_lent(node, on_demand):
-        keep_reasons([node])
+        _kept([node])
         return is_lent(node, on_demand)
     if not (node.powering_down or node.powered_down):
         if pod_gone and node.state == "down" and _cause(node) == reasons.POD:
@@ -122,7 +122,7 @@ def lend(name: str, detail: str, pod_gone: bool, on_demand: bool = False) -> boo
     ):
         slurm_nodes.drain(name, node.reason or lent_reason(detail))
         node = slurm_nodes.read_node(name)
-    keep_reasons([node])  # before its pod can come back and its slurmd register
+    _kept([node])  # before its pod can come back and its slurmd register
     return is_lent(node, on_demand)
 
 
@@ -136,7 +136,7 @@ def give_back(name: str) -> bool:
     powers it up (nothing to ask Slurm: no POWER_UP, which would wait for a new boot); then
     the lent drain, and only that, is lifted. False while Slurm still shows it powered down
     or waits for it (call again)."""
-    (node,) = keep_reasons([slurm_nodes.read_node(name)])
+    (node,) = _kept([slurm_nodes.read_node(name)])
     if node.powering_down or not node.up:
         return False
     if node.drained and is_lent_reason(node.reason):
@@ -171,6 +171,15 @@ def keep_reasons(nodes: Iterable[NodeState]) -> list[NodeState]:
         if kept != before:
             _write_nodes(kept, path)
     return found
+
+
+def _kept(nodes: list[NodeState]) -> list[NodeState]:
+    """keep_reasons, whose file must not stop lending or giving back: a file that cannot be
+    read or written is the syncer's to say (each pass's snapshot calls keep_reasons too)."""
+    try:
+        return keep_reasons(nodes)
+    except PowerError:
+        return nodes
 
 
 def slurmd_flags(name: str) -> list[str]:

@@ -316,6 +316,10 @@ CASES: list[tuple[str, dict[str, Any], Change, Change, str]] = [
 CHART_ONLY = dict(
     [
         (
+            "%s: %s is set by the chart",
+            "labels of the ServiceMonitor and dashboard objects: never in cluster.yaml",
+        ),
+        (
             "hooks.git.repo: required when hooks.enabled is true",
             "the repository is the git-sync sidecar's: it never reaches cluster.yaml",
         ),

@@ -41,11 +41,12 @@ def api(tmp_path: Path) -> Iterator[Fake]:
 
 
 @pytest.fixture
-def kube(api: Fake) -> Cluster:
+def kube(api: Fake) -> Iterator[Cluster]:
     cluster = Cluster(NAMESPACE, "slonk", resync_seconds=60, api=api.client("controller-token"))
     cluster.start()
     wait_for("the first lists", lambda: cluster.synced)
-    return cluster
+    yield cluster
+    cluster.stop()  # before the API server closes: its watches end quietly, not in later tests
 
 
 def test_the_watches_follow_kubectl(api: Fake, kube: Cluster) -> None:

@@ -420,3 +420,17 @@ def test_serials_reach_the_node_once_slurm_answers_and_a_pod_without_gpus_clears
     assert done.exists()
     calls.clear()
     assert serials.report("slonk-gpu-1", done) is None and calls == []
+
+
+def test_a_syncer_started_again_reads_the_history_written_after_its_record(
+    tmp_path: Path,
+) -> None:
+    """Killed between the history and its own record (or another syncer wrote since): the
+    events past the record's offset are replayed over it, none recorded twice."""
+    path, machines, seen = tmp_path / "h.jsonl", tmp_path / "m.json", tmp_path / "seen.json"
+    history.append([_event(0, "resume", node="other")], path)
+    drained = {"n": _node("n", "idle+DRAIN", "maintenance")}
+    node_events.Observer("hpc", print, path, machines, seen).observe(drained, {}, None, 1.0)
+    history.append([history.Event(time=2.0, event="resume", node="n", reason="maintenance")], path)
+    again = node_events.Observer("hpc", print, path, machines, seen)
+    assert again.observe({"n": _node("n")}, {}, None, 3.0) == []

@@ -61,6 +61,7 @@ class Reflector:
         self.version = ""
         self.calls = 0
         self._lock = threading.Lock()
+        self.stopped = threading.Event()
 
     def snapshot(self) -> dict[str, dict[str, Any]]:
         with self._lock:
@@ -117,9 +118,9 @@ class Reflector:
         return True
 
     def run(self) -> None:
-        """Forever, in its own thread."""
+        """Until stopped, in its own thread."""
         failures = 0
-        while True:
+        while not self.stopped.is_set():
             try:
                 self.relist()
                 failures = 0
@@ -127,6 +128,8 @@ class Reflector:
                 while time.monotonic() < until and self.watch(until):
                     pass
             except Exception as err:  # the API or the network: note it, keep trying
+                if self.stopped.is_set():
+                    return  # its connection closed under it: no news
                 with self._lock:
                     self.synced = False
                 self.changed.set()
@@ -181,6 +184,11 @@ class Cluster:
     def start(self) -> None:
         for reflector in self.reflectors:
             reflector.start()
+
+    def stop(self) -> None:
+        """The watches end once their connections do (an API server closing them)."""
+        for reflector in self.reflectors:
+            reflector.stopped.set()
 
     def list_once(self) -> None:
         """For `slonk align`: one full list of each kind, no watch."""

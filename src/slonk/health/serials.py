@@ -96,8 +96,10 @@ def report(node_name: str, done: Path = REPORTED) -> str | None:
     """Put boot's serials on the node's Extra, once per pod (`done` says it is); what was
     done, for the log (None: nothing). Raises while Slurm cannot be asked: a later health
     run tries again."""
+    if done.exists():  # every later health run: one stat, nothing more
+        return None
     serials = saved()
-    if serials is None or done.exists():
+    if serials is None:
         return None
     node = slurm_nodes.read_node(node_name)
     new = encode(node.extra, serials)

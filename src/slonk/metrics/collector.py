@@ -7,7 +7,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, wait
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -38,6 +38,21 @@ DEADLINE_SECONDS = 8.0
 FRESH_SECONDS = 5.0
 
 
+def _started(source: Source) -> Future[list[Family]]:
+    """The source read in a thread of its own: a daemon, as one stuck in Slurm or on a hung
+    volume must not hold the process (`slonk metrics show`) at exit."""
+    future: Future[list[Family]] = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(source())
+        except BaseException as err:  # handed to the scrape, which counts it
+            future.set_exception(err)
+
+    threading.Thread(target=run, name="metrics-source", daemon=True).start()
+    return future
+
+
 class SourcesCollector(Collector):
     """Every source's families, then slonk_exporter_scrape_duration_seconds and
     slonk_exporter_scrape_errors_total{source} (each source shown from 0)."""
@@ -53,7 +68,6 @@ class SourcesCollector(Collector):
         self.errors = dict.fromkeys(self.sources, 0.0)
         # One scrape at a time: the HTTP server answers each request in a thread.
         self.lock = threading.Lock()
-        self.pool = ThreadPoolExecutor(max(1, len(self.sources)), "metrics-source")
         self.reading: dict[str, Future[list[Family]]] = {}  # each source's last read
         self.served: tuple[float, list[Family], dict[str, float], float] | None = None
 
@@ -64,7 +78,7 @@ class SourcesCollector(Collector):
         late = {name for name, future in self.reading.items() if not future.done()}
         for name, source in self.sources.items():
             if name not in late:
-                self.reading[name] = self.pool.submit(source)
+                self.reading[name] = _started(source)
         wait([self.reading[n] for n in self.sources if n not in late], timeout=self.deadline)
         families: list[Family] = []
         for name in self.sources:
@@ -92,7 +106,8 @@ class SourcesCollector(Collector):
             now = time.monotonic()
             if self.served is None or now - self.served[0] >= self.fresh:
                 families = self.read()
-                self.served = (now, families, dict(self.errors), time.monotonic() - now)
+                done = time.monotonic()  # fresh from here: requests that waited share it
+                self.served = (done, families, dict(self.errors), done - now)
             return self.served[1], self.served[2], self.served[3]
 
     def collect(self) -> Iterator[Metric]:

@@ -10,6 +10,8 @@ import json
 import re
 import secrets
 import select
+import socket
+import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping
@@ -573,3 +575,23 @@ class Server(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], api: Api) -> None:
         super().__init__(address, Handler)
         self.api = api
+        self.connections: set[socket.socket] = set()
+        self.connections_lock = threading.Lock()
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        with self.connections_lock:
+            self.connections.add(request)
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self.connections_lock:
+                self.connections.discard(request)
+
+    def server_close(self) -> None:
+        """Closed, it serves no more requests on connections kept alive either (a client's
+        watch would otherwise go on being answered by a server its owner stopped)."""
+        super().server_close()
+        with self.connections_lock:
+            for connection in self.connections:
+                with contextlib.suppress(OSError):
+                    connection.shutdown(socket.SHUT_RDWR)
