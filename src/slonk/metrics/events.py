@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from slonk import history
 from slonk.metrics.cause import CAUSES, cause_label
-from slonk.metrics.family import COUNTER, Family, RecordError, number
+from slonk.metrics.family import COUNTER, Family, RecordError, number, read_record
 
 EVENTS = ("drain", "resume", "recycle", "quarantine")
 SYNCER_ACTIONS = ("drain", "resume", "down", "lend", "give-back")
@@ -51,16 +50,9 @@ def syncer_families(path: Path) -> list[Family]:
     """slonk_syncer_passes_total, _errors_total, _actions_total{action}: none while the
     syncer has written no stats (it is off, or has not finished a pass)."""
     try:
-        with path.open("rb") as file:
-            raw = file.read(MAX_STATS_BYTES + 1)
+        stats = read_record(path, MAX_STATS_BYTES)
     except FileNotFoundError:
         return []
-    if len(raw) > MAX_STATS_BYTES:
-        raise RecordError(f"{path}: larger than {MAX_STATS_BYTES} bytes")
-    try:
-        stats = json.loads(raw)
-    except ValueError as err:
-        raise RecordError(f"{path}: not JSON ({err})") from None
     if not isinstance(stats, dict):
         raise RecordError(f"{path}: not a JSON object")
     passes = Family("slonk_syncer_passes_total", COUNTER, "Syncer passes since it started.")

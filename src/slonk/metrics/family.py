@@ -4,7 +4,10 @@ able to time reading apart from rendering."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from slonk.errors import SlonkError
 
@@ -53,3 +56,16 @@ class PartialError(RecordError):
     def __init__(self, message: str, families: list[Family]) -> None:
         super().__init__(message)
         self.families = families
+
+
+def read_record(path: Path, limit: int) -> Any:
+    """The JSON document of a file slonk keeps, read no further than `limit` bytes; a
+    RecordError when it is larger or not JSON (FileNotFoundError left to the caller)."""
+    with path.open("rb") as file:
+        raw = file.read(limit + 1)
+    if len(raw) > limit:
+        raise RecordError(f"{path}: larger than {limit} bytes")
+    try:
+        return json.loads(raw)
+    except ValueError as err:
+        raise RecordError(f"{path}: not JSON ({err})") from None

@@ -3,13 +3,12 @@ writes them (HEALTH_STATE/results-<phase>.json)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from slonk.config.model import HEALTH_PHASES
 from slonk.health.catalogue import HEALTH_CHECKS
 from slonk.health.runner import results_path
-from slonk.metrics.family import GAUGE, Family, PartialError, RecordError, number
+from slonk.metrics.family import GAUGE, Family, PartialError, RecordError, number, read_record
 
 MAX_RESULTS_BYTES = 1024 * 1024
 
@@ -49,14 +48,7 @@ def health_families(state: Path, node: str) -> list[Family]:
 
 
 def _read(path: Path) -> list[object]:
-    with path.open("rb") as file:
-        raw = file.read(MAX_RESULTS_BYTES + 1)
-    if len(raw) > MAX_RESULTS_BYTES:
-        raise RecordError(f"{path}: larger than {MAX_RESULTS_BYTES} bytes")
-    try:
-        results = json.loads(raw)
-    except ValueError as err:
-        raise RecordError(f"{path}: not JSON ({err})") from None
+    results = read_record(path, MAX_RESULTS_BYTES)
     if not isinstance(results, list):
         raise RecordError(f"{path}: not a JSON list")
     return results
