@@ -239,9 +239,10 @@ Checks the schema cannot express. Each failure names the values key, as the sche
 {{- end -}}
 {{- /* The walk below includes a template per value: walk only when the values' JSON shows a
 control character (escaped as \b \f \n \r \t or \u0000-\u001f; DEL is written as is) or
-a number of 10 digits or an exponent. A match inside a string, or where the walk does not go,
-only costs the walk. */ -}}
-{{- if regexMatch `\\[bfnrt]|\\u00[01]|\x7f|[0-9]{10}|[0-9]e[-+]?[0-9]` (toJson .Values) -}}
+a number of 10 digits or an exponent, or when there is no JSON (an infinite or NaN number). A
+match inside a string, or where the walk does not go, only costs the walk. */ -}}
+{{- $json := toJson .Values -}}
+{{- if or (not $json) (regexMatch `\\[bfnrt]|\\u00[01]|\x7f|[0-9]{10}|[0-9]e[-+]?[0-9]` $json) -}}
 {{- include "slonk.refuseUnsafeValues" (dict "path" "" "value" .Values) -}}
 {{- end -}}
 {{- $managed := include "slonk.managedSlurmKeys" . | splitList " " -}}
