@@ -237,7 +237,14 @@ Checks the schema cannot express. Each failure names the values key, as the sche
 {{- if and .Values.hooks.enabled (not .Values.hooks.git.repo) -}}
 {{- fail "hooks.git.repo: required when hooks.enabled is true" -}}
 {{- end -}}
+{{- /* The walk below includes a template per value: walk only when the values' JSON shows a
+control character (escaped as \b \f \n \r \t or \u0000-\u001f; DEL is written as is) or
+a number of 10 digits or an exponent, or when there is no JSON (an infinite or NaN number). A
+match inside a string, or where the walk does not go, only costs the walk. */ -}}
+{{- $json := toJson .Values -}}
+{{- if or (not $json) (regexMatch `\\[bfnrt]|\\u00[01]|\x7f|[0-9]{10}|[0-9]e[-+]?[0-9]` $json) -}}
 {{- include "slonk.refuseUnsafeValues" (dict "path" "" "value" .Values) -}}
+{{- end -}}
 {{- $managed := include "slonk.managedSlurmKeys" . | splitList " " -}}
 {{- range $file := list "slurmConf" "cgroupConf" -}}
 {{- include "slonk.refuseSlurmKeys" (dict "path" (printf "slurm.%s" $file) "settings" (index $.Values.slurm $file) "reserved" $managed) -}}
