@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from slonk import chart
+from slonk.config.spec import parse_spec
 
 from .conftest import VALUES
 
@@ -23,6 +24,7 @@ VALUE_SETS = [
     (["gpu-pools.yaml"], {"metrics": {"enabled": False}, "slurm": {"slurmdPort": 7000}}),
 ]
 POD_NAME = "statefulset.kubernetes.io/pod-name"
+MANAGED_BY = "app.kubernetes.io/managed-by"
 
 
 def _objects(values: dict[str, Any]) -> list[dict[str, Any]]:
@@ -38,6 +40,12 @@ def _expected_ports(pool: dict[str, Any]) -> list[dict[str, Any]]:
         for port in container["ports"]
         if port["name"] in ("slurmd", "metrics")
     ]
+
+
+def _node_labels(pool: dict[str, Any]) -> dict[str, str]:
+    """A node Service's labels: its pool's selector, and managed-by; none that changes with
+    the chart's version (an upgrade would rewrite every node's Service)."""
+    return {**pool["spec"]["selector"]["matchLabels"], MANAGED_BY: "Helm"}
 
 
 @pytest.mark.parametrize(("files", "over"), VALUE_SETS, ids=lambda v: str(v))
@@ -61,7 +69,7 @@ def test_each_node_service_is_its_pods(files, over):
         assert services[node] == {
             "apiVersion": "v1",
             "kind": "Service",
-            "metadata": {"name": node, "labels": pool["metadata"]["labels"]},
+            "metadata": {"name": node, "labels": _node_labels(pool)},
             "spec": {
                 "clusterIP": "None",
                 "publishNotReadyAddresses": True,
@@ -71,11 +79,18 @@ def test_each_node_service_is_its_pods(files, over):
         }
 
 
-def test_node_service_labels_are_strings_in_flow_style():
-    """The flow mapping keeps the quoted version a string, as the block style did."""
-    values = {"nodepools": {"cpu": {"replicas": 1}}}
-    (service,) = [d for d in _objects(values) if d["metadata"]["name"] == "hpc1-cpu-0"]
-    assert all(isinstance(v, str) for v in service["metadata"]["labels"].values())
+@pytest.mark.parametrize("pool", ["cpu", "on", "1", "no", "1e3", "null"])
+def test_labels_are_strings_whatever_the_pool_is_named(pool):
+    """A pool named like a YAML boolean or number still labels its objects with a string:
+    Kubernetes refuses any other label value."""
+    pools = {"cpu": {"replicas": 0}, pool: {"replicas": 1, "cpus": 2, "memoryMiB": 1024}}
+    objects = _objects({"nodepools": pools})
+    for d in objects:
+        assert all(isinstance(v, str) for v in d["metadata"].get("labels", {}).values())
+    (service,) = [d for d in objects if d["metadata"]["name"] == f"hpc1-{pool}-0"]
+    assert service["metadata"]["labels"]["slonk.io/nodepool"] == pool
+    (config,) = [d for d in objects if d["kind"] == "ConfigMap" and "cluster.yaml" in d["data"]]
+    assert parse_spec(yaml.safe_load(config["data"]["cluster.yaml"])).pool(pool).replicas == 1
 
 
 def test_documents_split_on_separator_lines_only_and_keep_helms_order():

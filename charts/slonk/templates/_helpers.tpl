@@ -64,12 +64,13 @@ app.kubernetes.io/part-of: slonk
 helm.sh/chart: {{ include "slonk.chart" . }}
 {{- end }}
 
-{{/* Call with (dict "root" $ "component" "worker" "pool" "cpu"); pool is optional. */}}
+{{/* Call with (dict "root" $ "component" "worker" "pool" "cpu"); pool is optional, quoted: a
+pool may be named `on` or `1`, which YAML would read as no string. */}}
 {{- define "slonk.componentSelector" -}}
 {{ include "slonk.selectorLabels" .root }}
 app.kubernetes.io/component: {{ .component }}
 {{- with .pool }}
-slonk.io/nodepool: {{ . }}
+slonk.io/nodepool: {{ . | quote }}
 {{- end }}
 {{- end }}
 
@@ -77,7 +78,7 @@ slonk.io/nodepool: {{ . }}
 {{ include "slonk.labels" .root }}
 app.kubernetes.io/component: {{ .component }}
 {{- with .pool }}
-slonk.io/nodepool: {{ . }}
+slonk.io/nodepool: {{ . | quote }}
 {{- end }}
 {{- end }}
 
