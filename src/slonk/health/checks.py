@@ -30,11 +30,7 @@ class Node:
 
 
 def check_gpu(node: Node, options: Mapping[str, Any], phase: str, timeout: float) -> str:
-    return gpu.check(options, options["expectedCount"] or node.gpus, phase, timeout)
-
-
-def gpu_after_job(node: Node, options: Mapping[str, Any], phase: str, timeout: float) -> str:
-    return gpu.check_after_job(options, options["expectedCount"] or node.gpus, timeout)
+    return gpu.check(options, gpu.expected_count(options, node.gpus), phase, timeout)
 
 
 def check_interfaces(node: Node, options: Mapping[str, Any], phase: str, timeout: float) -> str:
@@ -140,7 +136,3 @@ CHECKS: Mapping[str, Check] = {
     "scratch": check_scratch,
     "munge": check_munge,
 }
-
-# The parts of checks that are about the job just ended rather than the machine: an epilog
-# runs them itself even when the refresher's verdict on the rest is fresh (slonk.health.refresh).
-AFTER_JOB: Mapping[str, Check] = {"gpu": gpu_after_job}

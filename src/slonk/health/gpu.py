@@ -23,6 +23,11 @@ APP_FIELDS = ("pid", "process_name", "used_memory")
 XID_LINE = re.compile(r"NVRM: Xid \((?P<device>[^)]*)\): (?P<xid>\d+),")
 
 
+def expected_count(options: Mapping[str, Any], pool_gpus: int) -> int:
+    """GPUs every node must show: the option, else (0) the pool's GRES count."""
+    return int(options["expectedCount"] or pool_gpus)
+
+
 def query(command: str, fields: tuple[str, ...], kind: str, timeout: float) -> list[list[str]]:
     """Rows of an nvidia-smi CSV query. A GPU nvidia-smi cannot reach is reported in
     prose ("Unable to determine the device handle for GPU ...: GPU is lost") among the rows."""

@@ -3,7 +3,7 @@ reading two small files when the refresher's verdict on the machine is fresh.
 
 Slurm forks this for every job, so what the common case needs imports nothing but `os`,
 `time` and `stat`: the plan is compared as bytes, never parsed. Only what the verdict cannot
-answer pays for more: an epilog's checks of what the job left behind (checks.AFTER_JOB), and,
+answer pays for more: an epilog's checks of what the job left behind (AFTER_JOB), and,
 when the verdict is missing, stale, failing or untrusted, the phase's whole run with its
 drains (slonk.health.drains), exactly as without a refresher.
 """
@@ -12,6 +12,10 @@ from __future__ import annotations
 
 from slonk import places
 from slonk.health import verdict
+
+# The checks with a part about the job just ended rather than the machine (processes or
+# memory left on a GPU): an epilog runs it even when the refresher's verdict is fresh.
+AFTER_JOB = ("gpu",)
 
 
 def _read_plan(path: str) -> bytes | None:
@@ -22,26 +26,29 @@ def _read_plan(path: str) -> bytes | None:
         return None
 
 
-def _after_job_passes(plan_text: bytes, names: tuple[str, ...], phase: str) -> bool:
+def _after_job_passes(plan_text: bytes, names: tuple[str, ...]) -> bool:
     """Whether the job's own parts of these checks pass (any failure: the full run says why
-    and drains, with the same reason as ever)."""
+    and drains, with the same reason as ever). Only the gpu check has one."""
     if not names:
         return True
-    from slonk.health import runner
-    from slonk.health.checks import AFTER_JOB
+    import json
+
+    from slonk.health import gpu
     from slonk.health.probe import Unhealthy
 
-    plan = runner.parse_plan(plan_text)
-    for name in names:
-        settings = plan.checks.get(name)
-        if settings is None or name not in AFTER_JOB:
-            return False
-        try:
-            AFTER_JOB[name](plan.node, settings["options"], phase, settings["timeoutSeconds"])
-        except Unhealthy:
-            return False
-        except Exception:  # a bug reads as "unknown": the full run reports it
-            return False
+    try:
+        plan = json.loads(plan_text)
+        for name in names:
+            if name not in AFTER_JOB:
+                return False
+            settings = plan["checks"][name]
+            options = settings["options"]
+            expected = gpu.expected_count(options, plan["node"]["gpus"])
+            gpu.check_after_job(options, expected, settings["timeoutSeconds"])
+    except Unhealthy:
+        return False
+    except Exception:  # a bug or a strange plan reads as "unknown": the full run reports it
+        return False
     return True
 
 
@@ -53,7 +60,7 @@ def check(
     if plan is None:
         return 0  # health checks are off, or this is no worker
     after_job = verdict.passes(phase, plan, verdict.read_trusted(verdict_path))
-    if after_job is not None and _after_job_passes(plan, after_job, phase):
+    if after_job is not None and _after_job_passes(plan, after_job):
         return 0
     from slonk.health.drains import check_node
 

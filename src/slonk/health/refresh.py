@@ -6,7 +6,7 @@ them (the machine: GPU count, ECC, remaps, XIDs; storage; scratch), and the verd
 phase is written for slonk.health.verdict to read. The refresher never drains: a phase that
 finds no passing verdict runs its checks itself, as it always did, and drains with the same
 reasons. The parts about the job just ended (processes or memory left on a GPU,
-checks.AFTER_JOB) still run in every epilog.
+jobphase.AFTER_JOB) still run in every epilog.
 
 Run by the worker's agent as a thread (`run(stop)`), or alone: `python -m slonk.health.refresh`.
 """
@@ -23,7 +23,7 @@ from pathlib import Path
 from slonk import places
 from slonk.files import write_atomically
 from slonk.health import runner, verdict
-from slonk.health.checks import AFTER_JOB
+from slonk.health.jobphase import AFTER_JOB
 from slonk.paths import HEALTH_PLAN
 
 # Half the age a job phase accepts (verdict.MAX_AGE_SECONDS): one late run is no miss.
