@@ -30,6 +30,7 @@ INTERVAL = 10
 FAULTS = 5
 PROGRAM_RUNS = 200
 WORKER = "slonk-cpu-1"
+CONTROLLER = "slonk-controller-0"
 GPU_POOL = f"""\
 health:
   intervalSeconds: {INTERVAL}
@@ -85,7 +86,9 @@ def fault_to_drain(cluster: local.Cluster) -> list[float]:
 
 def job_programs(cluster: local.Cluster) -> list[str]:
     """What slurm.conf names for Slurm to fork around jobs (bare Slurm: none)."""
-    out = cluster.run(WORKER, ["scontrol", "show", "config"])
+    out = cluster.run(CONTROLLER, ["scontrol", "show", "config"])
+    if out.returncode:
+        raise RuntimeError(f"scontrol show config: {out.stderr}")
     names = ("Prolog ", "Epilog ", "TaskProlog ", "TaskEpilog ")
     return [
         " ".join(line.split())
