@@ -4,7 +4,8 @@
   one-worker cluster three ways: default checks on a GPU pool (the worker's gpu check made
   to expect 2 GPUs, which a fake nvidia-smi shows), default checks on a CPU pool, and checks
   off. With checks off and no hooks (the default) slurm.conf names no Prolog/Epilog at all:
-  that column is bare Slurm (the run checks slurm.conf says so); ratios against it;
+  that column is bare Slurm (the run checks slurm.conf says so); ratios against it; and
+  Prolog/Epilog that do nothing (/bin/true): what Slurm's forking them costs by itself;
 - the programs Slurm forks on the GPU pool's worker, through the same wrappers Slurm runs
   (dispatcher plus checks): prolog and epilog, ms per run, median and p99; the interval
   HealthCheckProgram, mean;
@@ -23,6 +24,7 @@ from pathlib import Path
 
 from local_cluster import workload
 
+from slonk import paths
 from slonk.local import cluster as local
 
 FAKE_GPU = Path(__file__).resolve().parents[1] / "tests" / "fakes" / "fake-gpu"
@@ -39,6 +41,8 @@ health:
 """
 CPU_POOL = f"health: {{intervalSeconds: {INTERVAL}}}\n"
 CHECKS_OFF = "health: {enabled: false}\n"
+# Slurm's own cost of forking a Prolog and an Epilog at all: programs that do nothing.
+EMPTY_PROGRAMS = CHECKS_OFF + "slurm: {slurmConf: {Prolog: /bin/true, Epilog: /bin/true}}\n"
 
 
 def program_ms(cluster: local.Cluster, program: str, runs: int) -> dict[str, float]:
@@ -85,15 +89,16 @@ def fault_to_drain(cluster: local.Cluster) -> list[float]:
 
 
 def job_programs(cluster: local.Cluster) -> list[str]:
-    """What slurm.conf names for Slurm to fork around jobs (bare Slurm: none)."""
-    out = cluster.run(CONTROLLER, ["scontrol", "show", "config"])
+    """What the cluster's slurm.conf names for Slurm to fork around jobs (bare Slurm: none)."""
+    conf = str(paths.SLURMCTLD_CONF_DIR / "slurm.conf")
+    out = cluster.run(CONTROLLER, ["cat", conf])
     if out.returncode:
-        raise RuntimeError(f"scontrol show config: {out.stderr}")
-    names = ("Prolog ", "Epilog ", "TaskProlog ", "TaskEpilog ")
+        raise RuntimeError(f"{conf}: {out.stderr}")
+    keys = ("prolog", "epilog", "taskprolog", "taskepilog")
     return [
-        " ".join(line.split())
+        line.strip()
         for line in out.stdout.splitlines()
-        if line.startswith(names) and line.split("=", 1)[1].strip() not in ("", "(null)")
+        if line.partition("=")[0].strip().lower() in keys
     ]
 
 
@@ -140,10 +145,11 @@ def main() -> None:
         result["bare_slurm_checks_off"] = off
         result["gpu_pool_default_checks"] = run_cluster(Path(tmp), "gpu", GPU_POOL, gpu_pool)
         result["cpu_pool_default_checks"] = run_cluster(Path(tmp), "cpu", CPU_POOL, jobs)
+        result["empty_prolog_epilog"] = run_cluster(Path(tmp), "empty", EMPTY_PROGRAMS, jobs)
     bare = off["jobs"]["jobs_per_second"]
+    columns = ("gpu_pool_default_checks", "cpu_pool_default_checks", "empty_prolog_epilog")
     result["throughput_ratio_vs_bare"] = {
-        pool: round(result[f"{pool}_pool_default_checks"]["jobs"]["jobs_per_second"] / bare, 2)
-        for pool in ("gpu", "cpu")
+        column: round(result[column]["jobs"]["jobs_per_second"] / bare, 2) for column in columns
     }
     print(json.dumps(result, indent=2))
 
