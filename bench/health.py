@@ -1,10 +1,14 @@
 """Health checks, measured in one run. Prints one JSON document.
 
-- the check sets on a healthy node: prolog (what runs before every job, through the same
-  wrapper Slurm runs: dispatcher plus checks) and interval (Slurm's HealthCheckProgram,
-  which also asks slurmctld for the node's state); a 2-GPU fake nvidia-smi answers for GPUs;
-- per-job overhead: 500 jobs through a cluster with health checks off, then on
-  (bench/local_cluster.py's workload);
+- per-job cost: 500 trivial jobs (bench/local_cluster.py's workload) through the same
+  one-worker cluster three ways: default checks on a GPU pool (the worker's gpu check made
+  to expect 2 GPUs, which a fake nvidia-smi shows), default checks on a CPU pool, and checks
+  off. With checks off and no hooks (the default) slurm.conf names no Prolog/Epilog at all:
+  that column is bare Slurm (the run checks slurm.conf says so); ratios against it; and
+  Prolog/Epilog that do nothing (/bin/true): what Slurm's forking them costs by itself;
+- the programs Slurm forks on the GPU pool's worker, through the same wrappers Slurm runs
+  (dispatcher plus checks): prolog and epilog, ms per run, median and p99; the interval
+  HealthCheckProgram, mean;
 - fault to drain: /home remounted read-only on one worker, timed until Slurm shows the node
   drained, FAULTS times, with HealthCheckInterval INTERVAL s; healed and resumed in between.
 """
@@ -20,30 +24,49 @@ from pathlib import Path
 
 from local_cluster import workload
 
+from slonk import paths
 from slonk.local import cluster as local
 
 FAKE_GPU = Path(__file__).resolve().parents[1] / "tests" / "fakes" / "fake-gpu"
 INTERVAL = 10
 FAULTS = 5
+PROGRAM_RUNS = 200
 WORKER = "slonk-cpu-1"
-HEALTH = f"""\
+CONTROLLER = "slonk-controller-0"
+GPU_POOL = f"""\
 health:
   intervalSeconds: {INTERVAL}
   checks:
     gpu: {{expectedCount: 2, nvidiaSmi: "{FAKE_GPU} nvidia-smi", dmesg: "{FAKE_GPU} dmesg"}}
 """
+CPU_POOL = f"health: {{intervalSeconds: {INTERVAL}}}\n"
+CHECKS_OFF = "health: {enabled: false}\n"
+# Slurm's own cost of forking a Prolog and an Epilog at all: programs that do nothing.
+EMPTY_PROGRAMS = CHECKS_OFF + "slurm: {slurmConf: {Prolog: /bin/true, Epilog: /bin/true}}\n"
 
 
-def program_ms(cluster: local.Cluster, program: str, runs: int = 20) -> float:
-    """Mean wall time of one run of a program slurm.conf names, inside a worker."""
+def program_ms(cluster: local.Cluster, program: str, runs: int) -> dict[str, float]:
+    """Wall time of each of `runs` runs of a program slurm.conf names, inside the worker,
+    as slurmd runs it (no terminal, output captured): median and p99 in ms."""
     timing = (
-        "import subprocess,time\n"
-        "t=time.perf_counter()\n"
-        f"for _ in range({runs}): subprocess.run(['{program}'], capture_output=True)\n"
-        f"print((time.perf_counter()-t)/{runs}*1000)\n"
+        "import subprocess,time,json\n"
+        "ts=[]\n"
+        f"for _ in range({runs}):\n"
+        " t=time.perf_counter()\n"
+        f" subprocess.run(['{program}'], capture_output=True, check=True)\n"
+        " ts.append((time.perf_counter()-t)*1000)\n"
+        "print(json.dumps(ts))\n"
     )
-    out = cluster.run(WORKER, [sys.executable, "-c", timing])
-    return round(float(out.stdout), 1)
+    out = cluster.run(WORKER, ["python3", "-c", timing])
+    if out.returncode:
+        raise RuntimeError(f"{program}: {out.stderr}")
+    times = sorted(json.loads(out.stdout))
+    return {
+        "runs": runs,
+        "median": round(statistics.median(times), 1),
+        "p99": round(times[int(len(times) * 0.99) - 1], 1),
+        "mean": round(statistics.fmean(times), 1),
+    }
 
 
 def node_state(cluster: local.Cluster) -> str:
@@ -65,37 +88,72 @@ def fault_to_drain(cluster: local.Cluster) -> list[float]:
     return seconds
 
 
-def up(state: Path, values: str) -> local.Cluster:
+def job_programs(cluster: local.Cluster) -> list[str]:
+    """What the cluster's slurm.conf names for Slurm to fork around jobs (bare Slurm: none)."""
+    conf = str(paths.SLURMCTLD_CONF_DIR / "slurm.conf")
+    out = cluster.run(CONTROLLER, ["cat", conf])
+    if out.returncode:
+        raise RuntimeError(f"{conf}: {out.stderr}")
+    keys = ("prolog", "epilog", "taskprolog", "taskepilog")
+    return [
+        line.strip()
+        for line in out.stdout.splitlines()
+        if line.partition("=")[0].strip().lower() in keys
+    ]
+
+
+def run_cluster(tmp: Path, name: str, values: str, measure) -> dict:
+    state = tmp / name
     values_file = state.with_suffix(".yaml")
     values_file.write_text(values)
-    return local.up(state, [values_file], progress=lambda m: None)
+    try:
+        cluster = local.up(state, [values_file], progress=lambda m: None)
+        result = {"job_programs": job_programs(cluster)}
+        result.update(measure(cluster))
+        return result
+    finally:
+        local.down(state, purge=True, progress=lambda m: None)
+
+
+def jobs(cluster: local.Cluster) -> dict:
+    return {"jobs": workload(cluster.ssh("demo", ["sh", "-s"]))}
+
+
+def gpu_pool(cluster: local.Cluster) -> dict:
+    result = {
+        "prolog_program_ms": program_ms(cluster, "/run/slonk/bin/prolog", PROGRAM_RUNS),
+        "epilog_program_ms": program_ms(cluster, "/run/slonk/bin/epilog", PROGRAM_RUNS),
+        "health_check_program_ms": program_ms(cluster, "/run/slonk/bin/health", 20)["mean"],
+    }
+    result.update(jobs(cluster))
+    drains = fault_to_drain(cluster)
+    result["fault_to_drain_seconds"] = {
+        "faults": FAULTS,
+        "median": statistics.median(drains),
+        "max": max(drains),
+        "all": drains,
+    }
+    return result
 
 
 def main() -> None:
     result: dict = {"benchmark": "health", "health_check_interval_seconds": INTERVAL}
     with tempfile.TemporaryDirectory(prefix="slonk-bench-health-") as tmp:
-        plain, checked = Path(tmp) / "plain", Path(tmp) / "checked"
-        try:
-            cluster = up(plain, "health: {enabled: false}\n")
-            result["jobs_without_checks"] = workload(cluster.ssh("demo", ["sh", "-s"]))
-        finally:
-            local.down(plain, purge=True, progress=lambda m: None)
-        try:
-            cluster = up(checked, HEALTH)
-            result["prolog_program_ms"] = program_ms(cluster, "/run/slonk/bin/prolog")
-            result["health_check_program_ms"] = program_ms(cluster, "/run/slonk/bin/health")
-            result["jobs_with_checks"] = workload(cluster.ssh("demo", ["sh", "-s"]))
-            drains = fault_to_drain(cluster)
-            result["fault_to_drain_seconds"] = {
-                "faults": FAULTS,
-                "median": statistics.median(drains),
-                "max": max(drains),
-                "all": drains,
-            }
-        finally:
-            local.down(checked, purge=True, progress=lambda m: None)
+        off = run_cluster(Path(tmp), "off", CHECKS_OFF, jobs)
+        if off["job_programs"]:
+            raise RuntimeError(f"checks off should leave bare Slurm: {off['job_programs']}")
+        result["bare_slurm_checks_off"] = off
+        result["gpu_pool_default_checks"] = run_cluster(Path(tmp), "gpu", GPU_POOL, gpu_pool)
+        result["cpu_pool_default_checks"] = run_cluster(Path(tmp), "cpu", CPU_POOL, jobs)
+        result["empty_prolog_epilog"] = run_cluster(Path(tmp), "empty", EMPTY_PROGRAMS, jobs)
+    bare = off["jobs"]["jobs_per_second"]
+    columns = ("gpu_pool_default_checks", "cpu_pool_default_checks", "empty_prolog_epilog")
+    result["throughput_ratio_vs_bare"] = {
+        column: round(result[column]["jobs"]["jobs_per_second"] / bare, 2) for column in columns
+    }
     print(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).parent))
     main()

@@ -195,6 +195,8 @@ def optional_services(spec: ClusterSpec, role: str) -> tuple[str, ...]:
         extra = ("associations",)
     if role == "worker" and spec.hooks:
         extra += ("hooks",)
+    if role == "worker" and spec.health:  # TEMPORARY: the agent runs slonk.health.refresh
+        extra += ("health-refresh",)
     if role == "worker" and spec.ssh.workers:  # syslog: PAM's messages, in the pod's log
         extra += ("sshd", "syslog")
     if role == "controller" and spec.health and spec.health.recycle:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from slonk import places
+
 # Mounted by the chart (charts/slonk/templates/_helpers.tpl, login.yaml, controller.yaml).
 CLUSTER_SPEC = Path("/etc/slonk/cluster.yaml")
 MUNGE_SECRET = Path("/var/run/secrets/slonk/munge/munge.key")
@@ -29,14 +31,14 @@ MODULES_PATH = Path("/etc/environment-modules/modulespath")
 # Job hooks: git-sync's root (a volume shared with its sidecar), slonk's checked revisions,
 # and the wrappers slurm.conf names as Prolog/Epilog.
 GIT_ROOT = Path("/var/lib/slonk/git")
-HOOKS_STATE = Path("/var/lib/slonk/hooks")
+HOOKS_STATE = Path(places.HOOKS_STATE)
 HOOK_BIN = Path("/run/slonk/bin")
 # slurmd runs Prolog/Epilog with no PATH: their wrappers set this one, and a hook's
 # `#!/usr/bin/env NAME` is looked up on it.
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Health checks: the node's plan and its boot results (slonk.health.runner).
-HEALTH_STATE = Path("/run/slonk/health")
-HEALTH_PLAN = HEALTH_STATE / "plan.json"
+HEALTH_STATE = Path(places.HEALTH_STATE)
+HEALTH_PLAN = Path(places.HEALTH_PLAN)
 
 # Configless Slurm: the controller renders the configuration, and slurmctld (started with
 # -f, see rootfs' slurmctld/run) is its only reader. Every other client and every slurmd

@@ -30,8 +30,7 @@ class Node:
 
 
 def check_gpu(node: Node, options: Mapping[str, Any], phase: str, timeout: float) -> str:
-    expected = options["expectedCount"] or node.gpus
-    return gpu.check(options, expected, phase, timeout)
+    return gpu.check(options, gpu.expected_count(options, node.gpus), phase, timeout)
 
 
 def check_interfaces(node: Node, options: Mapping[str, Any], phase: str, timeout: float) -> str:

@@ -23,6 +23,11 @@ APP_FIELDS = ("pid", "process_name", "used_memory")
 XID_LINE = re.compile(r"NVRM: Xid \((?P<device>[^)]*)\): (?P<xid>\d+),")
 
 
+def expected_count(options: Mapping[str, Any], pool_gpus: int) -> int:
+    """GPUs every node must show: the option, else (0) the pool's GRES count."""
+    return int(options["expectedCount"] or pool_gpus)
+
+
 def query(command: str, fields: tuple[str, ...], kind: str, timeout: float) -> list[list[str]]:
     """Rows of an nvidia-smi CSV query. A GPU nvidia-smi cannot reach is reported in
     prose ("Unable to determine the device handle for GPU ...: GPU is lost") among the rows."""
@@ -81,16 +86,33 @@ def xids(command: str, critical: set[int], timeout: float) -> list[str]:
     return [f"XID {xid} on {device} (x{n})" for (device, xid), n in sorted(seen.items())]
 
 
-def check(options: Mapping[str, Any], expected: int, phase: str, timeout: float) -> str:
-    """After a job (epilog) GPUs must also be free: no processes, no memory held."""
-    after_job = phase == "epilog"
+def smi_problems(
+    options: Mapping[str, Any], expected: int, after_job: bool, timeout: float
+) -> tuple[int, list[str]]:
+    """How many GPUs nvidia-smi shows, and what is wrong with them; after a job (epilog)
+    they must also be free: no processes, no memory held."""
     rows = query(options["nvidiaSmi"], FIELDS, "gpu", timeout)
     problems = gpu_problems(rows, expected, options["maxUsedMemoryMiB"] if after_job else None)
     if after_job:
         for pid, process, used in query(options["nvidiaSmi"], APP_FIELDS, "compute-apps", timeout):
             problems.append(f"process {pid} ({process}) left on a GPU with {used} MiB")
+    return len(rows), problems
+
+
+def check(options: Mapping[str, Any], expected: int, phase: str, timeout: float) -> str:
+    count, problems = smi_problems(options, expected, phase == "epilog", timeout)
     if options["dmesg"]:
         problems += xids(options["dmesg"], set(options["xids"]), timeout)
     if problems:
         raise Unhealthy("; ".join(problems))
-    return f"{len(rows)} GPUs healthy"
+    return f"{count} GPUs healthy"
+
+
+def check_after_job(options: Mapping[str, Any], expected: int, timeout: float) -> str:
+    """The part of the epilog's check that is about the job that just ended: nvidia-smi's
+    view of the GPUs it leaves (the kernel log's XIDs are the machine's: the refresher
+    reads them)."""
+    count, problems = smi_problems(options, expected, True, timeout)
+    if problems:
+        raise Unhealthy("; ".join(problems))
+    return f"{count} GPUs free"

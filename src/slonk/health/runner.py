@@ -83,7 +83,11 @@ def write_plan(plan: CheckPlan, path: Path = HEALTH_PLAN) -> None:
 
 
 def load_plan(path: Path = HEALTH_PLAN) -> CheckPlan:
-    data = json.loads(path.read_text())
+    return parse_plan(path.read_bytes())
+
+
+def parse_plan(text: bytes) -> CheckPlan:
+    data = json.loads(text)
     node = data["node"]
     return CheckPlan(
         node=Node(**{**node, "peers": tuple(node["peers"])}),
@@ -112,7 +116,15 @@ def run(plan: CheckPlan, phase: str, state: Path = HEALTH_STATE) -> list[Result]
     """Every check of `phase`, started together; results in the plan's order, also saved
     as the phase's last (save_results)."""
     wall_started = time.time()
-    selected = {n: c for n, c in plan.checks.items() if phase in c["phases"]}
+    ordered = run_checks(plan, [n for n, c in plan.checks.items() if phase in c["phases"]], phase)
+    save_results(ordered, phase, wall_started, state)
+    return ordered
+
+
+def run_checks(plan: CheckPlan, names: list[str], phase: str) -> list[Result]:
+    """The plan's checks `names`, started together, as `phase` runs them; results in that
+    order."""
+    selected = {n: plan.checks[n] for n in names}
     results: dict[str, Result] = {}
 
     def one(name: str, settings: Mapping[str, Any]) -> None:
@@ -140,9 +152,7 @@ def run(plan: CheckPlan, phase: str, state: Path = HEALTH_STATE) -> list[Result]
         thread.join(max(0.0, started + limit + JOIN_SLACK_SECONDS - time.monotonic()))
         if name not in results:
             results[name] = Result(name, False, f"timed out after {limit:g} s", limit)
-    ordered = [results[n] for n in selected]
-    save_results(ordered, phase, wall_started, state)
-    return ordered
+    return [results[n] for n in selected]
 
 
 def save_boot_results(results: list[Result], path: Path = BOOT_RESULTS) -> None:

@@ -14,29 +14,38 @@ lines from it), so they neither log here nor drain.
 
 from __future__ import annotations
 
-import json
 import os
-import re
-import subprocess
 import sys
-import time
-from pathlib import Path
-from typing import TextIO
 
-from slonk.paths import HEALTH_PLAN, HOOKS_STATE
+from slonk import places
 
-LOGS = Path("/var/log/slonk/hooks")
+# Not typing's: importing typing costs the job-time path what the rest of it does.
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # the job-time path imports pathlib, json and subprocess only for scripts
+    from pathlib import Path
+    from typing import TextIO
+
 DRAINING_PHASES = ("prolog", "epilog")
-JOB_ID = re.compile(r"[0-9]{1,20}")
+JOB_ID_DIGITS = 20
 
 
-def scripts(state: Path, phase: str) -> list[Path]:
-    folder = state / "active" / phase
+def scripts(state: Path | str, phase: str) -> list[Path]:
+    from pathlib import Path
+
+    folder = Path(state) / "active" / phase
     try:
         entries = sorted(folder.iterdir())
     except OSError:
         return []
     return [p for p in entries if not p.name.startswith(".") and p.is_file()]
+
+
+def _has_scripts(state: Path | str, phase: str) -> bool:
+    """Cheaply, whether the phase may have scripts to run (no pathlib: most nodes have none)."""
+    try:
+        return any(not name.startswith(".") for name in os.listdir(f"{state}/active/{phase}"))
+    except OSError:
+        return False
 
 
 def drain(phase: str, script: str, detail: str) -> None:
@@ -52,13 +61,12 @@ def drain(phase: str, script: str, detail: str) -> None:
 
 def health_checks(phase: str) -> int:
     """The node's health checks for this phase, before any script: a bad node drains and the
-    job goes elsewhere (slonk.health)."""
-    if phase not in DRAINING_PHASES or not HEALTH_PLAN.exists():
+    job goes elsewhere (slonk.health; a fresh verdict from the refresher makes this cheap)."""
+    if phase not in DRAINING_PHASES:
         return 0
-    from slonk.health.drains import check_node
+    from slonk.health import jobphase
 
-    results, _ = check_node(phase, drain=True)
-    return 0 if all(r.ok for r in results) else 1
+    return jobphase.check(phase)
 
 
 def open_log(logs: Path, job: str) -> TextIO:
@@ -66,18 +74,29 @@ def open_log(logs: Path, job: str) -> TextIO:
     are set on every open, so a log or directory an older slonk left readable is closed."""
     logs.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(logs, 0o700)
-    name = f"{job}.log" if JOB_ID.fullmatch(job) else "no-job.log"
+    valid = job.isascii() and job.isdigit() and len(job) <= JOB_ID_DIGITS
+    name = f"{job}.log" if valid else "no-job.log"
     fd = os.open(logs / name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     os.fchmod(fd, 0o600)
     return open(fd, "a")
 
 
-def run(phase: str, state: Path = HOOKS_STATE, logs: Path = LOGS) -> int:
+def run(
+    phase: str, state: Path | str = places.HOOKS_STATE, logs: Path | str = places.HOOK_LOGS
+) -> int:
     if health_checks(phase):
         return 1
+    if not _has_scripts(state, phase):
+        return 0
     todo = scripts(state, phase)
     if not todo:
         return 0
+    import json
+    import subprocess
+    import time
+    from pathlib import Path
+
+    state, logs = Path(state), Path(logs)
     timeout = json.loads((state / "settings.json").read_text())["timeoutSeconds"]
     draining = phase in DRAINING_PHASES
     out = open_log(logs, os.environ.get("SLURM_JOB_ID", "")) if draining else None

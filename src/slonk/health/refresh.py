@@ -1,0 +1,90 @@
+"""The machine checks jobs need, on their own schedule, so that Prolog and Epilog reuse a
+result seconds old instead of forking nvidia-smi, a shell and a storage write for every job.
+
+Every PERIOD_SECONDS, the checks of the node's prolog and epilog phases run as a prolog runs
+them (the machine: GPU count, ECC, remaps, XIDs; storage; scratch), and the verdict on each
+phase is written for slonk.health.verdict to read. The refresher never drains: a phase that
+finds no passing verdict runs its checks itself, as it always did, and drains with the same
+reasons. The parts about the job just ended (processes or memory left on a GPU,
+jobphase.AFTER_JOB) still run in every epilog.
+
+Run by the worker's agent as a thread (`run(stop)`), or alone: `python -m slonk.health.refresh`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+from slonk import places
+from slonk.files import write_atomically
+from slonk.health import runner, verdict
+from slonk.health.jobphase import AFTER_JOB
+from slonk.paths import HEALTH_PLAN
+
+# Half the age a job phase accepts (verdict.MAX_AGE_SECONDS): one late run is no miss.
+PERIOD_SECONDS = verdict.MAX_AGE_SECONDS / 2
+JOB_PHASES = ("prolog", "epilog")
+VERDICT = Path(places.HEALTH_VERDICT)
+
+
+def passing_phases(
+    plan: runner.CheckPlan, results: list[runner.Result], boot: list[runner.Result]
+) -> dict[str, tuple[str, ...]]:
+    """Each job phase whose checks all passed (and none failed at boot: those count as failing
+    for the pod's life, slonk.health.drains), with its checks' parts about the job."""
+    if any(not r.ok for r in boot):
+        return {}
+    failed = {r.check for r in results if not r.ok}
+    passing = {}
+    for phase in JOB_PHASES:
+        names = [n for n, c in plan.checks.items() if phase in c["phases"]]
+        if not failed & set(names):
+            after_job = tuple(n for n in names if n in AFTER_JOB) if phase == "epilog" else ()
+            passing[phase] = after_job
+    return passing
+
+
+def refresh_once(plan_path: Path = HEALTH_PLAN, out: Path = VERDICT) -> bool:
+    """One run of the job phases' checks and its verdict; False when there is no plan."""
+    try:
+        text = plan_path.read_bytes()
+    except FileNotFoundError:
+        out.unlink(missing_ok=True)  # health turned off: nothing may reuse an old verdict
+        return False
+    plan = runner.parse_plan(text)
+    names = [n for n, c in plan.checks.items() if set(JOB_PHASES) & set(c["phases"])]
+    started = time.time()  # a result is as old as the moment its check began
+    results = runner.run_checks(plan, names, "prolog")
+    boot = runner.boot_results(plan_path.parent / runner.BOOT_RESULTS.name)
+    phases = passing_phases(plan, results, boot)
+    write_atomically(out, verdict.encode(started, phases, text), mode=0o644)
+    return True
+
+
+def run(stop: threading.Event, plan_path: Path = HEALTH_PLAN, out: Path = VERDICT) -> None:
+    """Refresh until `stop` is set; waits while the node has no health plan. Never raises
+    for a failing check or a bad plan: it says so on stderr and tries again next period."""
+    while not stop.is_set():
+        try:
+            refresh_once(plan_path, out)
+        except Exception as err:  # a job phase then runs its checks itself: still safe
+            with contextlib.suppress(OSError):
+                out.unlink(missing_ok=True)
+            print(f"slonk health refresh: {err!r}", file=sys.stderr, flush=True)
+        stop.wait(PERIOD_SECONDS)
+
+
+def main() -> None:
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with contextlib.suppress(KeyboardInterrupt):
+        run(stop)
+
+
+if __name__ == "__main__":
+    main()
