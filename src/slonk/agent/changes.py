@@ -33,18 +33,16 @@ class Waiter:
         return self.wd is not None
 
     def describe(self) -> str:
-        if self.changes.inotify is not None:
-            self.changes.add(self)
+        """How it waits, for the task's first log line (it tries to watch first)."""
+        self.changes.add(self)
         if self.watched:
             return f"{self.directory} (inotify)"
         return f"{self.directory} every {self.poll_seconds:g} s"
 
     def wait(self, timeout: float) -> None:
         """Until a change, `timeout` seconds, or the agent stops (Changes.close)."""
-        if not self.watched and self.changes.inotify is not None:
-            self.changes.add(self)  # the directory may exist by now
-            if self.watched:
-                return  # it may have changed before the watch began: look once more
+        if not self.watched and self.changes.add(self):  # the directory may exist by now
+            return  # it may have changed before the watch began: look once more
         if not self.watched:
             timeout = min(timeout, self.poll_seconds)
         self.event.wait(max(0.0, timeout))
@@ -74,18 +72,18 @@ class Changes:
             self.all.append(waiter)
         return waiter
 
-    def add(self, waiter: Waiter) -> None:
-        if self.inotify is None:
-            return
+    def add(self, waiter: Waiter) -> bool:
+        """Watch the waiter's directory; True if it is watched from now on."""
         with self.lock:
-            if waiter.wd is not None or self.closed:
-                return
+            if self.inotify is None or waiter.wd is not None or self.closed:
+                return False
             try:
                 wd = self.inotify.add_watch(waiter.directory)
             except OSError:
-                return  # not there (yet), or watches used up: the waiter polls
+                return False  # not there (yet), or watches used up: the waiter polls
             waiter.wd = wd
             self.waiters.setdefault(wd, []).append(waiter)
+            return True
 
     def _read(self) -> None:
         assert self.inotify is not None
