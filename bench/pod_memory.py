@@ -173,7 +173,7 @@ def main() -> None:
             trees = {"baseline": base / "src", "this": ROOT / "src"}
             results = {}
             for label, src in trees.items():
-                scratch = Path(tmp) / label
+                scratch = Path(tmp) / f"{label}-run"
                 scratch.mkdir()
                 results[label] = run_tree(src, args.workers, scratch)
         finally:

@@ -267,7 +267,7 @@ def _names(spec: dict, role: str, tmp_path: Path) -> list[str]:
     return [t.name for t in found if t.name != "health-refresh"]  # helper H's, where present
 
 
-LDAP = {"uri": "ldap://ldap", "userBase": "ou=people,dc=x", "groupBase": "ou=groups,dc=x"}
+LDAP = {"uris": ["ldap://ldap"], "userBase": "ou=people,dc=x", "groupBase": "ou=groups,dc=x"}
 
 
 def test_each_role_runs_the_loops_its_services_ran(tmp_path):
@@ -304,3 +304,33 @@ def test_sigterm_stops_the_agent_cleanly(tmp_path):
     finally:
         agent.kill()
         agent.wait()
+
+
+def test_the_users_sync_waits_for_its_slot_and_ends_on_stop(monkeypatch, capsys):
+    from slonk.users import sync
+
+    waits: list[float] = []
+
+    class Stop(threading.Event):  # stops at the first wait, after noting how long it was
+        def wait(self, timeout=None):
+            waits.append(timeout)
+            return True
+
+    monkeypatch.setattr(sync, "run_once", lambda spec: pytest.fail("synced after the stop"))
+    with_ldap = parse_spec({**SPEC, "ldap": {**LDAP, "syncIntervalSeconds": 60}})
+    sync.run_forever(lambda: with_ldap, Stop(), "slonk-cpu-7")
+    assert len(waits) == 1 and 0 < waits[0] <= 60
+    sync.run_forever(lambda: parse_spec(SPEC), Stop(), "slonk-cpu-7")
+    assert len(waits) == 1
+    assert capsys.readouterr().out == "slonk users: LDAP is not configured; no sync\n"
+
+
+def test_with_ldap_every_role_syncs_users_and_the_login_pod_runs_an_agent(tmp_path):
+    from slonk.init import optional_services
+
+    spec = {**SPEC, "ldap": LDAP}
+    assert _names(spec, "controller", tmp_path) == ["config-watch", "users-sync"]
+    assert _names(spec, "worker", tmp_path) == ["config-watch", "users-sync"]
+    assert _names(spec, "login", tmp_path) == ["users-sync"]
+    assert optional_services(parse_spec(spec), "login") == ("agent",)
+    assert optional_services(parse_spec(SPEC), "login") == ()
