@@ -5,9 +5,9 @@ this checkout, in one run. Prints one JSON document.
 
 The baseline is checked out with `git worktree add` into a temporary directory (removed at
 the end); each tree runs as `python -m slonk.cli` with PYTHONPATH at its src/. Every command
-runs as far as it goes without a pod around it: a missing cluster.yaml stops users sync,
-hooks watch, health recycle and init after they imported what they run; health run finds
-no health plan; watch-config runs until its first sleep, which refuses -1 s. Runs of the two
+runs as far as it goes without a pod around it: a missing cluster.yaml stops users sync and
+init after they imported what they run; health run finds no health plan. (The loops that ran
+as commands before are tasks of `slonk agent`, one process a pod.) Runs of the two
 trees alternate, so both see the same machine; the time is the median of `--runs`.
 """
 
@@ -27,13 +27,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 COMMANDS = [
     ["init", "--role", "worker"],
-    ["watch-config", "--role", "worker", "--interval", "-1"],
     ["users", "sync", "--cluster", "missing.yaml"],
     ["hooks", "status"],
-    ["hooks", "--cluster", "missing.yaml", "watch"],
     ["health", "run"],
-    ["health", "--cluster", "missing.yaml", "recycle"],
-    ["watch-config", "--help"],
+    ["agent", "--help"],
 ]
 WATCHED = ("slonk.local", "http.server", "ssl", "yaml", "jinja2", "ldap3")
 

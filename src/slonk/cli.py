@@ -42,25 +42,16 @@ def _init(args: argparse.Namespace) -> int:
     return init.main(args.role)
 
 
-def _watch_config(args: argparse.Namespace) -> int:
-    from slonk import watch
+def _agent(args: argparse.Namespace) -> int:
+    from slonk.agent import main
 
-    watch.watch(args.role, interval=args.interval)
-    return 0
+    return main.run(args.role, args.cluster)
 
 
 def _users_sync(args: argparse.Namespace) -> int:
     from slonk.config.spec import load_spec
     from slonk.users import sync
 
-    if args.loop and args.associations:
-        from slonk.accounting import sync as accounting_sync
-
-        accounting_sync.run_forever(lambda: load_spec(args.cluster))
-        return 0
-    if args.loop:
-        sync.run_forever(lambda: load_spec(args.cluster))
-        return 0
     return 0 if sync.run_once(load_spec(args.cluster), force=args.force) is not None else 1
 
 
@@ -71,11 +62,6 @@ def _hooks(args: argparse.Namespace) -> int:
         return dispatch.run(args.phase)
     from slonk.hooks import revision
 
-    if args.hooks_command == "watch":
-        from slonk.config.spec import load_spec
-
-        revision.watch(lambda: load_spec(args.cluster))
-        return 0
     status = revision.read_status()
     active, refused = status.get("active"), status.get("refused")
     print(f"active:  {active['revision']} since {active['since']}" if active else "active:  none")
@@ -87,12 +73,6 @@ def _hooks(args: argparse.Namespace) -> int:
 
 
 def _health(args: argparse.Namespace) -> int:
-    if args.health_command == "recycle":
-        from slonk.config.spec import load_spec
-        from slonk.health import kube, recycle
-
-        recycle.run_forever(lambda: load_spec(args.cluster), kube.KubeApi)
-        return 0
     from slonk.health import command
 
     return command.main(args.phase, as_json=args.json, drain=args.drain)
@@ -225,10 +205,10 @@ def _add_init(init: argparse.ArgumentParser) -> None:
     init.set_defaults(run=_init)
 
 
-def _add_watch_config(watch: argparse.ArgumentParser) -> None:
-    watch.add_argument("--role", required=True, choices=("controller", "worker"))
-    watch.add_argument("--interval", type=float, default=1.0, help="seconds between checks")
-    watch.set_defaults(run=_watch_config)
+def _add_agent(agent: argparse.ArgumentParser) -> None:
+    agent.add_argument("--role", required=True, choices=("controller", "worker", "login"))
+    agent.add_argument("--cluster", type=Path, default=paths.CLUSTER_SPEC)
+    agent.set_defaults(run=_agent)
 
 
 def _add_users(users: argparse.ArgumentParser) -> None:
@@ -237,14 +217,6 @@ def _add_users(users: argparse.ArgumentParser) -> None:
     users_sync.add_argument("--cluster", type=Path, default=paths.CLUSTER_SPEC)
     users_sync.add_argument(
         "--force", action="store_true", help="accept a sync that removes more users than allowed"
-    )
-    users_sync.add_argument(
-        "--loop", action="store_true", help="sync every ldap.syncIntervalSeconds (the s6 service)"
-    )
-    users_sync.add_argument(
-        "--associations",
-        action="store_true",
-        help="with --loop, on the controller: give every user a Slurm association after each sync",
     )
     users_sync.set_defaults(run=_users_sync)
 
@@ -256,7 +228,6 @@ def _add_hooks(hooks: argparse.ArgumentParser) -> None:
     hooks_run = hooks_sub.add_parser("run", help="run the active revision's scripts for a phase")
     hooks_run.add_argument("phase", choices=HOOK_PHASES)
     hooks_sub.add_parser("status", help="the active revision, and the last refused one")
-    hooks_sub.add_parser("watch", help="check and activate new revisions (the s6 service)")
     hooks.add_argument("--cluster", type=Path, default=paths.CLUSTER_SPEC)
     hooks.set_defaults(run=_hooks)
 
@@ -273,7 +244,6 @@ def _add_health(health: argparse.ArgumentParser) -> None:
         action="store_true",
         help="drain the node on failure, resume what slonk drained once it passes",
     )
-    health_sub.add_parser("recycle", help="restart the pods of drained nodes (the s6 service)")
     health.add_argument("--cluster", type=Path, default=paths.CLUSTER_SPEC)
     health.set_defaults(run=_health)
 
@@ -294,28 +264,15 @@ def _add_syncer(parser: argparse.ArgumentParser) -> None:
 def _metrics(args: argparse.Namespace) -> int:
     from slonk.metrics import serve
 
-    if args.metrics_command == "show":
-        print(serve.show(args.role, args.cluster), end="")
-        return 0
-    port = args.port
-    if port is None:
-        from slonk.config.model import MetricsSettings, default_of
-        from slonk.config.spec import load_spec
-
-        settings = load_spec(args.cluster).metrics
-        port = settings.port if settings else default_of(MetricsSettings, "port")
-    serve.serve(args.role, port, args.cluster)
+    print(serve.show(args.role, args.cluster), end="")
     return 0
 
 
 def _add_metrics(metrics: argparse.ArgumentParser) -> None:
     metrics_sub = metrics.add_subparsers(dest="metrics_command", required=True)
-    serve = metrics_sub.add_parser("serve", help="serve Prometheus' /metrics (the s6 service)")
-    serve.add_argument("--port", type=int, help="default: cluster.yaml's metrics.port")
     show = metrics_sub.add_parser("show", help="print one scrape's metrics")
-    for command in (serve, show):
-        command.add_argument("--role", choices=("controller", "worker"), required=True)
-        command.add_argument("--cluster", type=Path, default=paths.CLUSTER_SPEC)
+    show.add_argument("--role", choices=("controller", "worker"), required=True)
+    show.add_argument("--cluster", type=Path, default=paths.CLUSTER_SPEC)
     metrics.set_defaults(run=_metrics)
 
 
@@ -464,7 +421,7 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
     "chart": ("the Helm chart, through Helm's Go library", _add_chart),
     "render-config": ("write slurm.conf & co. from cluster.yaml", _add_render_config),
     "init": ("a pod's entrypoint: prepare files, exec s6-svscan", _add_init),
-    "watch-config": ("apply ConfigMap changes (runs under s6)", _add_watch_config),
+    "agent": ("a pod's own loops in one process (runs under s6)", _add_agent),
     "users": ("users and groups on this node", _add_users),
     "hooks": ("job hooks from git", _add_hooks),
     "health": ("node health checks", _add_health),

@@ -188,23 +188,13 @@ def prepare_directory(spec: ClusterSpec) -> str:
 
 def optional_services(spec: ClusterSpec, role: str) -> tuple[str, ...]:
     """The s6 services a role runs beyond its own (services.ROLE_SERVICES), as cluster.yaml
-    asks for them."""
-    extra: tuple[str, ...] = ("users-sync",) if spec.ldap else ()
-    if role == "controller" and spec.accounting:
-        # The users sync that also gives every user its association (slonk.accounting.sync).
-        extra = ("associations",)
-    if role == "worker" and spec.hooks:
-        extra += ("hooks",)
-    if role == "worker" and spec.health:  # TEMPORARY: the agent runs slonk.health.refresh
-        extra += ("health-refresh",)
+    asks for them. The pod's loops (users sync, hooks, metrics, recycling) are tasks of its
+    agent (slonk.agent.main), which the controller and workers always run."""
+    extra: tuple[str, ...] = ("agent",) if role == "login" and spec.ldap else ()
     if role == "worker" and spec.ssh.workers:  # syslog: PAM's messages, in the pod's log
         extra += ("sshd", "syslog")
-    if role == "controller" and spec.health and spec.health.recycle:
-        extra += ("health-recycle",)
     if role == "controller" and spec.syncer:
         extra += ("syncer",)
-    if role in ("controller", "worker") and spec.metrics:
-        extra += ("metrics",)
     return extra
 
 

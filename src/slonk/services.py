@@ -11,12 +11,13 @@ from typing import NoReturn
 
 from slonk import paths
 
-# config-watch: the controller applies cluster.yaml's Slurm configuration, a worker its own
-# health plan and job programs. A login pod has nothing of its own to follow: its clients
-# fetch the configuration slurmctld runs.
+# agent: the pod's own loops (slonk.agent.main), among them config-watch: the controller
+# applies cluster.yaml's Slurm configuration, a worker its own health plan and job programs.
+# A login pod has nothing of its own to follow (its clients fetch the configuration slurmctld
+# runs): it runs an agent only to sync users from LDAP (init.optional_services).
 ROLE_SERVICES = {
-    "controller": ("munged", "slurmctld", "config-watch"),
-    "worker": ("munged", "slurmd", "config-watch"),
+    "controller": ("munged", "slurmctld", "agent"),
+    "worker": ("munged", "slurmd", "agent"),
     "login": ("munged", "sshd"),
     "ldap": ("slapd",),
     # Accounting: slurmdbd authenticates slurmctld and clients with munge; the chart's MariaDB.
@@ -48,7 +49,7 @@ def exec_svscan(role: str, scan_dir: Path = paths.SCAN_DIR) -> None:
 
 def idle(reason: str, log: Callable[[str], None]) -> NoReturn:
     """Stay up doing nothing: a service whose feature is off must not exit, or s6 restarts
-    it every second."""
+    it every second (the syncer's; the agent's tasks just end)."""
     log(f"{reason}; idle")
     while True:
         time.sleep(3600)

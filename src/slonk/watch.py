@@ -1,7 +1,11 @@
-"""`slonk watch-config`: follow cluster.yaml, each pod for what is its own.
+"""config-watch (a task of `slonk agent`): follow cluster.yaml, each pod for what is its own.
 
 kubelet swaps a mounted ConfigMap atomically (its `..data` symlink), so reading the file
 gives either the old or the new document, never half of one; a content hash tells a change.
+The swap is a rename in the mounted directory, which is what is watched (slonk.agent.changes;
+local mode's projection swaps the same way); a look every RECHECK_SECONDS stays as a safety
+net. No server is asked: each pod reads its own mount, so a change reaches N pods at no cost
+to anyone (the controller's one reconfigure fans out through slurmctld).
 
 Slurm runs configless: the controller renders the Slurm configuration and slurmctld is its
 only reader; every slurmd and client fetches what slurmctld runs. So the controller alone
@@ -17,10 +21,12 @@ from __future__ import annotations
 import fcntl
 import functools
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from slonk import paths, rollout
 from slonk.config import placement
@@ -29,7 +35,14 @@ from slonk.config.spec import fingerprint as spec_fingerprint
 from slonk.identity import pod_name
 from slonk.slurmctld import Refused, Slurmctld, needs_restart
 
+if TYPE_CHECKING:
+    from slonk.agent.changes import Waiter
+
 MAX_RETRY_SECONDS = 60.0
+# Without an event: a look anyway (an event the kernel dropped, a mount inotify misses).
+RECHECK_SECONDS = 60.0
+# Where inotify is unavailable: as often as before inotify.
+POLL_SECONDS = 1.0
 
 
 class NotApplied(RuntimeError):
@@ -199,7 +212,14 @@ class Follower:
         return said
 
 
-def watch(role: str, spec_path: Path = paths.CLUSTER_SPEC, interval: float = 1.0) -> None:
+def watch(
+    role: str,
+    stop: threading.Event,
+    changes: Waiter,
+    spec_path: Path = paths.CLUSTER_SPEC,
+    interval: float = POLL_SECONDS,
+) -> None:
+    """Apply each change of cluster.yaml until `stop` is set; `changes` wakes on its directory."""
     apply: Callable[[ClusterSpec], str] = apply_worker
     if role == "controller":
         controller = Controller()
@@ -208,9 +228,12 @@ def watch(role: str, spec_path: Path = paths.CLUSTER_SPEC, interval: float = 1.0
             log(settled)
         apply = controller.apply
     follower = Follower(apply, spec_path, interval, handled=started_on(spec_path))
-    log(f"watching {spec_path} every {interval:g} s")
-    while True:
-        time.sleep(interval)
-        said = follower.poll(time.monotonic())
+    log(f"watching {changes.describe()}")
+    while not stop.is_set():
+        said = follower.poll(time.monotonic())  # first: a change since `slonk init` read it
         if said:
             log(said)
+        timeout = RECHECK_SECONDS
+        if follower.waiting is not None:  # slurmctld did not answer: try again on time
+            timeout = min(timeout, follower.retry_at - time.monotonic())
+        changes.wait(timeout)

@@ -51,13 +51,11 @@ def _of(modules: set[str], *prefixes: str) -> list[str]:
 @pytest.mark.parametrize(("args", "code", "unwanted"), [
     # the commands pods run, as far as each goes without a pod around it
     (["init", "--help"], 0, LOCAL),
-    (["watch-config", "--help"], 0, LOCAL + NO_SSL),
+    (["agent", "--help"], 0, LOCAL + NO_SSL),
     (["users", "sync", "--cluster", "missing.yaml"], 1, LOCAL),
     (["hooks", "status"], 0, LOCAL + NO_SSL),
-    (["hooks", "--cluster", "missing.yaml", "watch"], 1, LOCAL + NO_SSL),
     (["hooks", "run", "--help"], 0, LOCAL + NO_SSL),
     (["health", "run"], 2, LOCAL + NO_SSL),  # no health plan here
-    (["health", "--cluster", "missing.yaml", "recycle"], 1, LOCAL + NO_SSL),
     (["syncer", "--cluster", "missing.yaml"], 1, LOCAL + NO_SSL),
     (["align", "--cluster", "missing.yaml"], 1, LOCAL + NO_SSL),
     (["pool", "--cluster", "missing.yaml", "scale", "cpu", "1"], 1, LOCAL + NO_SSL),
@@ -84,8 +82,8 @@ def test_every_command_is_still_listed_and_local_modes_help_works(args, tmp_path
 
 
 @pytest.mark.parametrize("module", [
-    "slonk.cli", "slonk.init", "slonk.watch", "slonk.worker", "slonk.users.sync",
-    "slonk.hooks.dispatch", "slonk.hooks.revision", "slonk.health.command",
+    "slonk.cli", "slonk.init", "slonk.agent.main", "slonk.watch", "slonk.worker",
+    "slonk.users.sync", "slonk.hooks.dispatch", "slonk.hooks.revision", "slonk.health.command",
     "slonk.health.drains", "slonk.health.recycle", "slonk.health.kube", "slonk.align.syncer",
     "slonk.align.pool",
 ])  # fmt: skip

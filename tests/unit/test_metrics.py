@@ -4,6 +4,7 @@ input, a failing source, and promtool's verdict on what it serves."""
 from __future__ import annotations
 
 import copy
+import errno
 import json
 import shutil
 import subprocess
@@ -14,11 +15,12 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from slonk import history
+from slonk.agent.changes import Changes
+from slonk.agent.main import tasks_for
 from slonk.config.spec import SpecError, parse_spec
 from slonk.health import runner
 from slonk.health.catalogue import HEALTH_CHECKS
 from slonk.health.checks import Node
-from slonk.init import optional_services
 from slonk.metrics import CAUSES, cause_label
 from slonk.metrics.cluster import NODE_STATES, job_families, node_families
 from slonk.metrics.collector import SourcesCollector
@@ -475,14 +477,22 @@ def test_bad_metrics_settings_name_the_key(demo_spec, metrics, message):
         parse_spec(demo_spec)
 
 
-def test_the_metrics_service_runs_on_the_controller_and_workers_when_asked(demo_spec):
+def _no_inotify():
+    raise OSError(errno.EMFILE, "Too many open files")
+
+
+def test_the_metrics_task_runs_on_the_controller_and_workers_when_asked(demo_spec, tmp_path):
+    def tasks(spec, role):
+        changes = Changes(lambda line: None, make=_no_inotify)
+        return [t.name for t in tasks_for(spec, role, "p", changes, tmp_path / "cluster.yaml")]
+
     off = parse_spec(demo_spec)
     demo_spec["metrics"] = {"port": 9341}
     on = parse_spec(demo_spec)
     for role in ("controller", "worker"):
-        assert "metrics" not in optional_services(off, role)
-        assert "metrics" in optional_services(on, role)
-    assert "metrics" not in optional_services(on, "login")
+        assert "metrics" not in tasks(off, role)
+        assert "metrics" in tasks(on, role)
+    assert "metrics" not in tasks(on, "login")
 
 
 # What job-time programs load

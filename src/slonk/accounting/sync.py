@@ -1,10 +1,11 @@
-"""The controller's users sync with accounting (`slonk users sync --loop --associations`):
+"""The controller's users sync with accounting (the agent's task `associations`):
 after every users sync, the associations of the users it wrote (slonk.accounting.
 associations); while slurmdbd does not answer, the same again every RETRY_SECONDS with the
 last good users, so a new user waits at most one pass once slurmdbd is up."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 
@@ -54,12 +55,15 @@ class Associations:
 
 
 def run_forever(
-    load: Callable[[], ClusterSpec], clock: Callable[[], float] = time.monotonic
+    load: Callable[[], ClusterSpec],
+    stop: threading.Event,
+    clock: Callable[[], float] = time.monotonic,
 ) -> None:
+    """Until `stop` is set. One controller: its syncs need no per-pod phase."""
     spec = load()
     passes = Associations()
     next_sync = clock()
-    while True:
+    while not stop.is_set():
         if clock() >= next_sync:
             try:
                 spec = load()
@@ -70,4 +74,4 @@ def run_forever(
             next_sync = clock() + interval
         passes.apply(spec)
         wait = next_sync - clock()
-        time.sleep(max(0.0, min(wait, RETRY_SECONDS) if passes.pending else wait))
+        stop.wait(max(0.0, min(wait, RETRY_SECONDS) if passes.pending else wait))

@@ -1,4 +1,4 @@
-"""The controller's recycle loop (the s6 service `health-recycle`).
+"""The controller's recycle loop (the agent's task `health-recycle`).
 
 A node a health check drained (the machine's fault, see slonk.health.reasons) that has sat
 idle for `idleSeconds` gets its pod deleted: Kubernetes makes a fresh one, which runs its
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
@@ -23,7 +24,6 @@ from slonk.config.spec import ClusterSpec, RecycleSettings, SpecError
 from slonk.files import write_atomically
 from slonk.health import reasons
 from slonk.health.kube import KubeError
-from slonk.services import idle
 from slonk.slurm_state import NodeState, SlurmError
 
 # On the controller's state volume, beside slurmctld's own state: a controller restart must
@@ -157,14 +157,21 @@ def pass_once(spec: ClusterSpec, kube: Kubernetes, history: History, now: float)
     taint(kube, history)
 
 
-def run_forever(load: Callable[[], ClusterSpec], connect: Callable[[str], Kubernetes]) -> None:
+def run_forever(
+    load: Callable[[], ClusterSpec],
+    connect: Callable[[str], Kubernetes],
+    stop: threading.Event,
+) -> None:
+    """A pass every periodSeconds until `stop` is set or recycling is switched off."""
     spec = load()
     kube: Kubernetes | None = None
     history = History.load()
-    while True:
+    while not stop.is_set():
         if spec.health is None or spec.health.recycle is None:
-            idle("node recycling is off", log)
-        time.sleep(spec.health.recycle.period_seconds)
+            log("node recycling is off")
+            return
+        if stop.wait(spec.health.recycle.period_seconds):
+            return
         try:
             spec = load()
         except SpecError as err:

@@ -14,7 +14,6 @@ Run by the worker's agent as a thread (`run(stop)`), or alone: `python -m slonk.
 from __future__ import annotations
 
 import contextlib
-import signal
 import sys
 import threading
 import time
@@ -77,14 +76,3 @@ def run(stop: threading.Event, plan_path: Path = HEALTH_PLAN, out: Path = VERDIC
                 out.unlink(missing_ok=True)
             print(f"slonk health refresh: {err!r}", file=sys.stderr, flush=True)
         stop.wait(PERIOD_SECONDS)
-
-
-def main() -> None:
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    with contextlib.suppress(KeyboardInterrupt):
-        run(stop)
-
-
-if __name__ == "__main__":
-    main()

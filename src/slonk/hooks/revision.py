@@ -39,16 +39,19 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slonk import paths
 from slonk.config.spec import ClusterSpec, HookSettings, SpecError
 from slonk.files import write_atomically
-from slonk.services import idle
+
+if TYPE_CHECKING:
+    from slonk.agent.changes import Waiter
 
 ACTIVE = "active"
 STATUS = "status.json"
@@ -62,6 +65,10 @@ TREE_BYTES_PER_FILE = 8  # a phase directory holds at most 8 x maxFileBytes in a
 SHEBANG_BYTES = 256
 MAX_REPORTED = 20  # problems named in the status; the rest are counted
 SYNTAX_TIMEOUT_SECONDS = 30
+# git-sync's link is watched (slonk.agent.changes); without an event, a look this often anyway.
+RECHECK_SECONDS = 60.0
+# Where inotify is unavailable: as often as before inotify.
+POLL_SECONDS = 0.2
 # git-sync names each worktree after its commit (SHA-1 or SHA-256).
 REVISION = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 # What a name (or a symlink's target) in a hook tree may hold.
@@ -557,18 +564,21 @@ def published(root: Path, link: str) -> tuple[Path, str] | None:
 
 def watch(
     load: Callable[[], ClusterSpec],
+    stop: threading.Event,
+    changes: Waiter,
     root: Path = paths.GIT_ROOT,
     state: Path = paths.HOOKS_STATE,
-    interval: float = 0.2,
 ) -> None:
-    """Follow git-sync's link; consider each new revision once."""
+    """Follow git-sync's link (`changes` wakes on its root directory, where git-sync renames
+    the link); consider each new revision once. Until `stop` is set or hooks are switched off."""
     spec = load()
     if spec.hooks is None:
-        idle("hooks are not configured", log)
+        log("hooks are not configured")
+        return
     hooks = spec.hooks
     seen = None
-    log(f"watching {root / hooks.link}")
-    while True:
+    log(f"watching {root / hooks.link}: {changes.describe()}")
+    while not stop.is_set():
         found = published(root, hooks.link)
         if found and found[1] != seen and os.path.lexists(found[0]):
             # (A tree gone since the readlink was swapped away: the next look finds the new.)
@@ -578,9 +588,10 @@ def watch(
             except SpecError as err:
                 log(f"keeping the last good settings: {err}")
             if spec.hooks is None:
-                idle("hooks were switched off; a restarted pod drops this service", log)
+                log("hooks were switched off; a restarted pod runs no hooks watch")
+                return
             hooks = spec.hooks
             write_settings(hooks, state)
             consider(tree, revision, hooks, state)
             seen = revision
-        time.sleep(interval)
+        changes.wait(RECHECK_SECONDS)

@@ -1,5 +1,5 @@
-"""`slonk metrics serve|show --role controller|worker`: the exporter over HTTP (the s6
-service `metrics`), or one scrape printed."""
+"""The exporter over HTTP (the agent's task `metrics`), or one scrape printed (`slonk
+metrics show --role controller|worker`)."""
 
 from __future__ import annotations
 
@@ -33,9 +33,15 @@ def show(role: str, cluster: Path = paths.CLUSTER_SPEC) -> str:
 
 
 def serve(
-    role: str, port: int, cluster: Path = paths.CLUSTER_SPEC, address: str = "0.0.0.0"
+    role: str,
+    port: int,
+    stop: threading.Event,
+    cluster: Path = paths.CLUSTER_SPEC,
+    address: str = "0.0.0.0",
 ) -> None:
-    """Serve /metrics until the process is stopped: one pass over the sources per request."""
-    start_http_server(port, addr=address, registry=registry(role, cluster))
+    """Serve /metrics until `stop` is set: one pass over the sources per request."""
+    started = start_http_server(port, addr=address, registry=registry(role, cluster))
     log(f"serving the {role}'s metrics on port {port} at /metrics")
-    threading.Event().wait()
+    stop.wait()
+    if started:  # prometheus_client >= 0.17 hands back its server (Debian 12's 0.16 does not)
+        started[0].shutdown()

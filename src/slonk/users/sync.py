@@ -11,16 +11,17 @@ pod starting while LDAP is down begins from.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from slonk import jitter
 from slonk.config import accounts
 from slonk.config.spec import ClusterSpec, LdapSettings, SpecError
 from slonk.errors import SlonkError
 from slonk.files import write_atomically
-from slonk.services import idle
 from slonk.users import snapshot
 from slonk.users.admit import Owners, admit
 from slonk.users.admit import Result as Result  # re-exported: what sync() returns
@@ -190,17 +191,20 @@ def run_once(spec: ClusterSpec, force: bool = False) -> Result | None:
     return result
 
 
-def run_forever(load: Callable[[], ClusterSpec]) -> None:
-    """Sync every `syncIntervalSeconds`, re-reading the spec each time (a broken ConfigMap
-    keeps the last good spec)."""
+def run_forever(load: Callable[[], ClusterSpec], stop: threading.Event, pod: str) -> None:
+    """Sync every `syncIntervalSeconds` at this pod's phase of it (slonk.jitter: N pods do not
+    search the directory in the same second), re-reading the spec each time (a broken
+    ConfigMap keeps the last good spec), until `stop` is set or LDAP is switched off."""
     spec = load()
-    while True:
-        if spec.ldap is None:
-            idle("LDAP is not configured", log)
-        time.sleep(spec.ldap.sync_interval_seconds)
+    while spec.ldap is not None:
+        interval = spec.ldap.sync_interval_seconds
+        now = time.time()
+        if stop.wait(jitter.next_slot(now, interval, jitter.phase(pod, interval)) - now):
+            return
         try:
             spec = load()
         except SpecError as err:
             log(f"keeping the last good settings: {err}")
         if spec.ldap is not None:
             run_once(spec)
+    log("LDAP is not configured; no sync")

@@ -1,0 +1,153 @@
+"""The agent of a controller, worker or login pod: which tasks it runs, and its life.
+
+One interpreter instead of one per loop: the modules the loops share (YAML, the spec, Slurm's
+parsers) are loaded once, and a pod runs one Python process beside its daemons.
+
+- controller: config-watch (applies the Slurm configuration), the users sync (with accounting:
+  `associations`, which also gives each user its association), health-recycle, metrics. The
+  syncer stays its own s6 service: it holds a Lease and exits the moment it loses it so that
+  only the new leader acts, which would take every other task with it here; an operator stops
+  it alone (`s6-svc -d`) to take over by hand; and it alone loads the Kubernetes watch
+  machinery.
+- worker: config-watch (health plan, job programs), users-sync, hooks, metrics, and the
+  health refresher (slonk.health.refresh) where it exists.
+- login: users-sync (its clients fetch what slurmctld runs: nothing else of its own).
+
+The tasks are chosen from cluster.yaml as the agent starts, as the services were at the pod's
+start; a feature switched off later ends its task (it said so), one switched on needs a new pod.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+
+from slonk import paths
+from slonk.agent.changes import Changes, Waiter
+from slonk.agent.lines import LineWriter
+from slonk.agent.runner import Runner, Task
+from slonk.config.spec import ClusterSpec, SpecError, load_spec
+from slonk.identity import pod_name
+
+ROLES = ("controller", "worker", "login")
+# A stopping agent gives its tasks this long to end (a task in a slow call, an LDAP search
+# or scontrol, is left behind: its thread ends with the process).
+STOP_SECONDS = 5.0
+SPEC_RECHECK_SECONDS = 60.0
+
+
+def log(message: str) -> None:
+    print(f"slonk agent: {message}", file=sys.stderr, flush=True)
+
+
+def tasks_for(
+    spec: ClusterSpec, role: str, pod: str, changes: Changes, spec_path: Path
+) -> list[Task]:
+    """The role's tasks as cluster.yaml asks for them. Each imports its module when it starts."""
+
+    def load() -> ClusterSpec:
+        return load_spec(spec_path)
+
+    tasks: list[Task] = []
+    if role in ("controller", "worker"):
+        from slonk import watch
+
+        spec_dir = changes.waiter(spec_path.parent, watch.POLL_SECONDS)
+        follow = lambda stop: watch.watch(role, stop, spec_dir, spec_path)  # noqa: E731
+        tasks.append(Task("config-watch", follow))
+    if role == "controller" and spec.accounting:
+        tasks.append(Task("associations", lambda stop: _associations(load, stop)))
+    elif spec.ldap:
+        tasks.append(Task("users-sync", lambda stop: _users_sync(load, stop, pod)))
+    if role == "worker" and spec.hooks:
+        tasks.append(_hooks(load, changes))
+    if role == "controller" and spec.health and spec.health.recycle:
+        tasks.append(Task("health-recycle", lambda stop: _recycle(load, stop)))
+    if role in ("controller", "worker") and spec.metrics:
+        port = spec.metrics.port
+        tasks.append(Task("metrics", lambda stop: _metrics(role, port, stop, spec_path)))
+    if role == "worker" and spec.health:
+        tasks.append(Task("health-refresh", _health_refresh))
+    return tasks
+
+
+def _associations(load: Callable[[], ClusterSpec], stop: threading.Event) -> None:
+    from slonk.accounting import sync
+
+    sync.run_forever(load, stop)
+
+
+def _users_sync(load: Callable[[], ClusterSpec], stop: threading.Event, pod: str) -> None:
+    from slonk.users import sync
+
+    sync.run_forever(load, stop, pod)
+
+
+def _hooks(load: Callable[[], ClusterSpec], changes: Changes) -> Task:
+    from slonk.hooks import revision
+
+    root = changes.waiter(paths.GIT_ROOT, revision.POLL_SECONDS)
+    return Task("hooks", lambda stop: revision.watch(load, stop, root))
+
+
+def _recycle(load: Callable[[], ClusterSpec], stop: threading.Event) -> None:
+    from slonk.health import kube, recycle
+
+    recycle.run_forever(load, kube.KubeApi, stop)
+
+
+def _metrics(role: str, port: int, stop: threading.Event, spec_path: Path) -> None:
+    from slonk.metrics import serve
+
+    serve.serve(role, port, stop, spec_path)
+
+
+def _health_refresh(stop: threading.Event) -> None:
+    from slonk.health import refresh
+
+    refresh.run(stop)
+
+
+def first_spec(path: Path, waiter: Waiter, stop: threading.Event) -> ClusterSpec | None:
+    """cluster.yaml as the agent starts; while it is not valid (an agent restarted after a
+    bad ConfigMap), wait for the next change, saying why once. None: stopped meanwhile."""
+    said = ""
+    while not stop.is_set():
+        try:
+            return load_spec(path)
+        except SpecError as err:
+            if str(err) != said:
+                log(f"waiting for a valid cluster.yaml: {err}")
+            said = str(err)
+        waiter.wait(SPEC_RECHECK_SECONDS)
+    return None
+
+
+def run(role: str, spec_path: Path = paths.CLUSTER_SPEC) -> int:
+    """Until SIGTERM (s6 stopping the pod or the service): exit 0 once the tasks ended."""
+    sys.stdout, sys.stderr = LineWriter(1), LineWriter(2)
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    changes = Changes(log)
+    spec = first_spec(spec_path, changes.waiter(spec_path.parent, 1.0), stop)
+    runner = None
+    if spec is not None:
+        pod = pod_name()
+        runner = Runner(tasks_for(spec, role, pod, changes, spec_path), stop, log)
+        log(f"{role} {pod}: {', '.join(t.name for t in runner.tasks) or 'no tasks'}")
+        runner.start()
+        while not stop.wait(3600):
+            pass
+    changes.close()
+    left = runner.join(STOP_SECONDS) if runner else []
+    log("stopped" + (f"; left running: {', '.join(left)}" if left else ""))
+    return 0
