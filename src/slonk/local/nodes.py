@@ -1,15 +1,30 @@
-"""A local cluster's Slurm nodes as its controller sees them, and the wait for them to be up."""
+"""A local cluster's Slurm nodes as its controller sees them: the wait for them to be up, and
+what `down` asks of the controller before and after the workers stop."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Collection, Sequence
 
 from slonk.local.manifests import LocalModeError
 from slonk.local.state import Cluster
-from slonk.slurm_state import SHOW_NODES, NodeState, SlurmError, parse_nodes
+from slonk.slurm_state import QUEUE, SHOW_NODES, NodeState, SlurmError, parse_jobs, parse_nodes
+from slonk.worker_stop import REASON, REQUEUE_STATES, holds_jobs
 
 NODES_UP_TIMEOUT_SECONDS = 120.0
+# Each node adds to a wait's timeout: slurmctld registers a few hundred nodes a minute on a
+# loaded small machine, and a pod starting late is no fault.
+NODES_UP_SECONDS_PER_NODE = 0.5
+NOT_REGISTERED = "not registered"
+# The wait asks Slurm again after this, or after twice what the last asking took if that is
+# longer: `scontrol show node --json` for 256 nodes is work for slurmctld and this process
+# both, taken from the pods that are starting.
+POLL_SECONDS = 0.05
+SHOWN_NAMES = 10  # nodes named in a timeout's message; the rest are counted
+# `down`: a requeued job's processes end once slurmd hears of it; this bounds the wait (the
+# pod's SIGTERM gives the jobs' slurmstepds as long again).
+REQUEUE_WAIT_SECONDS = 10.0
 
 
 def node_states(cluster: Cluster) -> dict[str, NodeState]:
@@ -27,34 +42,100 @@ def node_states(cluster: Cluster) -> dict[str, NodeState]:
         raise LocalModeError(str(err)) from None
 
 
+def summary(states: dict[str, NodeState], expected: Collection[str]) -> str:
+    """One short line however many nodes: how many are in each state ("200 idle, 56 not
+    registered"), the most first."""
+    counts = Counter(states[n].label if n in states else NOT_REGISTERED for n in expected)
+    return ", ".join(f"{n} {label}" for label, n in sorted(counts.items(), key=lambda i: -i[1]))
+
+
 def wait_nodes_up(
     cluster: Cluster,
-    timeout: float = NODES_UP_TIMEOUT_SECONDS,
+    timeout: float | None = None,
     progress: Callable[[str], None] = print,
     pods: Sequence[str] | None = None,
 ) -> float:
     """Wait until the worker pods among `pods` (default: every pod) are registered, responding
     Slurm nodes; returns the seconds it took. Fails as soon as one of `pods` or the controller
-    stops, or after `timeout` naming each node's state."""
+    stops, or after `timeout` (default: NODES_UP_TIMEOUT_SECONDS and a little per node),
+    naming the nodes not up. Progress: one line of counts, each time they change."""
     started = time.monotonic()
     watched = set(cluster.pod_names() if pods is None else pods)
     watched |= set(cluster.pod_names("controller"))
-    expected = watched & set(cluster.pod_names("worker"))
+    expected = sorted(watched & set(cluster.pod_names("worker")))
+    if timeout is None:
+        timeout = NODES_UP_TIMEOUT_SECONDS + NODES_UP_SECONDS_PER_NODE * len(expected)
     last = None
     while True:
+        asked = time.monotonic()
         for name in sorted(watched):
             if cluster.pid(name) is None:
                 log = cluster.log(name).splitlines()[-15:]
                 raise LocalModeError(f"pod {name} stopped while starting:\n" + "\n".join(log))
         states = node_states(cluster)
-        summary = ", ".join(
-            f"{n} {states[n].label if n in states else 'not registered'}" for n in sorted(expected)
-        )
-        if summary != last:
-            progress(f"  nodes: {summary or 'none'}")
-            last = summary
-        if all(n in states and states[n].up for n in expected):
+        counts = summary(states, expected)
+        if counts != last:
+            progress(f"  nodes: {counts or 'none'}")
+            last = counts
+        waiting = [n for n in expected if n not in states or not states[n].up]
+        if not waiting:
             return time.monotonic() - started
         if time.monotonic() - started > timeout:
-            raise LocalModeError(f"nodes not up after {timeout:.0f} s: {summary}")
-        time.sleep(0.05)
+            named = ", ".join(
+                f"{n} {states[n].label if n in states else NOT_REGISTERED}"
+                for n in waiting[:SHOWN_NAMES]
+            )
+            more = f" and {len(waiting) - SHOWN_NAMES} more" if len(waiting) > SHOWN_NAMES else ""
+            raise LocalModeError(f"nodes not up after {timeout:.0f} s: {named}{more} ({counts})")
+        time.sleep(max(POLL_SECONDS, 2 * (time.monotonic() - asked)))
+
+
+def _controller_run(cluster: Cluster, *command: str) -> str | None:
+    """A Slurm command's output in the controller pod; None when it is not running or the
+    command failed."""
+    controller = cluster.pod_names("controller")
+    if not controller or cluster.pid(controller[0]) is None:
+        return None
+    result = cluster.run(controller[0], list(command))
+    return result.stdout if result.returncode == 0 else None
+
+
+def requeue_jobs(cluster: Cluster, nodes: Collection[str], progress: Callable[[str], None]) -> None:
+    """Before `down` stops these worker nodes' pods: requeue the jobs running on them, as Slurm
+    would once their nodes went down, but while their slurmd still runs to end them (and run
+    their epilogs). Stopped first, a slurmd leaves its jobs' slurmstepds waiting for word that
+    never comes: each pod's SIGTERM then waits 10 s for them before killing them. A job Slurm
+    will not requeue (srun, --no-requeue) is left as it was: it ends with its pod, as before."""
+    text = _controller_run(cluster, *QUEUE)
+    try:
+        jobs = parse_jobs(text) if text else []
+    except SlurmError as err:
+        progress(f"  cannot read the queue, no job requeued first: {err}")
+        return
+    running = [j.id for j in jobs if j.state in REQUEUE_STATES and set(j.nodes) & set(nodes)]
+    if not running:
+        return
+    controller = cluster.pod_names("controller")[0]
+    said = cluster.run(controller, ["scontrol", "requeue", ",".join(running)])
+    refused = f" ({said.stderr.strip()})" if said.returncode else ""
+    progress(f"  requeued {len(running)} running jobs{refused}")
+    deadline = time.monotonic() + REQUEUE_WAIT_SECONDS
+    while time.monotonic() < deadline:
+        states = node_states(cluster)
+        if not any(holds_jobs(states[n]) for n in nodes if n in states):
+            return
+        time.sleep(POLL_SECONDS * 4)
+
+
+def mark_down(cluster: Cluster, nodes: Collection[str], progress: Callable[[str], None]) -> None:
+    """After `down` stopped these worker nodes' pods, before the controller: each pod's SIGTERM
+    marked its node DOWN; one that could not in time (a controller too busy for hundreds at
+    once) is marked here, so that slurmctld saves no stopped node as up. A node drained by
+    anyone is left as it is, as the pods leave it."""
+    states = node_states(cluster)
+    missed = sorted(n for n in nodes if n in states and states[n].up and not states[n].drained)
+    if missed:
+        update = ["scontrol", "update", f"nodename={','.join(missed)}", "state=down"]
+        said = _controller_run(cluster, *update, f"reason={REASON}")
+        failed = "" if said is not None else " (scontrol failed)"
+        progress(f"  marked {len(missed)} nodes down that their pods left up{failed}")
