@@ -50,6 +50,10 @@ LDAP_SUFFIX = "dc=slonk,dc=local"
 HERD_TIMEOUT_SECONDS = 600.0
 POLL_SECONDS = 0.05
 CONTROLLER = "slonk-controller-0"
+# What a worker pod takes with the chart's services (PSS, measured: 75 MiB at 8 workers, less
+# as more share its pages): the bench refuses to start a cluster free memory cannot hold.
+WORKER_MIB_ESTIMATE = 70
+SPARE_MIB = 1024
 
 
 def values(workers: int, repo: Path) -> dict:
@@ -210,11 +214,14 @@ def run(workers: int, work: Path) -> dict:
     events: list[tuple[float, str]] = []
     result: dict = {"workers": workers}
     started = time.monotonic()
+
+    def note(message: str) -> None:
+        """`up`'s progress, kept for the result and shown on stderr as it comes."""
+        events.append((time.monotonic() - started, message))
+        print(f"{events[-1][0]:7.1f} s  {message}", file=sys.stderr, flush=True)
+
     try:
-        cluster = local.up(
-            state_dir, [values_file],
-            progress=lambda m: events.append((time.monotonic() - started, m.strip())),
-        )  # fmt: skip
+        cluster = local.up(state_dir, [values_file], progress=lambda m: note(m.strip()))
         result["up_to_idle_seconds"] = round(time.monotonic() - started, 2)
         result["pods_launched_seconds"] = next(
             round(t, 2) for t, m in events if m.startswith("started ")
@@ -229,6 +236,7 @@ def run(workers: int, work: Path) -> dict:
         if out.returncode:
             result["srun_error"] = out.stderr.strip()[-500:]
         result["memory"] = memory(cluster)
+        note("measuring the herds")
         result["herds"] = {
             "config": config_herd(cluster, work, 7),
             "ldap": ldap_herd(cluster, "herd", 5301),
@@ -236,7 +244,7 @@ def run(workers: int, work: Path) -> dict:
         }
     finally:
         t = time.monotonic()
-        local.down(state_dir, purge=True, progress=lambda _: None)
+        local.down(state_dir, purge=True, progress=note)
         result["down_seconds"] = round(time.monotonic() - t, 2)
     return result
 
@@ -245,9 +253,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=256)
     parser.add_argument("--quick", action="store_true", help="8 workers, for development")
+    parser.add_argument("--force", action="store_true", help="start even if memory looks short")
     args = parser.parse_args()
     workers = 8 if args.quick else args.workers
     local.require_root()
+    available = int(next(
+        line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines()
+        if line.startswith("MemAvailable:")
+    )) // 1024  # fmt: skip
+    if available < workers * WORKER_MIB_ESTIMATE + SPARE_MIB and not args.force:
+        sys.exit(f"local_scale: {workers} workers need about {workers * WORKER_MIB_ESTIMATE} "
+                 f"MiB, {available} MiB available (--force to try)")  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="slonk-scale-") as tmp:
         result = run(workers, Path(tmp))
     print(json.dumps({

@@ -15,7 +15,7 @@ from slonk.worker_stop import REASON, REQUEUE_STATES, holds_jobs
 NODES_UP_TIMEOUT_SECONDS = 120.0
 # Each node adds to a wait's timeout: slurmctld registers a few hundred nodes a minute on a
 # loaded small machine, and a pod starting late is no fault.
-NODES_UP_SECONDS_PER_NODE = 0.5
+NODES_UP_SECONDS_PER_NODE = 1.0
 NOT_REGISTERED = "not registered"
 # The wait asks Slurm again after this, or after twice what the last asking took if that is
 # longer: `scontrol show node --json` for 256 nodes is work for slurmctld and this process
