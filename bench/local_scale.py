@@ -38,6 +38,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -56,7 +57,7 @@ WORKER_MIB_ESTIMATE = 70
 SPARE_MIB = 1024
 
 
-def values(workers: int, repo: Path) -> dict:
+def values(workers: int, repo: Path) -> dict[str, Any]:
     """Small worker pods with the chart's services (health checks, exporter, hooks, users
     from the development directory); no login pod and no accounting, which the herds and
     jobs here do not need."""
@@ -92,7 +93,7 @@ def read(path: Path) -> str | None:
         return None
 
 
-def herd(pods: Iterable[str], reached: Callable[[str], bool], since: float) -> dict:
+def herd(pods: Iterable[str], reached: Callable[[str], bool], since: float) -> dict[str, Any]:
     """Seconds from `since` until `reached(pod)` for every pod, polled together."""
     waiting, seconds = set(pods), []
     deadline = time.monotonic() + HERD_TIMEOUT_SECONDS
@@ -110,7 +111,7 @@ def herd(pods: Iterable[str], reached: Callable[[str], bool], since: float) -> d
     }
 
 
-def memory(cluster: local.Cluster) -> dict:
+def memory(cluster: local.Cluster) -> dict[str, Any]:
     """PSS and RSS (MiB) of each pod's processes: per worker (median, max), and in all."""
     names = cluster.pod_names()
     netns = {cluster.network.pod_netns(n): n for n in names}
@@ -152,7 +153,7 @@ def memory(cluster: local.Cluster) -> dict:
     }
 
 
-def config_herd(cluster: local.Cluster, work: Path, percent: int) -> dict:
+def config_herd(cluster: local.Cluster, work: Path, percent: int) -> dict[str, Any]:
     workers = cluster.pod_names("worker")
     plan = paths.HEALTH_PLAN
     before = {w: read(in_pod(cluster, w, plan)) for w in workers}
@@ -167,7 +168,7 @@ def config_herd(cluster: local.Cluster, work: Path, percent: int) -> dict:
     return {**result, "upgrade_returned_seconds": round(upgraded, 2)}
 
 
-def ldap_herd(cluster: local.Cluster, name: str, uid: int) -> dict:
+def ldap_herd(cluster: local.Cluster, name: str, uid: int) -> dict[str, Any]:
     key = cluster.client_key.with_suffix(".pub").read_text().strip()
     ldif = "\n".join([
         f"dn: uid={name},ou=people,{LDAP_SUFFIX}", "objectClass: inetOrgPerson",
@@ -192,7 +193,7 @@ def ldap_herd(cluster: local.Cluster, name: str, uid: int) -> dict:
     return herd(pods, has, since)
 
 
-def git_herd(cluster: local.Cluster, repo: Path, message: str) -> dict:
+def git_herd(cluster: local.Cluster, repo: Path, message: str) -> dict[str, Any]:
     active = paths.HOOKS_STATE / "active"
     since = time.monotonic()
     revision = commit(repo, message)
@@ -203,7 +204,7 @@ def git_herd(cluster: local.Cluster, repo: Path, message: str) -> dict:
     )
 
 
-def run(workers: int, work: Path) -> dict:
+def run(workers: int, work: Path) -> dict[str, Any]:
     repo = work / "hooks"
     repo.mkdir()
     git(repo, "init", "--quiet")
@@ -212,7 +213,7 @@ def run(workers: int, work: Path) -> dict:
     values_file.write_text(yaml.safe_dump(values(workers, repo)))
     state_dir = work / "state"
     events: list[tuple[float, str]] = []
-    result: dict = {"workers": workers}
+    result: dict[str, Any] = {"workers": workers}
     started = time.monotonic()
 
     def note(message: str) -> None:
