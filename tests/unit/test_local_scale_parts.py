@@ -3,13 +3,14 @@ host limits `up` raises (on a fake /proc/sys)."""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import pytest
 
 from slonk.local import host
 from slonk.local.network import MAX_PODS, address_index, pod_address, pod_addresses
-from slonk.local.nodes import summary
+from slonk.local.nodes import printer, summary
 from slonk.slurm_state import NodeState
 
 
@@ -71,3 +72,23 @@ def test_a_limit_the_kernel_lacks_is_reported_and_the_rest_raised(tmp_path: Path
     assert int((root / "fs/inotify/max_user_instances").read_text()) == needed[
         "fs/inotify/max_user_instances"
     ]
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_on_a_terminal_the_nodes_line_is_rewritten_in_place():
+    out = _Terminal()
+    show = printer(out)
+    for message in ("slonk local: 3 pods", "  nodes: 2 not registered", "  nodes: 2 idle", "up"):
+        show(message)
+    assert out.getvalue() == (
+        "slonk local: 3 pods\n  nodes: 2 not registered\r\033[K  nodes: 2 idle\nup\n"
+    )
+    piped = io.StringIO()
+    show = printer(piped)
+    show("  nodes: 2 idle")
+    show("up")
+    assert piped.getvalue() == "  nodes: 2 idle\nup\n"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Sequence
+from typing import TextIO
 
 from slonk.local.manifests import LocalModeError
 from slonk.local.state import Cluster
@@ -17,6 +18,7 @@ NODES_UP_TIMEOUT_SECONDS = 120.0
 # loaded small machine, and a pod starting late is no fault.
 NODES_UP_SECONDS_PER_NODE = 1.0
 NOT_REGISTERED = "not registered"
+NODES_LINE = "  nodes: "
 # The wait asks Slurm again after this, or after twice what the last asking took if that is
 # longer: `scontrol show node --json` for 256 nodes is work for slurmctld and this process
 # both, taken from the pods that are starting.
@@ -25,6 +27,23 @@ SHOWN_NAMES = 10  # nodes named in a timeout's message; the rest are counted
 # `down`: a requeued job's processes end once slurmd hears of it; this bounds the wait (the
 # pod's SIGTERM gives the jobs' slurmstepds as long again).
 REQUEUE_WAIT_SECONDS = 10.0
+
+
+def printer(stream: TextIO) -> Callable[[str], None]:
+    """Progress for a person: on a terminal, each nodes line is rewritten in place."""
+    rewriting = False
+
+    def show(message: str) -> None:
+        nonlocal rewriting
+        nodes = message.startswith(NODES_LINE) and stream.isatty()
+        if nodes:
+            stream.write(("\r\033[K" if rewriting else "") + message)
+        else:
+            stream.write(("\n" if rewriting else "") + message + "\n")
+        rewriting = nodes
+        stream.flush()
+
+    return show
 
 
 def node_states(cluster: Cluster) -> dict[str, NodeState]:
@@ -75,7 +94,7 @@ def wait_nodes_up(
         states = node_states(cluster)
         counts = summary(states, expected)
         if counts != last:
-            progress(f"  nodes: {counts or 'none'}")
+            progress(f"{NODES_LINE}{counts or 'none'}")
             last = counts
         waiting = [n for n in expected if n not in states or not states[n].up]
         if not waiting:
