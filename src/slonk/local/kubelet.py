@@ -31,6 +31,7 @@ TERM_EXTENSION_SECONDS = 2.0
 # Pods launched at once: enough to overlap the forks and mounts of a launch, few enough not
 # to starve the pods already starting on a small machine.
 PARALLEL_STARTS = 8
+INIT_WAIT_SECONDS = 60.0
 
 
 def _launch(cluster: Cluster, name: str, spec: dict[str, Any]) -> int:
@@ -56,25 +57,29 @@ def _launch(cluster: Cluster, name: str, spec: dict[str, Any]) -> int:
 
 def start_pods(
     cluster: Cluster,
-    pods: Sequence[tuple[Pod, dict[str, Any]]],
+    to_start: Sequence[tuple[Pod, dict[str, Any]]],
     progress: Callable[[str], None],
 ) -> None:
-    """Start these pods (each with its spec) together, as kubelets on many machines would:
-    a launch is mostly waiting on forks, and each pod's start runs on in its own processes.
-    One progress line for all of them, counted by role."""
-    if not pods:
+    """Start these pods (each with its spec) together, as kubelets on many machines would,
+    PARALLEL_STARTS at a time, each until its init is done. One progress line for all of
+    them, counted by role."""
+    if not to_start:
         return
     started = time.monotonic()
 
     def start(pod: Pod, spec: dict[str, Any]) -> None:
         cluster.pod_dir(pod.name).mkdir(parents=True, exist_ok=True)
-        _launch(cluster, pod.name, spec)
+        pid = _launch(cluster, pod.name, spec)
+        # The next pod starts once this one's init is done (its s6-svscan takes signals):
+        # hundreds of inits at once on two cores each took over 10 s, and timed out launches.
+        # A pod that does not get there in time is left to `up`'s wait, which reports it.
+        pods.wait_handles(pid, signal.SIGTERM, INIT_WAIT_SECONDS)
 
     with ThreadPoolExecutor(max_workers=PARALLEL_STARTS) as pool:
-        list(pool.map(lambda item: start(*item), pods))
-    roles = Counter(pod.role for pod, _ in pods)
+        list(pool.map(lambda item: start(*item), to_start))
+    roles = Counter(pod.role for pod, _ in to_start)
     counted = ", ".join(f"{n} {role}" for role, n in sorted(roles.items()))
-    progress(f"  started {len(pods)} pods ({counted}) in {time.monotonic() - started:.1f} s")
+    progress(f"  started {len(to_start)} pods ({counted}) in {time.monotonic() - started:.1f} s")
 
 
 def kill_all(netns: Sequence[str]) -> None:
