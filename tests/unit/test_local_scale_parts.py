@@ -92,3 +92,29 @@ def test_on_a_terminal_the_nodes_line_is_rewritten_in_place():
     show("  nodes: 2 idle")
     show("up")
     assert piped.getvalue() == "  nodes: 2 idle\nup\n"
+
+
+def test_a_signal_counts_as_taken_once_handled_or_blocked():
+    import signal
+    import subprocess
+    import sys
+
+    from slonk.local.pod import handles
+
+    script = (
+        "import signal, sys, time; {}; print('ready', flush=True); time.sleep(30)"
+    )
+    for setup, expected in (
+        ("pass", False),
+        ("signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})", True),
+        ("signal.signal(signal.SIGTERM, lambda *a: None)", True),
+    ):
+        child = subprocess.Popen(
+            [sys.executable, "-c", script.format(setup)], stdout=subprocess.PIPE, text=True
+        )
+        try:
+            assert child.stdout is not None and child.stdout.readline() == "ready\n"
+            assert handles(child.pid, signal.SIGTERM) is expected, setup
+        finally:
+            child.kill()
+            child.wait()

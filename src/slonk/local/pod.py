@@ -91,16 +91,17 @@ def _wait_gone(pid: int, timeout: float) -> bool:
 
 
 def handles(pid: int, signum: int) -> bool:
-    """Whether the process has a handler for `signum`. The first process of a PID namespace
-    gets only the signals it handles (SIGKILL aside), from any namespace: before it has one
-    (a pod's init, before it becomes s6-svscan) a SIGTERM is dropped, not delivered later."""
+    """Whether the process takes `signum`: has a handler for it, or blocks it (s6-svscan
+    blocks signals and reads them from a signalfd). The first process of a PID namespace
+    gets only such signals (SIGKILL aside), from any namespace: before (a pod's init, before
+    it becomes s6-svscan) a SIGTERM is dropped, not delivered later."""
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("SigCgt:"):
-                return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
-    except (OSError, ValueError):
-        pass
-    return False
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+        wanted = ("SigCgt:", "SigBlk:")
+        masks = [int(line.split()[1], 16) for line in lines if line.startswith(wanted)]
+    except (OSError, ValueError, IndexError):
+        return False
+    return any(mask >> (signum - 1) & 1 for mask in masks)
 
 
 def wait_handles(pid: int, signum: int, timeout: float) -> bool:
