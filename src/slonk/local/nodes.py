@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Sequence
 from typing import TextIO
 
+from slonk.health import reasons
 from slonk.local.manifests import LocalModeError
 from slonk.local.state import Cluster
 from slonk.slurm_state import QUEUE, SHOW_NODES, NodeState, SlurmError, parse_jobs, parse_nodes
@@ -119,12 +120,21 @@ def _controller_run(cluster: Cluster, *command: str) -> str | None:
     return result.stdout if result.returncode == 0 else None
 
 
-def requeue_jobs(cluster: Cluster, nodes: Collection[str], progress: Callable[[str], None]) -> None:
-    """Before `down` stops these worker nodes' pods: requeue the jobs running on them, as Slurm
-    would once their nodes went down, but while their slurmd still runs to end them (and run
-    their epilogs). Stopped first, a slurmd leaves its jobs' slurmstepds waiting for word that
-    never comes: each pod's SIGTERM then waits 10 s for them before killing them. A job Slurm
-    will not requeue (srun, --no-requeue) is left as it was: it ends with its pod, as before."""
+def drain_and_requeue(
+    cluster: Cluster, nodes: Collection[str], progress: Callable[[str], None]
+) -> None:
+    """Before `down` stops these worker nodes' pods: drain them (`slonk:pod: stopping`, as
+    their preStop hook would; a drain of anyone else's stands), so that no pending job starts
+    on them, then requeue the jobs running there, as Slurm would once their nodes went down,
+    but while their slurmd still runs to end them. Stopped first, a slurmd leaves its jobs'
+    slurmstepds waiting for word that never comes: each pod's SIGTERM then waits 10 s for
+    them. A job Slurm will not requeue (srun, --no-requeue) ends with its pod, as before."""
+    states = node_states(cluster)
+    undrained = sorted(n for n in nodes if n in states and not states[n].drained)
+    if undrained:
+        drain = ["scontrol", "update", f"nodename={','.join(undrained)}", "state=drain"]
+        if _controller_run(cluster, *drain, f"reason={REASON}") is None:
+            progress("  could not drain the workers first")
     text = _controller_run(cluster, *QUEUE)
     try:
         jobs = parse_jobs(text) if text else []
@@ -150,11 +160,21 @@ def mark_down(cluster: Cluster, nodes: Collection[str], progress: Callable[[str]
     """After `down` stopped these worker nodes' pods, before the controller: each pod's SIGTERM
     marked its node DOWN; one that could not in time (a controller too busy for hundreds at
     once) is marked here, so that slurmctld saves no stopped node as up. A node drained by
-    anyone is left as it is, as the pods leave it."""
+    anyone but a pod is left as it is, as the pods leave it."""
     states = node_states(cluster)
-    missed = sorted(n for n in nodes if n in states and states[n].up and not states[n].drained)
-    if missed:
-        update = ["scontrol", "update", f"nodename={','.join(missed)}", "state=down"]
-        said = _controller_run(cluster, *update, f"reason={REASON}")
+    ours = [n for n in nodes if n in states and states[n].up]
+    ours = [n for n in ours if not states[n].drained or _drained_by_pod(states[n])]
+    if ours:
+        update = ["scontrol", "update", f"nodename={','.join(sorted(ours))}"]
+        said = _controller_run(cluster, *update, "state=down", f"reason={REASON}")
+        # DOWN alone, as the pods leave it (slonk.worker_stop): the new slurmd returns it.
+        drained = [n for n in ours if states[n].drained]
+        if said is not None and drained:
+            undrain = ["scontrol", "update", f"nodename={','.join(sorted(drained))}"]
+            said = _controller_run(cluster, *undrain, "state=undrain")
         failed = "" if said is not None else " (scontrol failed)"
-        progress(f"  marked {len(missed)} nodes down that their pods left up{failed}")
+        progress(f"  marked {len(ours)} nodes down that their pods left up{failed}")
+
+
+def _drained_by_pod(node: NodeState) -> bool:
+    return node.cause is not None and node.cause.kind == reasons.POD
