@@ -141,6 +141,9 @@ def down(state_dir: Path, purge: bool = False, progress: Callable[[str], None] =
     network = cluster.network
     record = cluster.record() if cluster.record_file.exists() else {"pods": {}}
     prometheus.stop(cluster)
+    # The fake API server first: its StatefulSets would start again pods the controller's
+    # recycle loop deletes meanwhile (seen at 256 workers), and nothing here needs it.
+    kill_all([network.switch])
     roles = {name: pod["role"] for name, pod in record["pods"].items()}
     workers = [name for name, role in roles.items() if role == "worker"]
     for wave in stop_order(roles):
