@@ -29,7 +29,7 @@ from slonk.local.associations import wait_associations
 from slonk.local.kubelet import kill_all, restart_pod, start_pods, stop_pods
 from slonk.local.manifests import LocalModeError, hosts_file
 from slonk.local.network import NETNS_DIR, is_mount_point, pod_addresses, processes_by_netns
-from slonk.local.nodes import drain_and_requeue, mark_down, node_states, wait_nodes_up
+from slonk.local.nodes import mark_down, node_states, wait_nodes_up
 from slonk.local.podspec import pod_spec
 from slonk.local.release import NAMESPACE, known_hosts, project_objects, render
 from slonk.local.state import DEFAULT_STATE_DIR, Cluster, save_values, write_record
@@ -147,13 +147,11 @@ def down(state_dir: Path, purge: bool = False, progress: Callable[[str], None] =
     roles = {name: pod["role"] for name, pod in record["pods"].items()}
     workers = [name for name, role in roles.items() if role == "worker"]
     for wave in stop_order(roles):
-        if workers and set(wave) & set(workers):
-            drain_and_requeue(cluster, workers, progress)
         if workers and "controller" in (roles[name] for name in wave):
             mark_down(cluster, workers, progress)
         # A power-off: no preStop hook waits for jobs (drainTimeoutSeconds per busy worker).
-        # The workers are drained and their jobs requeued first, while slurmd can end them;
-        # each worker's SIGTERM marks its node down, mark_down any it could not.
+        # Each worker's SIGTERM marks its node down (Slurm requeues its jobs); mark_down any
+        # it could not.
         stop_pods(cluster, wave, progress, hooks=False)
     if record.get("runtime") == "podman":
         for name in record["pods"]:

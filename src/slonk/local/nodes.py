@@ -11,8 +11,8 @@ from typing import TextIO
 from slonk.health import reasons
 from slonk.local.manifests import LocalModeError
 from slonk.local.state import Cluster
-from slonk.slurm_state import QUEUE, SHOW_NODES, NodeState, SlurmError, parse_jobs, parse_nodes
-from slonk.worker_stop import REASON, REQUEUE_STATES, holds_jobs
+from slonk.slurm_state import SHOW_NODES, NodeState, SlurmError, parse_nodes
+from slonk.worker_stop import REASON
 
 NODES_UP_TIMEOUT_SECONDS = 120.0
 # Each node adds to a wait's timeout: slurmctld registers a few hundred nodes a minute on a
@@ -25,9 +25,6 @@ NODES_LINE = "  nodes: "
 # both, taken from the pods that are starting.
 POLL_SECONDS = 0.05
 SHOWN_NAMES = 10  # nodes named in a timeout's message; the rest are counted
-# `down`: a requeued job's processes end once slurmd hears of it; this bounds the wait (the
-# pod's SIGTERM gives the jobs' slurmstepds as long again).
-REQUEUE_WAIT_SECONDS = 10.0
 
 
 def printer(stream: TextIO) -> Callable[[str], None]:
@@ -118,42 +115,6 @@ def _controller_run(cluster: Cluster, *command: str) -> str | None:
         return None
     result = cluster.run(controller[0], list(command))
     return result.stdout if result.returncode == 0 else None
-
-
-def drain_and_requeue(
-    cluster: Cluster, nodes: Collection[str], progress: Callable[[str], None]
-) -> None:
-    """Before `down` stops these worker nodes' pods: drain them (`slonk:pod: stopping`, as
-    their preStop hook would; a drain of anyone else's stands), so that no pending job starts
-    on them, then requeue the jobs running there, as Slurm would once their nodes went down,
-    but while their slurmd still runs to end them. Stopped first, a slurmd leaves its jobs'
-    slurmstepds waiting for word that never comes: each pod's SIGTERM then waits 10 s for
-    them. A job Slurm will not requeue (srun, --no-requeue) ends with its pod, as before."""
-    states = node_states(cluster)
-    undrained = sorted(n for n in nodes if n in states and not states[n].drained)
-    if undrained:
-        drain = ["scontrol", "update", f"nodename={','.join(undrained)}", "state=drain"]
-        if _controller_run(cluster, *drain, f"reason={REASON}") is None:
-            progress("  could not drain the workers first")
-    text = _controller_run(cluster, *QUEUE)
-    try:
-        jobs = parse_jobs(text) if text else []
-    except SlurmError as err:
-        progress(f"  cannot read the queue, no job requeued first: {err}")
-        return
-    running = [j.id for j in jobs if j.state in REQUEUE_STATES and set(j.nodes) & set(nodes)]
-    if not running:
-        return
-    controller = cluster.pod_names("controller")[0]
-    said = cluster.run(controller, ["scontrol", "requeue", ",".join(running)])
-    refused = f" ({said.stderr.strip()})" if said.returncode else ""
-    progress(f"  requeued {len(running)} running jobs{refused}")
-    deadline = time.monotonic() + REQUEUE_WAIT_SECONDS
-    while time.monotonic() < deadline:
-        states = node_states(cluster)
-        if not any(holds_jobs(states[n]) for n in nodes if n in states):
-            return
-        time.sleep(POLL_SECONDS * 4)
 
 
 def mark_down(cluster: Cluster, nodes: Collection[str], progress: Callable[[str], None]) -> None:
