@@ -1,5 +1,5 @@
 """A local cluster's Slurm nodes as its controller sees them: the wait for them to be up, and
-what `down` asks of the controller before and after the workers stop."""
+what `down` asks of the controller once the workers stopped."""
 
 from __future__ import annotations
 
