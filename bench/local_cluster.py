@@ -68,12 +68,13 @@ def local_cluster(state_dir: Path) -> dict:
     values = state_dir.parent / "values.yaml"
     values.write_text(ONE_NODE)
     events: list[tuple[float, str]] = []
-    started = time.perf_counter()
-    cluster = local.up(
-        state_dir, [values], progress=lambda m: events.append((time.perf_counter(), m))
-    )
-    up_seconds = time.perf_counter() - started
-    pod_started = {m.split()[1]: t for t, m in events if m.strip().startswith("started ")}
+    # Wall-clock time: each pod's launch is when its log-start file was written.
+    started = time.time()
+    cluster = local.up(state_dir, [values], progress=lambda m: events.append((time.time(), m)))
+    up_seconds = time.time() - started
+    pod_started = {
+        name: (cluster.pod_dir(name) / "log-start").stat().st_mtime for name in cluster.pod_names()
+    }
     init_ms = {}
     for name in pod_started:
         log = (cluster.pod_dir(name) / "log").read_text()

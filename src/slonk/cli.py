@@ -118,11 +118,13 @@ def _local(args: argparse.Namespace) -> int:
 
     from slonk.local import cluster
     from slonk.local.manifests import LocalModeError
+    from slonk.local.nodes import printer
 
     state = args.state_dir
+    progress = printer(sys.stdout)
     if args.local_command == "up":
         local = cluster.up(
-            state, args.values, runtime=args.runtime, with_prometheus=args.prometheus
+            state, args.values, progress, runtime=args.runtime, with_prometheus=args.prometheus
         )
         login = local.pod_names("login")
         if login:
@@ -135,10 +137,10 @@ def _local(args: argparse.Namespace) -> int:
     if args.local_command == "upgrade":
         from slonk.local import upgrade
 
-        upgrade.upgrade(state, args.values)
+        upgrade.upgrade(state, args.values, progress)
         return 0
     if args.local_command == "down":
-        cluster.down(state, purge=args.purge)
+        cluster.down(state, purge=args.purge, progress=progress)
         return 0
     if args.local_command == "status":
         print(cluster.status(state))

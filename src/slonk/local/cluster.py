@@ -8,6 +8,7 @@ The parts, each in its own module, each importing only modules below it in this 
                   kubectl; it stops and starts pods through kubelet
   kubelet         start, stop and restart one pod; sidecars, its stand-in processes
   nodes           the cluster's Slurm nodes as its controller sees them
+  host            the host's kernel limits a cluster of many pods needs (sysctls)
   associations    the spec's users as slurmctld's associations (accounting)
   prometheus      with `up --prometheus`: Debian's Prometheus scraping the pods' exporters,
                   reached from the host through `forward`
@@ -23,12 +24,12 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from slonk import chart
-from slonk.local import fake_apiserver, podman, prometheus
+from slonk.local import fake_apiserver, host, podman, prometheus
 from slonk.local.associations import wait_associations
-from slonk.local.kubelet import kill_all, restart_pod, start_pod, stop_pods
+from slonk.local.kubelet import kill_all, restart_pod, start_pods, stop_pods
 from slonk.local.manifests import LocalModeError, hosts_file
-from slonk.local.network import NETNS_DIR, is_mount_point, pod_addresses, processes_in
-from slonk.local.nodes import node_states, wait_nodes_up
+from slonk.local.network import NETNS_DIR, is_mount_point, pod_addresses, processes_by_netns
+from slonk.local.nodes import mark_down, node_states, wait_nodes_up
 from slonk.local.podspec import pod_spec
 from slonk.local.release import NAMESPACE, known_hosts, project_objects, render
 from slonk.local.state import DEFAULT_STATE_DIR, Cluster, save_values, write_record
@@ -95,14 +96,13 @@ def up(
             "pods": {p.name: {"role": p.role, "address": addresses[p.name]} for p in objects.pods},
         },
     )
+    host.raise_limits(len(objects.pods), progress)
     network.create_switch()
-    for p in objects.pods:
-        network.add_pod(p.name, addresses[p.name])
+    network.add_pods(addresses)
     known_hosts(cluster, objects, addresses)
     fake_apiserver.start(cluster, objects, NAMESPACE)
     hosts = hosts_file(objects, addresses, spec.cluster_domain)
-    for p in objects.pods:
-        start_pod(cluster, p, pod_spec(cluster, p, hosts, runtime), progress)
+    start_pods(cluster, [(p, pod_spec(cluster, p, hosts, runtime)) for p in objects.pods], progress)
     if with_prometheus:
         progress(f"slonk local: Prometheus on {prometheus.start(cluster, spec)}")
     wait_nodes_up(cluster, progress=progress)
@@ -141,15 +141,22 @@ def down(state_dir: Path, purge: bool = False, progress: Callable[[str], None] =
     network = cluster.network
     record = cluster.record() if cluster.record_file.exists() else {"pods": {}}
     prometheus.stop(cluster)
-    for wave in stop_order({name: pod["role"] for name, pod in record["pods"].items()}):
-        # A power-off: no preStop hook waits for jobs (drainTimeoutSeconds per busy worker);
-        # each worker's SIGTERM marks its node down, and Slurm requeues its jobs.
+    # The fake API server first: its StatefulSets would start again pods the controller's
+    # recycle loop deletes meanwhile (seen at 256 workers), and nothing here needs it.
+    kill_all([network.switch])
+    roles = {name: pod["role"] for name, pod in record["pods"].items()}
+    workers = [name for name, role in roles.items() if role == "worker"]
+    for wave in stop_order(roles):
+        if workers and "controller" in (roles[name] for name in wave):
+            mark_down(cluster, workers, progress)
+        # A power-off: no preStop hook waits for jobs (drainTimeoutSeconds per busy worker).
+        # Each worker's SIGTERM marks its node down (Slurm requeues its jobs); mark_down any
+        # it could not.
         stop_pods(cluster, wave, progress, hooks=False)
     if record.get("runtime") == "podman":
         for name in record["pods"]:
             podman.remove(network.pod_netns(name))
-    for netns in network.namespaces():
-        kill_all(netns)  # the fake API server, a pod that never finished starting
+    kill_all(network.namespaces())  # the fake API server, a pod that never finished starting
     network.destroy(made_netns_mount=record.get("made_netns_mount", False))
     if purge:
         shutil.rmtree(cluster.state_dir, ignore_errors=True)
@@ -165,11 +172,13 @@ def down(state_dir: Path, purge: bool = False, progress: Callable[[str], None] =
 def status(state_dir: Path) -> str:
     cluster = Cluster(state_dir.resolve())
     rows = [f"{'POD':24} {'ROLE':10} {'ADDRESS':12} {'STATE':8} PROCESSES"]
-    for name, info in cluster.record()["pods"].items():
+    record = cluster.record()["pods"]
+    running = processes_by_netns(cluster.network.pod_netns(name) for name in record)
+    for name, info in record.items():
         pid = cluster.pid(name)
         procs = []
         if pid is not None:
-            for p in sorted(processes_in(cluster.network.pod_netns(name))):
+            for p in sorted(running.get(cluster.network.pod_netns(name), [])):
                 try:
                     procs.append(Path(f"/proc/{p}/comm").read_text().strip())
                 except OSError:

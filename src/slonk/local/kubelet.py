@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Any
 from slonk.local import pod as pods
 from slonk.local import podman
 from slonk.local.manifests import LocalModeError, Pod
-from slonk.local.network import processes_in
+from slonk.local.network import processes_by_netns
 from slonk.local.sidecars import start_sidecars
 from slonk.local.state import Cluster, read_pod_spec, write_pod_spec
 
@@ -27,6 +28,10 @@ DEFAULT_GRACE_SECONDS = 30
 # Kubernetes' one-off extension when a preStop hook spent the whole grace: SIGTERM still gets
 # this long before SIGKILL.
 TERM_EXTENSION_SECONDS = 2.0
+# Pods launched at once: enough to overlap the forks and mounts of a launch, few enough not
+# to starve the pods already starting on a small machine.
+PARALLEL_STARTS = 8
+INIT_WAIT_SECONDS = 60.0
 
 
 def _launch(cluster: Cluster, name: str, spec: dict[str, Any]) -> int:
@@ -50,18 +55,39 @@ def _launch(cluster: Cluster, name: str, spec: dict[str, Any]) -> int:
     return pid
 
 
-def start_pod(
-    cluster: Cluster, pod: Pod, spec: dict[str, Any], progress: Callable[[str], None]
+def start_pods(
+    cluster: Cluster,
+    to_start: Sequence[tuple[Pod, dict[str, Any]]],
+    progress: Callable[[str], None],
 ) -> None:
-    cluster.pod_dir(pod.name).mkdir(parents=True, exist_ok=True)
-    _launch(cluster, pod.name, spec)
-    progress(f"  started {pod.name} ({pod.role}) at {cluster.address(pod.name)}")
+    """Start these pods (each with its spec) together, as kubelets on many machines would,
+    PARALLEL_STARTS at a time, each until its init is done. One progress line for all of
+    them, counted by role."""
+    if not to_start:
+        return
+    started = time.monotonic()
+
+    def start(pod: Pod, spec: dict[str, Any]) -> None:
+        cluster.pod_dir(pod.name).mkdir(parents=True, exist_ok=True)
+        pid = _launch(cluster, pod.name, spec)
+        # The next pod starts once this one's init is done (its s6-svscan takes signals):
+        # hundreds of inits at once on two cores each took over 10 s, and timed out launches.
+        # A pod that does not get there in time is left to `up`'s wait, which reports it.
+        pods.wait_handles(pid, signal.SIGTERM, INIT_WAIT_SECONDS)
+
+    with ThreadPoolExecutor(max_workers=PARALLEL_STARTS) as pool:
+        list(pool.map(lambda item: start(*item), to_start))
+    roles = Counter(pod.role for pod, _ in to_start)
+    counted = ", ".join(f"{n} {role}" for role, n in sorted(roles.items()))
+    progress(f"  started {len(to_start)} pods ({counted}) in {time.monotonic() - started:.1f} s")
 
 
-def kill_all(netns: str) -> None:
-    for pid in processes_in(netns):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+def kill_all(netns: Sequence[str]) -> None:
+    """SIGKILL to every process left in these network namespaces (one pass over /proc)."""
+    for pids in processes_by_netns(netns).values():
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def _pre_stop(cluster: Cluster, name: str, command: Sequence[str], seconds: float) -> None:
@@ -102,11 +128,16 @@ def stop_pods(
             if hooks and spec.get("preStop"):
                 _pre_stop(cluster, name, spec["preStop"], grace)
             pods.stop(pid, max(deadline - time.monotonic(), TERM_EXTENSION_SECONDS))
-            progress(f"  stopped {name}")
-        kill_all(cluster.network.pod_netns(name))
 
-    with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:
+    if not names:
+        return
+    started = time.monotonic()
+    # A thread a pod: each waits out its own pod's grace, all at once.
+    with ThreadPoolExecutor(max_workers=len(names)) as pool:
         list(pool.map(stop, names))
+    kill_all([cluster.network.pod_netns(name) for name in names])
+    shown = names[0] if len(names) == 1 else f"{len(names)} pods"
+    progress(f"  stopped {shown} in {time.monotonic() - started:.1f} s")
 
 
 def start_saved(cluster: Cluster, name: str) -> None:

@@ -12,24 +12,34 @@ import hashlib
 import itertools
 import os
 import subprocess
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from slonk.errors import SlonkError
 
 NETNS_DIR = Path("/run/netns")
-SUBNET = "10.73.0"
-PREFIX_LEN = 24
-BRIDGE_ADDRESS = f"{SUBNET}.1"
+# A /16, so that a cluster may hold more pods than a /24's 240; the first pods keep the
+# addresses they had in 10.73.0.0/24 (a cluster made before keeps working).
+SUBNET = "10.73"
+PREFIX_LEN = 16
+BRIDGE_ADDRESS = f"{SUBNET}.0.1"
 FIRST_POD_HOST = 10
+# A Linux bridge takes at most 1024 ports (BR_MAX_PORTS), one a pod.
+MAX_PODS = 1000
 CLONE_NEWNET = 0x40000000
+PARALLEL_IP = 8  # `ip` processes at once setting up pods' own sides
 
 
-def _ip(*args: str) -> None:
-    result = subprocess.run(["ip", *args], capture_output=True, text=True, check=False)
+def _ip(*args: str, batch: Sequence[str] = ()) -> None:
+    """One `ip` command, or with `batch` one `ip -batch` running those lines (one process for
+    hundreds of commands: `up` of 256 pods would otherwise fork some 1500)."""
+    argv = ["ip", *args, *(["-batch", "-"] if batch else [])]
+    text = "".join(f"{line}\n" for line in batch)
+    result = subprocess.run(argv, input=text, capture_output=True, text=True, check=False)
     if result.returncode:
-        raise NetworkError(f"ip {' '.join(args)}: {result.stderr.strip() or 'failed'}")
+        raise NetworkError(f"{' '.join(argv)}: {result.stderr.strip() or 'failed'}")
 
 
 class NetworkError(SlonkError):
@@ -37,14 +47,16 @@ class NetworkError(SlonkError):
 
 
 def pod_address(index: int) -> str:
-    if index > 250 - FIRST_POD_HOST:
-        raise ValueError("local mode runs at most 240 pods")
-    return f"{SUBNET}.{FIRST_POD_HOST + index}"
+    if not 0 <= index < MAX_PODS:
+        raise ValueError(f"local mode runs at most {MAX_PODS} pods")
+    host = FIRST_POD_HOST + index
+    return f"{SUBNET}.{host >> 8}.{host & 0xFF}"
 
 
 def address_index(address: str) -> int:
     """The index pod_address made `address` from: it also names the pod's bridge port."""
-    return int(address.rsplit(".", 1)[1]) - FIRST_POD_HOST
+    third, fourth = (int(part) for part in address.split(".")[2:])
+    return (third << 8) + fourth - FIRST_POD_HOST
 
 
 def pod_addresses(names: Iterable[str], kept: Mapping[str, str]) -> dict[str, str]:
@@ -82,18 +94,25 @@ def netns_inode(name: str) -> int | None:
 
 def processes_in(name: str) -> list[int]:
     """Host pids of every process whose network namespace is `name`."""
-    inode = netns_inode(name)
-    if inode is None:
-        return []
-    pids = []
+    return processes_by_netns([name]).get(name, [])
+
+
+def processes_by_netns(names: Iterable[str]) -> dict[str, list[int]]:
+    """Host pids of every process in each of these network namespaces, in one pass over
+    /proc (a pass per namespace is 256 passes over thousands of processes at 256 pods)."""
+    by_inode = {inode: name for name in names if (inode := netns_inode(name)) is not None}
+    found: dict[str, list[int]] = {}
+    if not by_inode:
+        return found
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if os.stat(entry / "ns" / "net").st_ino == inode:
-                    pids.append(int(entry.name))
+                name = by_inode.get(os.stat(entry / "ns" / "net").st_ino)
             except OSError:
                 continue  # exited meanwhile, or a kernel thread
-    return pids
+            if name is not None:
+                found.setdefault(name, []).append(int(entry.name))
+    return found
 
 
 @dataclass(frozen=True)
@@ -129,27 +148,33 @@ class Network:
 
     def add_pod(self, pod: str, address: str) -> None:
         """A namespace for the pod with eth0 (at `address`) on the bridge's port p<index>."""
-        netns, port = self.pod_netns(pod), f"p{address_index(address)}"
-        if netns_inode(netns) is None:
-            _ip("netns", "add", netns)
-            _ip("-n", netns, "link", "set", "lo", "up")
-            _ip(
-                "-n",
-                self.switch,
-                "link",
-                "add",
-                port,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                "eth0",
-                "netns",
-                netns,
-            )
-            _ip("-n", self.switch, "link", "set", port, "master", "br0", "up")
-            _ip("-n", netns, "addr", "add", f"{address}/{PREFIX_LEN}", "dev", "eth0")
-            _ip("-n", netns, "link", "set", "eth0", "up")
+        self.add_pods({pod: address})
+
+    def add_pods(self, addresses: Mapping[str, str]) -> None:
+        """add_pod for each of {pod: address} lacking its namespace: two `ip` batches for
+        all of them (the namespaces, the bridge's side), then one per pod (its own side)."""
+        new = {p: a for p, a in addresses.items() if netns_inode(self.pod_netns(p)) is None}
+        if not new:
+            return
+        _ip(batch=[f"netns add {self.pod_netns(p)}" for p in new])
+        switch_side = []
+        for pod, address in new.items():
+            port = f"p{address_index(address)}"
+            switch_side += [
+                f"link add {port} type veth peer name eth0 netns {self.pod_netns(pod)}",
+                f"link set {port} master br0 up",
+            ]
+        _ip("-n", self.switch, batch=switch_side)
+
+        def pod_side(pod: str) -> None:
+            _ip("-n", self.pod_netns(pod), batch=[
+                "link set lo up",
+                f"addr add {new[pod]}/{PREFIX_LEN} dev eth0",
+                "link set eth0 up",
+            ])  # fmt: skip
+
+        with ThreadPoolExecutor(max_workers=PARALLEL_IP) as pool:
+            list(pool.map(pod_side, new))
 
     def remove_pod(self, pod: str) -> None:
         """The pod's namespace; its veth pair (and so its bridge port) goes with it."""
@@ -160,7 +185,7 @@ class Network:
         """Delete every namespace of this cluster (their veths go with them). iproute2 makes
         /run/netns a mount point with the machine's first namespace: when that was this
         cluster's doing and no namespace is left, undo it too."""
-        for netns in self.namespaces():
-            _ip("netns", "delete", netns)
+        if namespaces := self.namespaces():
+            _ip(batch=[f"netns delete {netns}" for netns in namespaces])
         if made_netns_mount and is_mount_point(NETNS_DIR) and not any(NETNS_DIR.iterdir()):
             subprocess.run(["umount", str(NETNS_DIR)], check=True)

@@ -1,15 +1,47 @@
-"""A local cluster's Slurm nodes as its controller sees them, and the wait for them to be up."""
+"""A local cluster's Slurm nodes as its controller sees them: the wait for them to be up, and
+what `down` asks of the controller once the workers stopped."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Collection, Sequence
+from typing import TextIO
 
+from slonk.health import reasons
 from slonk.local.manifests import LocalModeError
 from slonk.local.state import Cluster
 from slonk.slurm_state import SHOW_NODES, NodeState, SlurmError, parse_nodes
+from slonk.worker_stop import REASON
 
 NODES_UP_TIMEOUT_SECONDS = 120.0
+# Each node adds to a wait's timeout: slurmctld registers a few hundred nodes a minute on a
+# loaded small machine, and a pod starting late is no fault.
+NODES_UP_SECONDS_PER_NODE = 1.0
+NOT_REGISTERED = "not registered"
+NODES_LINE = "  nodes: "
+# The wait asks Slurm again after this, or after twice what the last asking took if that is
+# longer: `scontrol show node --json` for 256 nodes is work for slurmctld and this process
+# both, taken from the pods that are starting.
+POLL_SECONDS = 0.05
+SHOWN_NAMES = 10  # nodes named in a timeout's message; the rest are counted
+
+
+def printer(stream: TextIO) -> Callable[[str], None]:
+    """Progress for a person: on a terminal, each nodes line is rewritten in place."""
+    rewriting = False
+
+    def show(message: str) -> None:
+        nonlocal rewriting
+        nodes = message.startswith(NODES_LINE) and stream.isatty()
+        if nodes:
+            stream.write(("\r\033[K" if rewriting else "") + message)
+        else:
+            stream.write(("\n" if rewriting else "") + message + "\n")
+        rewriting = nodes
+        stream.flush()
+
+    return show
 
 
 def node_states(cluster: Cluster) -> dict[str, NodeState]:
@@ -27,34 +59,83 @@ def node_states(cluster: Cluster) -> dict[str, NodeState]:
         raise LocalModeError(str(err)) from None
 
 
+def summary(states: dict[str, NodeState], expected: Collection[str]) -> str:
+    """One short line however many nodes: how many are in each state ("200 idle, 56 not
+    registered"), the most first."""
+    counts = Counter(states[n].label if n in states else NOT_REGISTERED for n in expected)
+    return ", ".join(f"{n} {label}" for label, n in sorted(counts.items(), key=lambda i: -i[1]))
+
+
 def wait_nodes_up(
     cluster: Cluster,
-    timeout: float = NODES_UP_TIMEOUT_SECONDS,
+    timeout: float | None = None,
     progress: Callable[[str], None] = print,
     pods: Sequence[str] | None = None,
 ) -> float:
     """Wait until the worker pods among `pods` (default: every pod) are registered, responding
     Slurm nodes; returns the seconds it took. Fails as soon as one of `pods` or the controller
-    stops, or after `timeout` naming each node's state."""
+    stops, or after `timeout` (default: NODES_UP_TIMEOUT_SECONDS and a little per node),
+    naming the nodes not up. Progress: one line of counts, each time they change."""
     started = time.monotonic()
     watched = set(cluster.pod_names() if pods is None else pods)
     watched |= set(cluster.pod_names("controller"))
-    expected = watched & set(cluster.pod_names("worker"))
+    expected = sorted(watched & set(cluster.pod_names("worker")))
+    if timeout is None:
+        timeout = NODES_UP_TIMEOUT_SECONDS + NODES_UP_SECONDS_PER_NODE * len(expected)
     last = None
     while True:
+        asked = time.monotonic()
         for name in sorted(watched):
             if cluster.pid(name) is None:
                 log = cluster.log(name).splitlines()[-15:]
                 raise LocalModeError(f"pod {name} stopped while starting:\n" + "\n".join(log))
         states = node_states(cluster)
-        summary = ", ".join(
-            f"{n} {states[n].label if n in states else 'not registered'}" for n in sorted(expected)
-        )
-        if summary != last:
-            progress(f"  nodes: {summary or 'none'}")
-            last = summary
-        if all(n in states and states[n].up for n in expected):
+        counts = summary(states, expected)
+        if counts != last:
+            progress(f"{NODES_LINE}{counts or 'none'}")
+            last = counts
+        waiting = [n for n in expected if n not in states or not states[n].up]
+        if not waiting:
             return time.monotonic() - started
         if time.monotonic() - started > timeout:
-            raise LocalModeError(f"nodes not up after {timeout:.0f} s: {summary}")
-        time.sleep(0.05)
+            named = ", ".join(
+                f"{n} {states[n].label if n in states else NOT_REGISTERED}"
+                for n in waiting[:SHOWN_NAMES]
+            )
+            more = f" and {len(waiting) - SHOWN_NAMES} more" if len(waiting) > SHOWN_NAMES else ""
+            raise LocalModeError(f"nodes not up after {timeout:.0f} s: {named}{more} ({counts})")
+        time.sleep(max(POLL_SECONDS, 2 * (time.monotonic() - asked)))
+
+
+def _controller_run(cluster: Cluster, *command: str) -> str | None:
+    """A Slurm command's output in the controller pod; None when it is not running or the
+    command failed."""
+    controller = cluster.pod_names("controller")
+    if not controller or cluster.pid(controller[0]) is None:
+        return None
+    result = cluster.run(controller[0], list(command))
+    return result.stdout if result.returncode == 0 else None
+
+
+def mark_down(cluster: Cluster, nodes: Collection[str], progress: Callable[[str], None]) -> None:
+    """After `down` stopped these worker nodes' pods, before the controller: each pod's SIGTERM
+    marked its node DOWN; one that could not in time (a controller too busy for hundreds at
+    once) is marked here, so that slurmctld saves no stopped node as up. A node drained by
+    anyone but a pod is left as it is, as the pods leave it."""
+    states = node_states(cluster)
+    ours = [n for n in nodes if n in states and states[n].up]
+    ours = [n for n in ours if not states[n].drained or _drained_by_pod(states[n])]
+    if ours:
+        update = ["scontrol", "update", f"nodename={','.join(sorted(ours))}"]
+        said = _controller_run(cluster, *update, "state=down", f"reason={REASON}")
+        # DOWN alone, as the pods leave it (slonk.worker_stop): the new slurmd returns it.
+        drained = [n for n in ours if states[n].drained]
+        if said is not None and drained:
+            undrain = ["scontrol", "update", f"nodename={','.join(sorted(drained))}"]
+            said = _controller_run(cluster, *undrain, "state=undrain")
+        failed = "" if said is not None else " (scontrol failed)"
+        progress(f"  marked {len(ours)} nodes down that their pods left up{failed}")
+
+
+def _drained_by_pod(node: NodeState) -> bool:
+    return node.cause is not None and node.cause.kind == reasons.POD

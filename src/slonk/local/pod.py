@@ -15,13 +15,15 @@ from slonk.local.network import NETNS_DIR, netns_inode
 
 # The PATH a pod's processes and its sidecars start with, as a container runtime's default.
 POD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# A launch is a few forks, but on a machine busy starting hundreds of pods it waits its turn.
+LAUNCH_TIMEOUT_SECONDS = 60.0
 
 
 class PodError(SlonkError):
     pass
 
 
-def _child_of(pid: int, timeout: float = 5.0) -> int:
+def _child_of(pid: int, timeout: float = LAUNCH_TIMEOUT_SECONDS) -> int:
     """The first child of `pid`: unshare --fork's child is PID 1 of the new namespace."""
     deadline = time.monotonic() + timeout
     children = Path(f"/proc/{pid}/task/{pid}/children")
@@ -88,12 +90,40 @@ def _wait_gone(pid: int, timeout: float) -> bool:
     return not Path(f"/proc/{pid}").exists()
 
 
+def handles(pid: int, signum: int) -> bool:
+    """Whether the process takes `signum`: has a handler for it, or blocks it (s6-svscan
+    blocks signals and reads them from a signalfd). The first process of a PID namespace
+    gets only such signals (SIGKILL aside), from any namespace: before (a pod's init, before
+    it becomes s6-svscan) a SIGTERM is dropped, not delivered later."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+        wanted = ("SigCgt:", "SigBlk:")
+        masks = [int(line.split()[1], 16) for line in lines if line.startswith(wanted)]
+    except (OSError, ValueError, IndexError):
+        return False
+    return any(mask >> (signum - 1) & 1 for mask in masks)
+
+
+def wait_handles(pid: int, signum: int, timeout: float) -> bool:
+    """Wait until the process handles `signum` (see `handles`); False if it did not in time
+    or is gone."""
+    deadline = time.monotonic() + timeout
+    while not handles(pid, signum):
+        if time.monotonic() >= deadline or not Path(f"/proc/{pid}").exists():
+            return False
+        time.sleep(0.02)
+    return True
+
+
 def stop(pid: int, grace: float) -> None:
     """SIGTERM to PID 1 (s6 stops the services), SIGKILL after `grace` seconds. When a
-    PID namespace's first process dies the kernel kills every other process in it."""
+    PID namespace's first process dies the kernel kills every other process in it. A pod
+    still in its init gets the SIGTERM once its s6-svscan can take it (within the grace)."""
+    deadline = time.monotonic() + grace
     try:
-        os.kill(pid, signal.SIGTERM)
-        if not _wait_gone(pid, grace):
+        if wait_handles(pid, signal.SIGTERM, grace):
+            os.kill(pid, signal.SIGTERM)
+        if not _wait_gone(pid, max(0.0, deadline - time.monotonic())):
             os.kill(pid, signal.SIGKILL)
             _wait_gone(pid, 5.0)
     except ProcessLookupError:

@@ -30,7 +30,7 @@ from slonk import chart
 from slonk.health import reasons
 from slonk.local import fake_apiserver, prometheus
 from slonk.local.cluster import require_root
-from slonk.local.kubelet import start_pod, stop_pods, write_hosts
+from slonk.local.kubelet import start_pods, stop_pods, write_hosts
 from slonk.local.manifests import LocalModeError, Plan, Pod, hosts_file
 from slonk.local.network import pod_addresses
 from slonk.local.nodes import node_states, wait_nodes_up
@@ -355,8 +355,7 @@ def _settle(
     for name, template in templates.items():
         if name not in joined:
             write_pod_spec(cluster, name, template)
-    for pod in joining:
-        start_pod(cluster, pod, templates[pod.name], progress)
+    start_pods(cluster, [(pod, templates[pod.name]) for pod in joining], progress)
     # The fake API's StatefulSets take the chart's replicas and templates now that the pods
     # match them: it starts only a pod a `kubectl scale` had stopped.
     fake_apiserver.publish(cluster, objects)

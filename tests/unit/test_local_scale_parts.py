@@ -1,0 +1,120 @@
+"""Local mode's parts for many pods: addresses past a /24, the nodes line as counts, the
+host limits `up` raises (on a fake /proc/sys)."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from slonk.local import host
+from slonk.local.network import MAX_PODS, address_index, pod_address, pod_addresses
+from slonk.local.nodes import printer, summary
+from slonk.slurm_state import NodeState
+
+
+def test_addresses_run_past_a_slash_24_and_name_their_port():
+    addresses = pod_addresses([f"slonk-cpu-{i}" for i in range(300)], {})
+    assert addresses["slonk-cpu-0"] == "10.73.0.10"  # as before: a cluster made then keeps its
+    assert addresses["slonk-cpu-245"] == "10.73.0.255"
+    assert addresses["slonk-cpu-246"] == "10.73.1.0"
+    assert addresses["slonk-cpu-299"] == "10.73.1.53"
+    assert len(set(addresses.values())) == 300
+    assert [address_index(a) for a in addresses.values()] == list(range(300))
+    with pytest.raises(ValueError, match=f"at most {MAX_PODS} pods"):
+        pod_address(MAX_PODS)
+
+
+def _node(name: str, state: str, *flags: str) -> NodeState:
+    return NodeState(name=name, state=state, flags=frozenset(flags), reason="")
+
+
+def test_the_nodes_line_counts_states_and_names_no_node():
+    states = {f"n{i}": _node(f"n{i}", "idle") for i in range(200)}
+    states["n200"] = _node("n200", "down", "NOT_RESPONDING")
+    expected = [f"n{i}" for i in range(256)]
+    assert summary(states, expected) == "200 idle, 55 not registered, 1 down+not_responding"
+    assert summary({}, []) == ""
+
+
+def _sysctls(tmp_path: Path, values: dict[str, int]) -> Path:
+    for key, value in values.items():
+        (tmp_path / key).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / key).write_text(f"{value}\n")
+    return tmp_path
+
+
+def test_up_raises_only_the_limits_below_what_its_pods_need(tmp_path: Path):
+    needed = host.needed(262)
+    low = {key: 128 for key in needed}
+    low["kernel/pid_max"] = 4194304  # above: left alone, never lowered
+    root = _sysctls(tmp_path, low)
+    said: list[str] = []
+    host.raise_limits(262, said.append, root=root)
+    for key, least in needed.items():
+        current = int((root / key).read_text())
+        assert current == (4194304 if key == "kernel/pid_max" else least)
+    assert len(said) == 1 and "fs.inotify.max_user_instances 128 -> " in said[0]
+    assert "pid_max" not in said[0]
+
+    said.clear()
+    host.raise_limits(262, said.append, root=root)  # enough now: nothing to say
+    assert said == []
+
+
+def test_a_limit_the_kernel_lacks_is_reported_and_the_rest_raised(tmp_path: Path):
+    needed = host.needed(10)
+    root = _sysctls(tmp_path, {k: 1 for k in needed if k != "kernel/pid_max"})
+    said: list[str] = []
+    host.raise_limits(10, said.append, root=root)
+    assert any(line.startswith("slonk local: could not raise kernel.pid_max") for line in said)
+    assert int((root / "fs/inotify/max_user_instances").read_text()) == needed[
+        "fs/inotify/max_user_instances"
+    ]
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_on_a_terminal_the_nodes_line_is_rewritten_in_place():
+    out = _Terminal()
+    show = printer(out)
+    for message in ("slonk local: 3 pods", "  nodes: 2 not registered", "  nodes: 2 idle", "up"):
+        show(message)
+    assert out.getvalue() == (
+        "slonk local: 3 pods\n  nodes: 2 not registered\r\033[K  nodes: 2 idle\nup\n"
+    )
+    piped = io.StringIO()
+    show = printer(piped)
+    show("  nodes: 2 idle")
+    show("up")
+    assert piped.getvalue() == "  nodes: 2 idle\nup\n"
+
+
+def test_a_signal_counts_as_taken_once_handled_or_blocked():
+    import signal
+    import subprocess
+    import sys
+
+    from slonk.local.pod import handles
+
+    script = (
+        "import signal, sys, time; {}; print('ready', flush=True); time.sleep(30)"
+    )
+    for setup, expected in (
+        ("pass", False),
+        ("signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})", True),
+        ("signal.signal(signal.SIGTERM, lambda *a: None)", True),
+    ):
+        child = subprocess.Popen(
+            [sys.executable, "-c", script.format(setup)], stdout=subprocess.PIPE, text=True
+        )
+        try:
+            assert child.stdout is not None and child.stdout.readline() == "ready\n"
+            assert handles(child.pid, signal.SIGTERM) is expected, setup
+        finally:
+            child.kill()
+            child.wait()
