@@ -178,7 +178,7 @@ def ldap_herd(cluster: local.Cluster, name: str, uid: int) -> dict[str, Any]:
     ])  # fmt: skip
     add = (
         f"ldapadd -x -H ldap://localhost -D cn=admin,{LDAP_SUFFIX} "
-        f'-w "$(cat /var/run/secrets/slonk/ldap-admin/password)" <<\'LDIF\'\n{ldif}\nLDIF'
+        f"-w \"$(cat /var/run/secrets/slonk/ldap-admin/password)\" <<'LDIF'\n{ldif}\nLDIF"
     )
     since = time.monotonic()
     subprocess.run(cluster.enter("slonk-ldap-0", ["/bin/sh", "-c", add]), check=True,

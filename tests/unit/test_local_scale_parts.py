@@ -69,9 +69,10 @@ def test_a_limit_the_kernel_lacks_is_reported_and_the_rest_raised(tmp_path: Path
     said: list[str] = []
     host.raise_limits(10, said.append, root=root)
     assert any(line.startswith("slonk local: could not raise kernel.pid_max") for line in said)
-    assert int((root / "fs/inotify/max_user_instances").read_text()) == needed[
-        "fs/inotify/max_user_instances"
-    ]
+    assert (
+        int((root / "fs/inotify/max_user_instances").read_text())
+        == needed["fs/inotify/max_user_instances"]
+    )
 
 
 class _Terminal(io.StringIO):
@@ -101,9 +102,7 @@ def test_a_signal_counts_as_taken_once_handled_or_blocked():
 
     from slonk.local.pod import handles
 
-    script = (
-        "import signal, sys, time; {}; print('ready', flush=True); time.sleep(30)"
-    )
+    script = "import signal, sys, time; {}; print('ready', flush=True); time.sleep(30)"
     for setup, expected in (
         ("pass", False),
         ("signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})", True),
