@@ -5,6 +5,7 @@ the manifest as Helm does."""
 
 from __future__ import annotations
 
+import shutil
 from typing import Any
 
 import pytest
@@ -106,3 +107,14 @@ def test_documents_split_on_separator_lines_only_and_keep_helms_order():
     ]
     assert chart.kind_of("apiVersion: v1\nkind: Service\n") == "Service"
     assert chart.kind_of("metadata: {kind: x}") == ""
+
+
+def test_a_pool_name_cannot_write_into_a_service_without_the_schema(tmp_path):
+    """`helm --skip-schema-validation` skips values.schema.json: the name goes into the
+    Services' text, so the templates refuse it themselves."""
+    unchecked = tmp_path / "slonk"
+    shutil.copytree(chart.default_chart(), unchecked)
+    (unchecked / "values.schema.json").unlink()
+    pools = {"cpu": {"replicas": 0}, "a, namespace: x": {"replicas": 1, "cpus": 2, "memoryMiB": 1}}
+    with pytest.raises(chart.ChartError, match=r"nodepools\.a, namespace: x: .* DNS-1123 label"):
+        chart.render(unchecked, {"nodepools": pools})

@@ -127,6 +127,14 @@ CASES: list[tuple[str, dict[str, Any], Change, Change, str]] = [
         f"nodepools.{LONG}",
     ),
     (
+        "nodepools.%s: %q is not a DNS-1123 label (lowercase letters, digits and '-', at most "
+        "63 characters)",
+        BASE,
+        _put({"nodepools": {"a, namespace: x": POOL}}),
+        _put({"nodepools": {"a, namespace: x": POOL}}),
+        "nodepools.a, namespace: x",
+    ),
+    (
         "partitions.%s.pools[%d]: unknown nodepool %q",
         BASE,
         _put({"partitions": {"main": {"pools": ["tpu"]}}}),

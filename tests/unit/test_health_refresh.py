@@ -90,7 +90,7 @@ def test_without_a_verdict_the_prolog_runs_its_checks_and_drains_as_ever(node):
 
 def test_a_failing_machine_check_gives_no_verdict_to_reuse(node):
     node.gpu.write_text("ecc")
-    assert node.refresh()
+    assert not node.refresh()
     assert verdict.passes("prolog", node.plan.read_bytes(), node.verdict.read_bytes()) is None
     assert node.job("prolog") == 1
     assert node.drained == [ECC]
@@ -209,7 +209,7 @@ def test_a_verdict_too_large_is_not_read(tmp_path):
 def test_health_off_removes_the_verdict_and_the_phases_pass(node):
     assert node.refresh()
     node.plan.unlink()
-    assert not node.refresh()
+    assert node.refresh()  # nothing failed: the refresher keeps its period
     assert not node.verdict.exists()
     assert node.job("prolog") == 0
 
@@ -229,9 +229,40 @@ def test_the_refresher_waits_without_a_plan_and_survives_a_bad_one(node, monkeyp
     node.plan.unlink()
     monkeypatch.setattr(stop, "wait", wait)
     refresh.run(stop, node.plan, node.verdict)  # returns once stopped: never raises
-    assert waits == [refresh.PERIOD_SECONDS] * 2
+    assert waits == [refresh.PERIOD_SECONDS, 2 * refresh.PERIOD_SECONDS]
     assert not node.verdict.exists()
     assert "slonk health refresh:" in capsys.readouterr().err
+
+
+def test_a_failing_node_is_looked_at_less_and_less_often(node, monkeypatch):
+    """A probe stuck on a hung mount cannot be killed: one a period would fill the pod's
+    process table. The job phases find no verdict and drain meanwhile."""
+    stop = threading.Event()
+    waits = []
+
+    def wait(seconds: float) -> bool:
+        waits.append(seconds)
+        if len(waits) == 8:
+            node.gpu.write_text("")  # healed
+        if len(waits) == 9:
+            stop.set()
+        return stop.is_set()
+
+    node.gpu.write_text("ecc")
+    monkeypatch.setattr(stop, "wait", wait)
+    refresh.run(stop, node.plan, node.verdict)
+    period = refresh.PERIOD_SECONDS
+    assert waits == [
+        *(min(period * 2**n, refresh.MAX_PERIOD_SECONDS) for n in range(1, 9)),
+        period,
+    ]
+    assert verdict.passes("prolog", node.plan.read_bytes(), node.verdict.read_bytes()) == ()
+
+
+def test_the_verdict_is_roots_alone(node):
+    """When it was made would tell a job's user when the next look comes."""
+    assert node.refresh()
+    assert node.verdict.stat().st_mode & 0o777 == 0o600
 
 
 def test_a_stopped_refresher_returns_at_once(node):

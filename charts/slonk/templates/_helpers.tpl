@@ -201,6 +201,10 @@ Checks the schema cannot express. Each failure names the values key, as the sche
 {{- if has $name $reserved -}}
 {{- fail (printf "nodepools.%s: %q is reserved for slonk's own pods" $name $name) -}}
 {{- end -}}
+{{- /* Also the schema's; here too since names are written into text (node Services). */ -}}
+{{- if not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$" $name) -}}
+{{- fail (printf "nodepools.%s: %q is not a DNS-1123 label (lowercase letters, digits and '-', at most 63 characters)" $name $name) -}}
+{{- end -}}
 {{- $_ := set $pools $name true -}}
 {{- $statefulSet := printf "%s-%s" $.Release.Name $name -}}
 {{- if gt (len $statefulSet) 52 -}}

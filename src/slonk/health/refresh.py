@@ -27,6 +27,7 @@ from slonk.paths import HEALTH_PLAN
 
 # Half the age a job phase accepts (verdict.MAX_AGE_SECONDS): one late run is no miss.
 PERIOD_SECONDS = verdict.MAX_AGE_SECONDS / 2
+MAX_PERIOD_SECONDS = 320.0  # after rounds that failed (run)
 JOB_PHASES = ("prolog", "epilog")
 VERDICT = Path(places.HEALTH_VERDICT)
 
@@ -49,30 +50,38 @@ def passing_phases(
 
 
 def refresh_once(plan_path: Path = HEALTH_PLAN, out: Path = VERDICT) -> bool:
-    """One run of the job phases' checks and its verdict; False when there is no plan."""
+    """One run of the job phases' checks and its verdict; whether they all passed (then the
+    job phases run their checks themselves, and drain). True with no plan: nothing failed."""
     try:
         text = plan_path.read_bytes()
     except FileNotFoundError:
         out.unlink(missing_ok=True)  # health turned off: nothing may reuse an old verdict
-        return False
+        return True
     plan = runner.parse_plan(text)
     names = [n for n, c in plan.checks.items() if set(JOB_PHASES) & set(c["phases"])]
     started = time.time()  # a result is as old as the moment its check began
     results = runner.run_checks(plan, names, "prolog")
     boot = runner.boot_results(plan_path.parent / runner.BOOT_RESULTS.name)
     phases = passing_phases(plan, results, boot)
-    write_atomically(out, verdict.encode(started, phases, text), mode=0o644)
-    return True
+    # Root's alone: when it was made tells a job's user when the next look comes.
+    write_atomically(out, verdict.encode(started, phases, text), mode=0o600)
+    return all(r.ok for r in results)
 
 
 def run(stop: threading.Event, plan_path: Path = HEALTH_PLAN, out: Path = VERDICT) -> None:
     """Refresh until `stop` is set; waits while the node has no health plan. Never raises
-    for a failing check or a bad plan: it says so on stderr and tries again next period."""
+    for a failing check or a bad plan: it says so on stderr and tries again later. After a
+    round that did not pass, the next waits twice as long (up to MAX_PERIOD_SECONDS): a probe
+    stuck on a hung mount or a lost GPU cannot be killed, and one every period would fill the
+    pod's process table; the job phases, seeing no passing verdict, check and drain."""
+    wait = PERIOD_SECONDS
     while not stop.is_set():
         try:
-            refresh_once(plan_path, out)
+            passed = refresh_once(plan_path, out)
         except Exception as err:  # a job phase then runs its checks itself: still safe
             with contextlib.suppress(OSError):
                 out.unlink(missing_ok=True)
             print(f"slonk health refresh: {err!r}", file=sys.stderr, flush=True)
-        stop.wait(PERIOD_SECONDS)
+            passed = False
+        wait = PERIOD_SECONDS if passed else min(wait * 2, MAX_PERIOD_SECONDS)
+        stop.wait(wait)
