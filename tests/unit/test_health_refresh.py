@@ -304,3 +304,29 @@ def test_the_wrapper_runs_the_dispatcher(tmp_path):
     )
     wrapper.chmod(0o755)
     assert subprocess.run([str(wrapper)], capture_output=True, text=True).returncode == 0
+
+
+def test_an_idle_node_is_not_looked_at_until_a_job_reads_the_verdict(node, monkeypatch):
+    """No job read the last verdict: the refresher waits instead of writing to /home for
+    nobody. A job phase's read (atime past mtime, as relatime keeps it) starts it again."""
+    stop = threading.Event()
+    rounds = []
+    real = refresh.refresh_once
+    monkeypatch.setattr(refresh, "refresh_once", lambda *a: rounds.append(1) or real(*a))
+    waits = 0
+
+    def wait(seconds: float) -> bool:
+        nonlocal waits
+        waits += 1
+        if waits == 1:
+            past = node.verdict.stat().st_mtime_ns - 10**9
+            os.utime(node.verdict, ns=(past, past))  # written a second ago, then:
+        if waits == 3:
+            assert node.job("prolog") == 0  # a job reads it
+        if waits == 5:
+            stop.set()
+        return stop.is_set()
+
+    monkeypatch.setattr(stop, "wait", wait)
+    refresh.run(stop, node.plan, node.verdict)
+    assert len(rounds) == 2  # the first, then once after the job: none while idle

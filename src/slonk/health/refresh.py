@@ -68,14 +68,32 @@ def refresh_once(plan_path: Path = HEALTH_PLAN, out: Path = VERDICT) -> bool:
     return all(r.ok for r in results)
 
 
+def unread(path: Path) -> bool:
+    """Whether no job phase read the verdict since it was written: with relatime, Linux's
+    default, the first read after a write moves a file's atime past its mtime. On a mount
+    without atimes every verdict looks unread: jobs then run their checks, as before."""
+    try:
+        info = path.stat()
+    except OSError:
+        return False
+    return info.st_atime_ns <= info.st_mtime_ns
+
+
 def run(stop: threading.Event, plan_path: Path = HEALTH_PLAN, out: Path = VERDICT) -> None:
     """Refresh until `stop` is set; waits while the node has no health plan. Never raises
     for a failing check or a bad plan: it says so on stderr and tries again later. After a
     round that did not pass, the next waits twice as long (up to MAX_PERIOD_SECONDS): a probe
     stuck on a hung mount or a lost GPU cannot be killed, and one every period would fill the
-    pod's process table; the job phases, seeing no passing verdict, check and drain."""
+    pod's process table; the job phases, seeing no passing verdict, check and drain.
+    A node no job used the last verdict of is not looked at again: idle, a thousand workers
+    would each write to the shared /home every period for nobody. The first job after reads
+    a stale verdict and runs its checks itself; the next round looks again."""
     wait = PERIOD_SECONDS
+    passed = False
     while not stop.is_set():
+        if passed and unread(out):
+            stop.wait(PERIOD_SECONDS)
+            continue
         try:
             passed = refresh_once(plan_path, out)
         except Exception as err:  # a job phase then runs its checks itself: still safe
