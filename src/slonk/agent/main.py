@@ -10,7 +10,7 @@ parsers) are loaded once, and a pod runs one Python process beside its daemons.
   it alone (`s6-svc -d`) to take over by hand; and it alone loads the Kubernetes watch
   machinery.
 - worker: config-watch (health plan, job programs), users-sync, hooks, metrics, and the
-  health refresher (slonk.health.refresh) where it exists.
+  health refresher (slonk.health.refresh) where health checks are on.
 - login: users-sync (its clients fetch what slurmctld runs: nothing else of its own).
 
 The tasks are chosen from cluster.yaml as the agent starts, as the services were at the pod's
