@@ -3,9 +3,9 @@
 kubelet swaps a mounted ConfigMap atomically (its `..data` symlink), so reading the file
 gives either the old or the new document, never half of one; a content hash tells a change.
 The swap is a rename in the mounted directory, which is what is watched (slonk.agent.changes;
-local mode's projection swaps the same way); a look every RECHECK_SECONDS stays as a safety
-net. No server is asked: each pod reads its own mount, so a change reaches N pods at no cost
-to anyone (the controller's one reconfigure fans out through slurmctld).
+local mode's projection swaps the same way); a look every RECHECK_SECONDS (the waiter's)
+stays as a safety net. No server is asked: each pod reads its own mount, so a change reaches
+N pods at no cost to anyone (the controller's one reconfigure fans out through slurmctld).
 
 Slurm runs configless: the controller renders the Slurm configuration and slurmctld is its
 only reader; every slurmd and client fetches what slurmctld runs. So the controller alone
@@ -26,21 +26,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from slonk import paths, rollout
+from slonk.agent.changes import RECHECK_SECONDS, Waiter
 from slonk.config import placement
 from slonk.config.spec import ClusterSpec, SpecError, load_spec
 from slonk.config.spec import fingerprint as spec_fingerprint
 from slonk.identity import pod_name
 from slonk.slurmctld import Refused, Slurmctld, needs_restart
 
-if TYPE_CHECKING:
-    from slonk.agent.changes import Waiter
-
 MAX_RETRY_SECONDS = 60.0
-# Without an event: a look anyway (an event the kernel dropped, a mount inotify misses).
-RECHECK_SECONDS = 60.0
 # Where inotify is unavailable: as often as before inotify.
 POLL_SECONDS = 1.0
 

@@ -18,6 +18,10 @@ from pathlib import Path
 
 from slonk.agent.inotify import IN_IGNORED, IN_Q_OVERFLOW, Inotify
 
+# Without an event, a waiter's task looks anyway this often: an event the kernel dropped, a
+# mount inotify does not see.
+RECHECK_SECONDS = 60.0
+
 
 class Waiter:
     """Wakes its task when an entry of `directory` may have changed. The task waits, then
@@ -39,7 +43,7 @@ class Waiter:
             return f"{self.directory} (inotify)"
         return f"{self.directory} every {self.poll_seconds:g} s"
 
-    def wait(self, timeout: float) -> None:
+    def wait(self, timeout: float = RECHECK_SECONDS) -> None:
         """Until a change, `timeout` seconds, or the agent stops (Changes.close)."""
         if not self.watched and self.changes.add(self):  # the directory may exist by now
             return  # it may have changed before the watch began: look once more

@@ -37,7 +37,6 @@ ROLES = ("controller", "worker", "login")
 # A stopping agent gives its tasks this long to end (a task in a slow call, an LDAP search
 # or scontrol, is left behind: its thread ends with the process).
 STOP_SECONDS = 5.0
-SPEC_RECHECK_SECONDS = 60.0
 
 
 def log(message: str) -> None:
@@ -123,7 +122,7 @@ def first_spec(path: Path, waiter: Waiter, stop: threading.Event) -> ClusterSpec
             if str(err) != said:
                 log(f"waiting for a valid cluster.yaml: {err}")
             said = str(err)
-        waiter.wait(SPEC_RECHECK_SECONDS)
+        waiter.wait()
     return None
 
 

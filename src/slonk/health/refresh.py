@@ -8,7 +8,7 @@ finds no passing verdict runs its checks itself, as it always did, and drains wi
 reasons. The parts about the job just ended (processes or memory left on a GPU,
 jobphase.AFTER_JOB) still run in every epilog.
 
-Run by the worker's agent as a thread (`run(stop)`), or alone: `python -m slonk.health.refresh`.
+Run by the worker's agent as a thread (`run(stop)`).
 """
 
 from __future__ import annotations

@@ -65,8 +65,6 @@ TREE_BYTES_PER_FILE = 8  # a phase directory holds at most 8 x maxFileBytes in a
 SHEBANG_BYTES = 256
 MAX_REPORTED = 20  # problems named in the status; the rest are counted
 SYNTAX_TIMEOUT_SECONDS = 30
-# git-sync's link is watched (slonk.agent.changes); without an event, a look this often anyway.
-RECHECK_SECONDS = 60.0
 # Where inotify is unavailable: as often as before inotify.
 POLL_SECONDS = 0.2
 # git-sync names each worktree after its commit (SHA-1 or SHA-256).
@@ -594,4 +592,4 @@ def watch(
             write_settings(hooks, state)
             consider(tree, revision, hooks, state)
             seen = revision
-        changes.wait(RECHECK_SECONDS)
+        changes.wait()
