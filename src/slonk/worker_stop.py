@@ -176,7 +176,7 @@ def down(slurm: Slurm, name: str, log: Callable[[str], None], clock: _Clock | No
             node = slurm.node(name)
             if node is None:
                 return 0
-            if node.drained and (node.cause is None or node.cause.kind != reasons.POD):
+            if drained_by_another(node):
                 log(f"{name} left drained ({node.reason!a})")
                 return 0
             # Again only once it is back in service: a node Slurm powers down (lent) shows
@@ -201,6 +201,12 @@ def down(slurm: Slurm, name: str, log: Callable[[str], None], clock: _Clock | No
         if clock.now() >= deadline:
             return 0 if marked_at is not None else 1
         clock.sleep(min(POLL_SECONDS, max(0.0, deadline - clock.now())))
+
+
+def drained_by_another(node: NodeState) -> bool:
+    """A drain not a stopping pod's (a check's, a person's, the syncer's): it outlives the
+    pod, and nothing here marks the node down over it."""
+    return node.drained and (node.cause is None or node.cause.kind != reasons.POD)
 
 
 def _mark_down(slurm: Slurm, node: NodeState) -> None:

@@ -8,11 +8,10 @@ from collections import Counter
 from collections.abc import Callable, Collection, Sequence
 from typing import TextIO
 
-from slonk.health import reasons
 from slonk.local.manifests import LocalModeError
 from slonk.local.state import Cluster
 from slonk.slurm_state import SHOW_NODES, NodeState, SlurmError, parse_nodes
-from slonk.worker_stop import REASON
+from slonk.worker_stop import REASON, drained_by_another
 
 NODES_UP_TIMEOUT_SECONDS = 120.0
 # Each node adds to a wait's timeout: slurmctld registers a few hundred nodes a minute on a
@@ -124,7 +123,7 @@ def mark_down(cluster: Cluster, nodes: Collection[str], progress: Callable[[str]
     anyone but a pod is left as it is, as the pods leave it."""
     states = node_states(cluster)
     ours = [n for n in nodes if n in states and states[n].up]
-    ours = [n for n in ours if not states[n].drained or _drained_by_pod(states[n])]
+    ours = [n for n in ours if not drained_by_another(states[n])]
     if ours:
         update = ["scontrol", "update", f"nodename={','.join(sorted(ours))}"]
         said = _controller_run(cluster, *update, "state=down", f"reason={REASON}")
@@ -135,7 +134,3 @@ def mark_down(cluster: Cluster, nodes: Collection[str], progress: Callable[[str]
             said = _controller_run(cluster, *undrain, "state=undrain")
         failed = "" if said is not None else " (scontrol failed)"
         progress(f"  marked {len(ours)} nodes down that their pods left up{failed}")
-
-
-def _drained_by_pod(node: NodeState) -> bool:
-    return node.cause is not None and node.cause.kind == reasons.POD
