@@ -95,6 +95,18 @@ def test_images_carry_none_of(role: str, files: str):
     assert found.stdout == ""
 
 
+def test_the_images_slonk_is_the_source_trees():
+    """No module removed from src/ lives on in an image (a stale build/lib once packed one)."""
+    listed = podman(
+        "run", "--rm", "--entrypoint", "/opt/slonk/bin/python", image("worker"), "-c",
+        "import pathlib, slonk; root = pathlib.Path(slonk.__file__).parent; "
+        "print(*sorted(str(p.relative_to(root)) for p in root.rglob('*.py')), sep='\\n')",
+    )  # fmt: skip
+    assert listed.returncode == 0, listed.stderr
+    source = Path(__file__).parents[2] / "src" / "slonk"
+    assert listed.stdout.split() == sorted(str(p.relative_to(source)) for p in source.rglob("*.py"))
+
+
 @pytest.mark.parametrize("role", ["controller", "worker", "login"])
 def test_the_entrypoint_names_a_missing_mount(role: str, tmp_path: Path):
     bare = podman("run", "--rm", image(role))
