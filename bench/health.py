@@ -1,16 +1,20 @@
 """Health checks, measured in one run. Prints one JSON document.
 
 - per-job cost: 500 trivial jobs (bench/local_cluster.py's workload) through the same
-  one-worker cluster three ways: default checks on a GPU pool (the worker's gpu check made
-  to expect 2 GPUs, which a fake nvidia-smi shows), default checks on a CPU pool, and checks
-  off. With checks off and no hooks (the default) slurm.conf names no Prolog/Epilog at all:
-  that column is bare Slurm (the run checks slurm.conf says so); ratios against it; and
-  Prolog/Epilog that do nothing (/bin/true): what Slurm's forking them costs by itself;
-- the programs Slurm forks on the GPU pool's worker, through the same wrappers Slurm runs
+  one-worker cluster several ways: checks off (no hooks either: slurm.conf names no
+  Prolog/Epilog at all, which the run checks: bare Slurm, run first and again last, to show
+  how much the machine drifts within the run); default checks on a GPU pool (the worker's gpu
+  check made to expect 2 GPUs, which a fake nvidia-smi shows) and on a CPU pool; the same GPU
+  pool with its machine checks also in every job (`prolog` and `epilog` in their phases); and
+  Prolog/Epilog that do nothing (/bin/true): what Slurm's forking them costs by itself.
+  Ratios against the first bare run;
+- the programs Slurm forks in the per-job column, through the same wrappers Slurm runs
   (dispatcher plus checks): prolog and epilog, ms per run, median and p99; the interval
   HealthCheckProgram, mean;
-- fault to drain: /home remounted read-only on one worker, timed until Slurm shows the node
-  drained, FAULTS times, with HealthCheckInterval INTERVAL s; healed and resumed in between.
+- fault to drain on the default GPU pool, where only the agent's watch (every
+  health.watchSeconds) and the interval checks (every 300 s) look: /home remounted
+  read-only on the worker, timed until Slurm shows the node drained, FAULTS times; healed and
+  resumed in between.
 """
 
 from __future__ import annotations
@@ -28,18 +32,19 @@ from slonk import paths
 from slonk.local import cluster as local
 
 FAKE_GPU = Path(__file__).resolve().parents[1] / "tests" / "fakes" / "fake-gpu"
-INTERVAL = 10
 FAULTS = 5
 PROGRAM_RUNS = 200
 WORKER = "slonk-cpu-1"
 CONTROLLER = "slonk-controller-0"
-GPU_POOL = f"""\
-health:
-  intervalSeconds: {INTERVAL}
-  checks:
-    gpu: {{expectedCount: 2, nvidiaSmi: "{FAKE_GPU} nvidia-smi", dmesg: "{FAKE_GPU} dmesg"}}
-"""
-CPU_POOL = f"health: {{intervalSeconds: {INTERVAL}}}\n"
+GPU_CHECK = f'{{expectedCount: 2, nvidiaSmi: "{FAKE_GPU} nvidia-smi", dmesg: "{FAKE_GPU} dmesg"'
+GPU_POOL = f"health: {{checks: {{gpu: {GPU_CHECK}}}}}}}\n"
+CPU_POOL = "health: {enabled: true}\n"
+# The GPU pool with the machine checks also run in every job, as before the watch phase.
+PER_JOB = (
+    f"health: {{checks: {{gpu: {GPU_CHECK}, phases: [boot, prolog, epilog, watch, interval]}},"
+    " storage: {phases: [boot, prolog, watch, interval]},"
+    " scratch: {phases: [boot, prolog, watch, interval]}}}\n"
+)
 CHECKS_OFF = "health: {enabled: false}\n"
 # Slurm's own cost of forking a Prolog and an Epilog at all: programs that do nothing.
 EMPTY_PROGRAMS = CHECKS_OFF + "slurm: {slurmConf: {Prolog: /bin/true, Epilog: /bin/true}}\n"
@@ -119,13 +124,18 @@ def jobs(cluster: local.Cluster) -> dict:
     return {"jobs": workload(cluster.ssh("demo", ["sh", "-s"]))}
 
 
-def gpu_pool(cluster: local.Cluster) -> dict:
+def per_job(cluster: local.Cluster) -> dict:
     result = {
         "prolog_program_ms": program_ms(cluster, "/run/slonk/bin/prolog", PROGRAM_RUNS),
         "epilog_program_ms": program_ms(cluster, "/run/slonk/bin/epilog", PROGRAM_RUNS),
         "health_check_program_ms": program_ms(cluster, "/run/slonk/bin/health", 20)["mean"],
     }
     result.update(jobs(cluster))
+    return result
+
+
+def gpu_pool(cluster: local.Cluster) -> dict:
+    result = jobs(cluster)
     drains = fault_to_drain(cluster)
     result["fault_to_drain_seconds"] = {
         "faults": FAULTS,
@@ -137,19 +147,24 @@ def gpu_pool(cluster: local.Cluster) -> dict:
 
 
 def main() -> None:
-    result: dict = {"benchmark": "health", "health_check_interval_seconds": INTERVAL}
+    result: dict = {"benchmark": "health"}
     with tempfile.TemporaryDirectory(prefix="slonk-bench-health-") as tmp:
-        off = run_cluster(Path(tmp), "off", CHECKS_OFF, jobs)
-        if off["job_programs"]:
-            raise RuntimeError(f"checks off should leave bare Slurm: {off['job_programs']}")
-        result["bare_slurm_checks_off"] = off
-        result["gpu_pool_default_checks"] = run_cluster(Path(tmp), "gpu", GPU_POOL, gpu_pool)
-        result["cpu_pool_default_checks"] = run_cluster(Path(tmp), "cpu", CPU_POOL, jobs)
-        result["empty_prolog_epilog"] = run_cluster(Path(tmp), "empty", EMPTY_PROGRAMS, jobs)
-    bare = off["jobs"]["jobs_per_second"]
-    columns = ("gpu_pool_default_checks", "cpu_pool_default_checks", "empty_prolog_epilog")
+        columns = [
+            ("bare_slurm_checks_off", CHECKS_OFF, jobs),
+            ("gpu_pool_default_checks", GPU_POOL, gpu_pool),
+            ("cpu_pool_default_checks", CPU_POOL, jobs),
+            ("gpu_pool_checks_in_every_job", PER_JOB, per_job),
+            ("empty_prolog_epilog", EMPTY_PROGRAMS, jobs),
+            ("bare_slurm_checks_off_again", CHECKS_OFF, jobs),
+        ]
+        for name, values, measure in columns:
+            result[name] = run_cluster(Path(tmp), name, values, measure)
+    for name in ("bare_slurm_checks_off", "bare_slurm_checks_off_again"):
+        if result[name]["job_programs"]:
+            raise RuntimeError(f"checks off should leave bare Slurm: {result[name]}")
+    bare = result["bare_slurm_checks_off"]["jobs"]["jobs_per_second"]
     result["throughput_ratio_vs_bare"] = {
-        column: round(result[column]["jobs"]["jobs_per_second"] / bare, 2) for column in columns
+        name: round(result[name]["jobs"]["jobs_per_second"] / bare, 2) for name, _, _ in columns[1:]
     }
     print(json.dumps(result, indent=2))
 

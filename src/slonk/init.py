@@ -90,7 +90,7 @@ def prepare_dirs(role: str) -> None:
     if role == "controller":
         make_dir(paths.STATE_SAVE, 0o700, owner="slurm")
     if role == "worker":
-        make_dir(Path("/var/spool/slurmd"), 0o755)
+        make_dir(paths.SLURMD_SPOOL, 0o755)
 
 
 def offer_shared_modulefiles() -> str:

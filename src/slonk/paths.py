@@ -49,6 +49,7 @@ CLIENT_SLURM_CONF = Path("/etc/slurm/slurm.conf")
 # slurmctld's StateSaveLocation (its volume), and on it the last configuration slurmctld
 # accepted and the last it refused.
 STATE_SAVE = Path("/var/spool/slurmctld")
+SLURMD_SPOOL = Path("/var/spool/slurmd")
 ROLLOUT_RECORD = STATE_SAVE / "slonk-config.json"
 # Where the syncer found each node's pod, by Node label (slonk.config.placement).
 PLACEMENT = STATE_SAVE / "slonk-placement.json"

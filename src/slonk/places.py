@@ -6,6 +6,3 @@ HOOKS_STATE = "/var/lib/slonk/hooks"
 HOOK_LOGS = "/var/log/slonk/hooks"
 HEALTH_STATE = "/run/slonk/health"
 HEALTH_PLAN = HEALTH_STATE + "/plan.json"
-# The refresher's last verdict on the machine checks, which job phases reuse
-# (slonk.health.verdict, slonk.health.refresh).
-HEALTH_VERDICT = HEALTH_STATE + "/machine-checks"

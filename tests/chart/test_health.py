@@ -3,6 +3,8 @@ and only as far as recycling needs."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import yaml
 
@@ -22,15 +24,34 @@ def test_slurm_runs_the_checks(default_manifest):
     assert "HealthCheckProgram=/run/slonk/bin/health" in lines
     assert "HealthCheckInterval=300" in lines
     assert "HealthCheckNodeState=ANY" in lines
-    assert "Prolog=/run/slonk/bin/prolog" in lines  # storage and scratch before every job
-    assert "Epilog=/run/slonk/bin/epilog" not in lines  # only the GPU check runs after jobs
+    # The agent watches the machine beside the jobs: Slurm forks nothing around each one.
+    assert not [line for line in lines if line.startswith(("Prolog=", "Epilog="))]
 
 
-def test_gpu_pools_check_gpus_after_jobs_and_may_read_the_kernel_log(gpu_manifest):
+def test_gpu_pools_watch_their_gpus_and_may_read_the_kernel_log(gpu_manifest):
     lines = render(_spec(gpu_manifest))["slurm.conf"].splitlines()
-    assert "Epilog=/run/slonk/bin/epilog" in lines
+    assert not [line for line in lines if line.startswith(("Prolog=", "Epilog="))]
     slurmd = _container(gpu_manifest.get("StatefulSet/slonk-h100"))
     assert "SYSLOG" in slurmd.securityContext.capabilities.add
+
+
+@pytest.mark.parametrize(
+    ("check", "phases", "programs"),
+    [
+        ("storage", ("boot", "prolog"), ["Prolog=/run/slonk/bin/prolog"]),
+        ("scratch", ("epilog", "watch"), ["Epilog=/run/slonk/bin/epilog"]),
+        ("storage", ("watch",), []),
+    ],
+)
+def test_a_check_put_in_a_job_phase_makes_slurm_fork_its_program(
+    default_manifest, check, phases, programs
+):
+    spec = _spec(default_manifest)
+    assert spec.health is not None
+    checks = {**spec.health.checks, check: replace(spec.health.checks[check], phases=phases)}
+    spec = replace(spec, health=replace(spec.health, checks=checks))
+    lines = render(spec)["slurm.conf"].splitlines()
+    assert [line for line in lines if line.startswith(("Prolog=", "Epilog="))] == programs
 
 
 # Both record node events on pods (here) and Nodes (in `default`): slonk.node_events.

@@ -7,10 +7,13 @@ from __future__ import annotations
 import contextlib
 import json
 import shlex
+import time
 from collections.abc import Iterator
 
 import pytest
 
+from slonk.config.model import HealthSettings, default_of
+from slonk.config.spec import HEALTH_CHECKS
 from slonk.health.drains import LOG as HEALTH_LOG
 from slonk.health.recycle import HISTORY
 from slonk.local.cluster import Cluster
@@ -187,9 +190,9 @@ def test_a_fault_drains_its_node_and_healing_returns_it(faults: Faults, inject, 
     faults.cluster.wait_idle()
 
 
-def test_a_job_running_when_a_fault_appears_finishes(faults: Faults):
-    cluster = faults.cluster
-    # The job runs until the test releases it: the fault surely appears while it runs.
+def _job_held_on_bad(cluster: LocalCluster) -> str:
+    """A job running on BAD until _release: a fault made meanwhile surely comes while it runs.
+    It writes `survived-<job>` in demo's home as it ends."""
     job = cluster.submit(
         f"--nodelist={BAD}",
         "--output=/dev/null",
@@ -198,14 +201,79 @@ def test_a_job_running_when_a_fault_appears_finishes(faults: Faults):
         "echo done > $HOME/survived-$SLURM_JOB_ID",
     )
     wait_for(f"job {job} running", lambda: cluster.jobs().get(job) == "RUNNING")
+    return job
+
+
+def _release(cluster: LocalCluster, job: str) -> None:
+    cluster.user("demo").check_output(f"touch release-{job}")
+    wait_for(f"job {job} to finish", lambda: job not in cluster.jobs())
+    assert cluster.user("demo").check_output(f"cat survived-{job}").strip() == "done"
+
+
+def test_a_job_running_when_a_fault_appears_finishes(faults: Faults):
+    cluster = faults.cluster
+    job = _job_held_on_bad(cluster)
     faults.gpu("xid")
     _drained_with(cluster, BAD, "slonk:gpu: XID 79 on PCI:0000:2a:00")
     # no new jobs, this one keeps running
     assert cluster.nodes()[BAD][0] in ("mixed+drain", "allocated+drain")
     assert cluster.jobs().get(job) == "RUNNING"
-    cluster.user("demo").check_output(f"touch release-{job}")
-    wait_for(f"job {job} to finish", lambda: job not in cluster.jobs())
-    assert cluster.user("demo").check_output(f"cat survived-{job}").strip() == "done"
+    _release(cluster, job)
+
+
+def _watch_values(cluster: LocalCluster, seconds: int, phases: dict[str, list[str]]) -> None:
+    """Upgrade to this watch period and these checks' phases. Upgrades add up (a later one
+    keeps what an earlier one set): a test that sets them sets them back."""
+    values = cluster.state_dir.parent / "watch.yaml"
+    checks = {name: {"phases": phases} for name, phases in phases.items()}
+    values.write_text(json.dumps({"health": {"watchSeconds": seconds, "checks": checks}}))
+    cluster.slonk("upgrade", "-f", str(values))
+
+
+@pytest.fixture
+def watch_only(faults: Faults) -> Iterator[Faults]:
+    """Only the workers' agents look at storage and GPUs (their watch, every second): those
+    checks are in no other phase. (Slurm's interval is left alone: lengthened to an hour and
+    shortened again, it ran no check for the next minute here.)"""
+    watched = ("storage", "gpu")
+    _watch_values(faults.cluster, 1, {name: ["watch"] for name in watched})
+    yield faults
+    faults.heal()
+    defaults = {name: list(HEALTH_CHECKS[name].phases) for name in watched}
+    _watch_values(faults.cluster, default_of(HealthSettings, "watch_seconds"), defaults)
+
+
+def _watched_since(cluster: LocalCluster, pod: str, since: float) -> bool:
+    """Whether a watch round that began after `since` (seconds since the epoch) ended: each
+    saves its results with when every check ended."""
+    out = cluster.pod(pod).run("cat /run/slonk/health/results-watch.json")
+    return out.rc == 0 and min(r["time"] - r["seconds"] for r in json.loads(out.stdout)) > since
+
+
+def test_the_agents_watch_drains_a_faulty_node_and_resumes_it_once_healed(watch_only: Faults):
+    cluster = watch_only.cluster
+    offset = _health_log_offset(cluster, BAD)
+    watch_only.read_only_home()
+    reason = "slonk:storage: /home is mounted read-only"
+    _drained_with(cluster, BAD, reason)
+    _wait_health_logged(cluster, BAD, offset, "the watch's drain", f"watch: {reason}", "drained")
+    assert _hosts_of_new_jobs(cluster, 2) == {GOOD}
+    watch_only.heal()
+    _wait_health_logged(
+        cluster, BAD, offset, "the watch's resume", "watch: all passed", f"resumed (was: {reason}"
+    )
+    cluster.wait_idle()
+
+
+def test_gpu_memory_left_behind_drains_the_node_once_its_jobs_have_ended(watch_only: Faults):
+    cluster = watch_only.cluster
+    job = _job_held_on_bad(cluster)
+    injected = time.time()
+    watch_only.gpu("leftover")  # while a job runs, GPU memory in use is the job's
+    wait_for("a watch round after", lambda: _watched_since(cluster, BAD, injected))
+    assert cluster.nodes()[BAD][0] in ("mixed", "allocated")  # not drained
+    _release(cluster, job)
+    _drained_with(cluster, BAD, "slonk:gpu: GPU 0 (00000000:18:00.0): 40960 MiB still in use")
 
 
 def _recycle_fast(cluster: LocalCluster) -> None:

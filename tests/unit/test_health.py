@@ -11,7 +11,7 @@ import pytest
 
 from slonk import slurm_nodes
 from slonk.config.spec import HEALTH_CHECKS, RecycleSettings, SpecError, parse_spec
-from slonk.health import checks, drains, gpu, reasons, recycle, runner
+from slonk.health import checks, drains, gpu, probe, reasons, recycle, runner
 from slonk.health.kube import KubeError
 from slonk.health.probe import Unhealthy, bounded
 
@@ -19,6 +19,10 @@ from . import slurm_json
 
 FAKE_GPU = Path(__file__).parents[1] / "fakes" / "fake-gpu"
 NODE = checks.Node(name="slonk-cpu-0", gpus=2, peers=("localhost",))
+LEFTOVER = (
+    "GPU 0 (00000000:18:00.0): 40960 MiB still in use; "
+    "process 48213 (python) left on a GPU with 40958 MiB"
+)
 GPU_OPTIONS = {
     **HEALTH_CHECKS["gpu"].options,
     "nvidiaSmi": f"{FAKE_GPU} nvidia-smi",
@@ -62,7 +66,7 @@ def test_health_is_off_unless_enabled():
         ),
         (
             {"enabled": True, "checks": {"dns": {"phases": ["always"]}}},
-            "health.checks.dns.phases[0]: must be one of boot, prolog, epilog, interval",
+            "health.checks.dns.phases[0]: must be one of boot, prolog, epilog, watch, interval",
         ),
         (
             {"enabled": True, "recycle": {"maxRecycles": 0}},
@@ -109,15 +113,16 @@ def gpu_state(tmp_path, monkeypatch):
         ),
         ("xid", "interval", "XID 79 on PCI:0000:2a:00 (x1)"),
         ("leftover", "prolog", None),  # memory in use is a problem only after a job
-        (
-            "leftover",
-            "epilog",
-            "GPU 0 (00000000:18:00.0): 40960 MiB still in use; "
-            "process 48213 (python) left on a GPU with 40958 MiB",
-        ),
+        ("leftover", "epilog", LEFTOVER),
+        ("leftover", "watch", LEFTOVER),  # or between jobs
+        ("leftover", "interval", LEFTOVER),
+        ("leftover", "boot", None),
     ],
 )
-def test_gpu_check_reads_nvidia_smi_and_the_kernel_log(gpu_state, scenario, phase, problem):
+def test_gpu_check_reads_nvidia_smi_and_the_kernel_log(
+    gpu_state, monkeypatch, scenario, phase, problem
+):
+    monkeypatch.setattr(checks, "jobs_here", lambda node: False)
     gpu_state.write_text(scenario)
     if problem is None:
         assert checks.check_gpu(NODE, GPU_OPTIONS, phase, 5) == "2 GPUs healthy"
@@ -125,6 +130,33 @@ def test_gpu_check_reads_nvidia_smi_and_the_kernel_log(gpu_state, scenario, phas
         with pytest.raises(Unhealthy) as err:
             checks.check_gpu(NODE, GPU_OPTIONS, phase, 5)
         assert str(err.value) == problem
+
+
+def test_between_jobs_only_a_node_with_no_job_must_have_its_gpus_free(gpu_state, monkeypatch):
+    gpu_state.write_text("leftover")
+    monkeypatch.setattr(checks, "jobs_here", lambda node: True)
+    assert checks.check_gpu(NODE, GPU_OPTIONS, "watch", 5) == "2 GPUs healthy"
+    # A job that begins while nvidia-smi looks holds its GPUs rightly: no drain for it.
+    looks = iter([False, True])
+    monkeypatch.setattr(checks, "jobs_here", lambda node: next(looks))
+    assert checks.check_gpu(NODE, GPU_OPTIONS, "watch", 5) == "2 GPUs healthy"
+    # Still no job after the look: what is on the GPUs was left there.
+    monkeypatch.setattr(checks, "jobs_here", lambda node: False)
+    with pytest.raises(Unhealthy, match="left on a GPU"):
+        checks.check_gpu(NODE, GPU_OPTIONS, "watch", 5)
+
+
+def test_a_job_is_seen_by_its_step_sockets_in_slurmds_spool(tmp_path):
+    assert not checks.jobs_here(NODE, tmp_path / "absent")
+    assert not checks.jobs_here(NODE, tmp_path)
+    (tmp_path / "cred_state").touch()
+    (tmp_path / f"{NODE.name}0_7.4294967292").touch()  # another node's name, longer
+    assert not checks.jobs_here(NODE, tmp_path)
+    (tmp_path / f"{NODE.name}_7.4294967292").touch()  # the extern step of job 7
+    assert checks.jobs_here(NODE, tmp_path)
+    unreadable = tmp_path / "file"
+    unreadable.touch()
+    assert checks.jobs_here(NODE, unreadable)  # not a directory: unsure, so yes
 
 
 def test_an_unreadable_kernel_log_fails_loudly(gpu_state):
@@ -143,6 +175,25 @@ def test_a_hung_probe_is_abandoned_at_its_timeout():
     assert time.monotonic() - started < 5
 
 
+def test_a_probe_that_outlives_its_kill_is_not_started_again_while_it_hangs(monkeypatch, tmp_path):
+    """As a probe in uninterruptible sleep on a hung mount does: SIGKILL does not end it."""
+    answers = tmp_path / "server-answers"
+    argv = ["sh", "-c", 'test -e "$1" || sleep 30', "probe", str(answers)]
+    monkeypatch.setattr(probe, "_ABANDONED", {})
+    monkeypatch.setattr(probe.os, "killpg", lambda pid, sig: None)
+    with pytest.raises(Unhealthy, match=r"did not answer within 0\.2 s"):
+        bounded(argv, 0.2)
+    (hanging,) = probe._ABANDONED.values()
+    # Refused before starting anything: a second copy would hang beside the first.
+    with pytest.raises(Unhealthy, match="sh -c still hangs since an earlier timeout"):
+        bounded(argv, 0.2)
+    answers.touch()  # the server answers at last
+    hanging.kill()
+    hanging.wait()
+    assert bounded(argv, 5) == (0, "")
+    assert probe._ABANDONED == {}
+
+
 def test_a_hung_check_times_out_and_the_others_still_report(monkeypatch):
     monkeypatch.setitem(checks.CHECKS, "dns", lambda *a: time.sleep(30))
     plan = runner.CheckPlan(
@@ -157,6 +208,7 @@ def test_a_hung_check_times_out_and_the_others_still_report(monkeypatch):
             },
             "munge": {"phases": ["boot"], "timeoutSeconds": 5, "options": {}},
         },
+        10,
     )
     dns, interfaces = runner.run(plan, "interval")
     assert (dns.ok, dns.detail) == (False, "timed out after 0.1 s")

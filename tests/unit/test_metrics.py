@@ -263,6 +263,7 @@ def _plan() -> runner.CheckPlan:
         Node("slonk-cpu-0", 0, ("slonk-cpu-0",)),
         True,
         {"interfaces": {"phases": ["interval"], "timeoutSeconds": 5, "options": interfaces}},
+        10,
     )
 
 

@@ -10,7 +10,7 @@ parsers) are loaded once, and a pod runs one Python process beside its daemons.
   it alone (`s6-svc -d`) to take over by hand; and it alone loads the Kubernetes watch
   machinery.
 - worker: config-watch (health plan, job programs), users-sync, hooks, metrics, and the
-  health refresher (slonk.health.refresh) where health checks are on.
+  health watch (slonk.health.watch) where health checks are on.
 - login: users-sync (its clients fetch what slurmctld runs: nothing else of its own).
 
 The tasks are chosen from cluster.yaml as the agent starts, as the services were at the pod's
@@ -70,7 +70,7 @@ def tasks_for(
         port = spec.metrics.port
         tasks.append(Task("metrics", lambda stop: _metrics(role, port, stop, spec_path)))
     if role == "worker" and spec.health:
-        tasks.append(Task("health-refresh", _health_refresh))
+        tasks.append(Task("health-watch", _health_watch))
     return tasks
 
 
@@ -105,10 +105,10 @@ def _metrics(role: str, port: int, stop: threading.Event, spec_path: Path) -> No
     serve.serve(role, port, stop, spec_path)
 
 
-def _health_refresh(stop: threading.Event) -> None:
-    from slonk.health import refresh
+def _health_watch(stop: threading.Event) -> None:
+    from slonk.health import watch
 
-    refresh.run(stop)
+    watch.run(stop)
 
 
 def first_spec(path: Path, waiter: Waiter, stop: threading.Event) -> ClusterSpec | None:

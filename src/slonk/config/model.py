@@ -19,7 +19,7 @@ TOPOLOGY_PLUGINS = ("tree", "block", "none")
 PARTITION_STATES = ("UP", "DOWN", "DRAIN", "INACTIVE")
 LDAP_TLS = ("none", "ldaps", "starttls")
 HOOK_PHASES = ("prolog", "epilog", "task-prolog", "task-epilog")
-HEALTH_PHASES = ("boot", "prolog", "epilog", "interval")
+HEALTH_PHASES = ("boot", "prolog", "epilog", "watch", "interval")
 # RFC 2307 attribute names, overridable per directory.
 LDAP_ATTRIBUTES = {
     "uid": "uid",
@@ -160,6 +160,7 @@ class RecycleSettings:
 class HealthSettings:
     checks: Mapping[str, CheckSettings]  # the enabled ones
     interval_seconds: int = 300
+    watch_seconds: int = 10  # the agent's watch phase (slonk.health.watch)
     undrain: bool = True
     recycle: RecycleSettings | None = RecycleSettings()
 

@@ -12,7 +12,7 @@ import jinja2
 from slonk.config.placement import Placement
 from slonk.config.spec import ClusterSpec, NodePool
 from slonk.files import write_atomically
-from slonk.paths import CONFIG_FILES, HOOK_BIN, POWER_RESUME_PROGRAM, STATE_SAVE
+from slonk.paths import CONFIG_FILES, HOOK_BIN, POWER_RESUME_PROGRAM, SLURMD_SPOOL, STATE_SAVE
 
 EMPTY: Placement = {}
 
@@ -75,7 +75,7 @@ def slurm_settings(spec: ClusterSpec) -> dict[str, str]:
         "SlurmctldPort": spec.slurmctld_port,
         "SlurmdPort": spec.slurmd_port,
         "StateSaveLocation": str(STATE_SAVE),
-        "SlurmdSpoolDir": "/var/spool/slurmd",
+        "SlurmdSpoolDir": str(SLURMD_SPOOL),
         "SlurmctldPidFile": "/run/slurmctld.pid",
         "SlurmdPidFile": "/run/slurmd.pid",
         # slurmd and clients fetch the configuration slurmctld runs (kept whatever slurmConf says).

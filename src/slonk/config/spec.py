@@ -597,7 +597,8 @@ def _check_option_shape(key: str, value: Any, path: str) -> None:
 
 
 def _health(data: Any, path: str) -> HealthSettings | None:
-    r = _Reader(data or {}, path, {"enabled", "intervalSeconds", "undrain", "checks", "recycle"})
+    keys = {"enabled", "intervalSeconds", "watchSeconds", "undrain", "checks", "recycle"}
+    r = _Reader(data or {}, path, keys)
     if not r.get("enabled", bool, False):
         return None
     checks_reader = _Reader(r.get("checks", dict, {}), r.at("checks"), set(HEALTH_CHECKS))
@@ -625,6 +626,9 @@ def _health(data: Any, path: str) -> HealthSettings | None:
         checks=checks,
         interval_seconds=r.count(
             "intervalSeconds", default=default_of(HealthSettings, "interval_seconds"), minimum=1
+        ),
+        watch_seconds=r.count(
+            "watchSeconds", default=default_of(HealthSettings, "watch_seconds"), minimum=1
         ),
         undrain=r.get("undrain", bool, default_of(HealthSettings, "undrain")),
         recycle=recycle,

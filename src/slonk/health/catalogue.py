@@ -14,9 +14,12 @@ from slonk.config.model import CheckSettings
 CRITICAL_XIDS = (48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 140)
 
 # A check that needs the controller or its peers runs only once the node is up (not at boot).
+# What jobs need of the machine is watched by the pod's agent (the watch phase, every few
+# seconds) rather than checked in a Prolog or Epilog: Slurm forking any program around every
+# job costs more throughput than these checks are worth there (README, "What runs per job").
 HEALTH_CHECKS: Mapping[str, CheckSettings] = {
     "gpu": CheckSettings(
-        ("boot", "prolog", "epilog", "interval"),
+        ("boot", "watch", "interval"),
         15,
         {
             "nvidiaSmi": "nvidia-smi",
@@ -30,9 +33,9 @@ HEALTH_CHECKS: Mapping[str, CheckSettings] = {
     "interfaces": CheckSettings(("boot", "interval"), 5, {"names": ["eth0"], "rdmaDevices": []}),
     "controller": CheckSettings(("interval",), 5),
     "dns": CheckSettings(("interval",), 5),
-    "storage": CheckSettings(("boot", "prolog", "interval"), 10, {"paths": ["/home"]}),
+    "storage": CheckSettings(("boot", "watch", "interval"), 10, {"paths": ["/home"]}),
     "scratch": CheckSettings(
-        ("boot", "prolog", "interval"), 5, {"path": "/tmp", "minFreePercent": 5}
+        ("boot", "watch", "interval"), 5, {"path": "/tmp", "minFreePercent": 5}
     ),
     "munge": CheckSettings(("interval",), 10),
 }

@@ -4,6 +4,7 @@ a short description of what it saw, raising Unhealthy with the problem otherwise
 from __future__ import annotations
 
 import json
+import os
 import socket
 import time
 from collections.abc import Callable, Mapping
@@ -13,6 +14,7 @@ from typing import Any
 
 from slonk.health import gpu
 from slonk.health.probe import Unhealthy, bounded
+from slonk.paths import SLURMD_SPOOL
 
 SYS_NET = Path("/sys/class/net")
 SYS_RDMA = Path("/sys/class/infiniband")
@@ -29,8 +31,33 @@ class Node:
     peers: tuple[str, ...]  # every node of this node's pool: their Services must resolve
 
 
+def jobs_here(node: Node, spool: Path = SLURMD_SPOOL) -> bool:
+    """Whether slurmd runs any job step on the node: each has a socket in slurmd's spool
+    directory, `<node>_<job>.<step>` (with PrologFlags=Contain, the extern step's lasts from
+    the job's allocation to its end). Unsure (an unreadable spool) counts as yes."""
+    try:
+        return any(entry.name.startswith(f"{node.name}_") for entry in os.scandir(spool))
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+
+
 def check_gpu(node: Node, options: Mapping[str, Any], phase: str, timeout: float) -> str:
-    return gpu.check(options, gpu.expected_count(options, node.gpus), phase, timeout)
+    """After a job (epilog), or between jobs (watch, interval on a node with none), the GPUs
+    must also be free: memory or a process left there belongs to no job."""
+    expected = gpu.expected_count(options, node.gpus)
+    if phase == "epilog":
+        return gpu.check(options, expected, True, timeout)
+    between_jobs = phase in ("watch", "interval") and not jobs_here(node)
+    try:
+        return gpu.check(options, expected, between_jobs, timeout)
+    except Unhealthy:
+        if not between_jobs or not jobs_here(node):
+            raise
+        # A job began while nvidia-smi looked: what it holds is its own. Look again as
+        # during a job.
+        return gpu.check(options, expected, False, timeout)
 
 
 def check_interfaces(node: Node, options: Mapping[str, Any], phase: str, timeout: float) -> str:

@@ -1,7 +1,7 @@
 """Turn check results into Slurm node state: drain with slonk's reason, resume what slonk
 drained once the same check passes, and never touch a drain a person made. `check_node` runs
-a phase's checks and does that: for `slonk health run`, Slurm's HealthCheckProgram and the
-job hooks' dispatcher alike."""
+a phase's checks and does that: for `slonk health run`, Slurm's HealthCheckProgram, the
+agent's watch (slonk.health.watch) and the job hooks' dispatcher alike."""
 
 from __future__ import annotations
 
@@ -15,7 +15,10 @@ from slonk.health.runner import Result
 from slonk.slurm_state import NodeState, SlurmError
 
 LOG = Path("/var/log/slonk/health.log")
-JOB_PHASES = ("prolog", "epilog")
+# Phases that run for every job, or every few seconds: they ask Slurm about the node only when
+# a check fails (or when told to settle it), never once per job or per round: a thousand
+# nodes would otherwise keep slurmctld answering `scontrol show node` for nobody.
+FREQUENT_PHASES = ("prolog", "epilog", "watch")
 
 
 # A health drain that replaced the syncer's says so first in its detail: once the check
@@ -72,14 +75,21 @@ def with_boot_failures(results: list[Result], boot: list[Result]) -> list[Result
     return [*failed, *(r for r in results if r.check not in failed_at_boot)]
 
 
-def check_node(phase: str, drain: bool, rerun: bool = True) -> tuple[list[Result], str | None]:
-    """Run the phase's checks; with `drain`, set the node's Slurm state from them. Around a
-    job the node is allocated, so there is nothing to resume: Slurm is asked only on failure,
-    not once per job."""
-    plan = runner.load_plan()
+def check_node(
+    phase: str,
+    drain: bool,
+    rerun: bool = True,
+    settle: bool = False,
+    plan: runner.CheckPlan | None = None,
+) -> tuple[list[Result], str | None]:
+    """Run the phase's checks (of `plan`, else the node's); with `drain`, set the node's Slurm
+    state from them. A frequent phase that passes leaves Slurm alone unless told to `settle`
+    (the watch does after a round that failed, to resume what it drained)."""
+    plan = plan or runner.load_plan()
     boot = runner.boot_results()
     results = with_boot_failures(runner.run(plan, phase) if rerun else boot, boot)
-    if not drain or (phase in JOB_PHASES and all(r.ok for r in results)):
+    passed = all(r.ok for r in results)
+    if not drain or (phase in FREQUENT_PHASES and passed and not settle):
         return results, None
     try:
         action = apply(plan.node.name, results, plan.undrain)

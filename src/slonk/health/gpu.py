@@ -87,32 +87,23 @@ def xids(command: str, critical: set[int], timeout: float) -> list[str]:
 
 
 def smi_problems(
-    options: Mapping[str, Any], expected: int, after_job: bool, timeout: float
+    options: Mapping[str, Any], expected: int, free: bool, timeout: float
 ) -> tuple[int, list[str]]:
-    """How many GPUs nvidia-smi shows, and what is wrong with them; after a job (epilog)
-    they must also be free: no processes, no memory held."""
+    """How many GPUs nvidia-smi shows, and what is wrong with them; `free` (no job on them),
+    they must also hold no process and no memory."""
     rows = query(options["nvidiaSmi"], FIELDS, "gpu", timeout)
-    problems = gpu_problems(rows, expected, options["maxUsedMemoryMiB"] if after_job else None)
-    if after_job:
+    problems = gpu_problems(rows, expected, options["maxUsedMemoryMiB"] if free else None)
+    if free:
         for pid, process, used in query(options["nvidiaSmi"], APP_FIELDS, "compute-apps", timeout):
             problems.append(f"process {pid} ({process}) left on a GPU with {used} MiB")
     return len(rows), problems
 
 
-def check(options: Mapping[str, Any], expected: int, phase: str, timeout: float) -> str:
-    count, problems = smi_problems(options, expected, phase == "epilog", timeout)
+def check(options: Mapping[str, Any], expected: int, free: bool, timeout: float) -> str:
+    """The GPUs' health; with `free` (no job on them), also that nothing is left on them."""
+    count, problems = smi_problems(options, expected, free, timeout)
     if options["dmesg"]:
         problems += xids(options["dmesg"], set(options["xids"]), timeout)
     if problems:
         raise Unhealthy("; ".join(problems))
     return f"{count} GPUs healthy"
-
-
-def check_after_job(options: Mapping[str, Any], expected: int, timeout: float) -> str:
-    """The part of the epilog's check that is about the job that just ended: nvidia-smi's
-    view of the GPUs it leaves (the kernel log's XIDs are the machine's: the refresher
-    reads them)."""
-    count, problems = smi_problems(options, expected, True, timeout)
-    if problems:
-        raise Unhealthy("; ".join(problems))
-    return f"{count} GPUs free"

@@ -12,10 +12,24 @@ class Unhealthy(Exception):
     """A check found a problem; the message is the drain reason's detail."""
 
 
+# Probes killed at their timeout that have not ended, by command line: one in uninterruptible
+# sleep (a hung NFS server, a lost GPU) outlives SIGKILL. A long-lived caller (the agent's
+# watch, every few seconds) starts no second copy of such a probe while the first hangs, or a
+# hung server would fill the pod's process table.
+_ABANDONED: dict[tuple[str, ...], subprocess.Popen[str]] = {}
+
+
 def bounded(argv: Sequence[str], timeout: float) -> tuple[int, str]:
     """(exit status, stdout and stderr) of `argv`. A probe of a hung NFS mount sits in
     uninterruptible sleep and survives SIGKILL until the server answers, so on timeout it is
-    killed and left behind, never waited for."""
+    killed and left behind, never waited for; while it is still there, the same probe fails
+    at once instead of starting again."""
+    command = tuple(argv)
+    stuck = _ABANDONED.get(command)
+    if stuck is not None:
+        if stuck.poll() is None:
+            raise Unhealthy(f"{' '.join(argv[:2])} still hangs since an earlier timeout")
+        del _ABANDONED[command]
     try:
         proc = subprocess.Popen(
             argv,
@@ -31,5 +45,6 @@ def bounded(argv: Sequence[str], timeout: float) -> tuple[int, str]:
         output, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
+        _ABANDONED[command] = proc
         raise Unhealthy(f"{' '.join(argv[:2])} did not answer within {timeout:g} s") from None
     return proc.returncode, output

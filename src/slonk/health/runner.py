@@ -54,6 +54,7 @@ class CheckPlan:
     node: Node
     undrain: bool
     checks: Mapping[str, Mapping[str, Any]]  # name -> phases, timeoutSeconds, options
+    watch_seconds: float  # between the agent's runs of the watch phase (slonk.health.watch)
 
 
 def plan_for(spec: ClusterSpec, node_name: str) -> CheckPlan | None:
@@ -74,7 +75,12 @@ def plan_for(spec: ClusterSpec, node_name: str) -> CheckPlan | None:
         }
         for name, c in spec.health_checks(pool).items()
     }
-    return CheckPlan(node=node, undrain=spec.health.undrain, checks=checks)
+    return CheckPlan(
+        node=node,
+        undrain=spec.health.undrain,
+        checks=checks,
+        watch_seconds=spec.health.watch_seconds,
+    )
 
 
 def write_plan(plan: CheckPlan, path: Path = HEALTH_PLAN) -> None:
@@ -93,6 +99,7 @@ def parse_plan(text: bytes) -> CheckPlan:
         node=Node(**{**node, "peers": tuple(node["peers"])}),
         undrain=data["undrain"],
         checks=data["checks"],
+        watch_seconds=data["watch_seconds"],
     )
 
 

@@ -1,7 +1,7 @@
 """Slurm's Prolog/Epilog (and task variants): health checks, then the active revision's
 scripts, in order.
 
-Runs for every job on every node, so it imports slonk's health code only where the node has
+Runs for every job on every node, so it imports slonk's health code only where the phase has
 checks, and its drain code only on a failure, and does no work when a phase has nothing to
 run. Each prolog/epilog script's output goes to the
 job's hook log, readable by root only (it holds the job's environment); the first failure
@@ -60,8 +60,8 @@ def drain(phase: str, script: str, detail: str) -> None:
 
 
 def health_checks(phase: str) -> int:
-    """The node's health checks for this phase, before any script: a bad node drains and the
-    job goes elsewhere (slonk.health; a fresh verdict from the refresher makes this cheap)."""
+    """The node's health checks for this phase, if a site put any there, before any script:
+    a bad node drains and the job goes elsewhere (slonk.health.jobphase)."""
     if phase not in DRAINING_PHASES:
         return 0
     from slonk.health import jobphase

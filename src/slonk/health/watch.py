@@ -1,0 +1,47 @@
+"""The watch phase: the worker's agent runs the node's watch checks every
+`health.watchSeconds` and drains the node as soon as one fails, with the check's own reason.
+
+What jobs need of the machine (GPUs, storage, scratch) is checked here, beside the jobs,
+rather than in a Prolog or Epilog: slurmd pays for every program it forks around a job (it
+waits on it, then sleeps 10 ms before killing what it left), more than the checks' answer
+is worth there. So by default slurm.conf names no Prolog or Epilog at all, and a fault
+reaches Slurm within a period, as with any interval check, only sooner. A site that wants a
+look in every job puts `prolog` or `epilog` in a check's phases and pays for it.
+
+Slurm is asked about the node only when a check fails, and on the first round after one
+did (to resume what this drained): a thousand healthy nodes ask slurmctld nothing. A probe
+that hangs (a hung NFS mount, a lost GPU) is not started again while it hangs
+(slonk.health.probe): its check fails at once, round after round.
+
+Run by the worker's agent as a thread (`run(stop)`).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from pathlib import Path
+
+from slonk.health import drains, runner
+from slonk.paths import HEALTH_PLAN
+
+NO_PLAN_WAIT_SECONDS = 10.0  # health turned off, or a plan that does not load: look again
+
+
+def run(stop: threading.Event, plan_path: Path = HEALTH_PLAN) -> None:
+    """Watch until `stop` is set. Never raises for a failing check or a bad plan: it says so
+    on stderr and tries again later."""
+    settle = True  # the first round settles: a drain from before a restart may be lifted
+    while not stop.is_set():
+        period = NO_PLAN_WAIT_SECONDS
+        try:
+            plan = runner.load_plan(plan_path)
+            period = plan.watch_seconds
+            results, _ = drains.check_node("watch", drain=True, settle=settle, plan=plan)
+            settle = not all(r.ok for r in results)
+        except FileNotFoundError:
+            pass
+        except Exception as err:
+            print(f"slonk health watch: {err!r}", file=sys.stderr, flush=True)
+            settle = True
+        stop.wait(period)
