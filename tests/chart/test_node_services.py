@@ -1,11 +1,12 @@
 """Every Slurm node's Service (services.yaml writes them in flow style, computed once per pool)
 is the object the chart's block-style templates describe: named and selecting its pod, labelled
-as its StatefulSet, with the ports its pod names. And `slonk.chart.documents` splits and orders
+as its StatefulSet, and nothing else. And `slonk.chart.documents` splits and orders
 the manifest as Helm does."""
 
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -25,7 +26,6 @@ VALUE_SETS = [
     (["gpu-pools.yaml"], {"metrics": {"enabled": False}, "slurm": {"slurmdPort": 7000}}),
 ]
 POD_NAME = "statefulset.kubernetes.io/pod-name"
-MANAGED_BY = "app.kubernetes.io/managed-by"
 
 
 def _objects(values: dict[str, Any]) -> list[dict[str, Any]]:
@@ -33,20 +33,12 @@ def _objects(values: dict[str, Any]) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(manifest) if d]
 
 
-def _expected_ports(pool: dict[str, Any]) -> list[dict[str, Any]]:
-    """The Service's ports: the pod's slurmd and metrics ports, by name."""
-    container = pool["spec"]["template"]["spec"]["containers"][0]
-    return [
-        {"name": port["name"], "port": port["containerPort"], "targetPort": port["name"]}
-        for port in container["ports"]
-        if port["name"] in ("slurmd", "metrics")
-    ]
-
-
 def _node_labels(pool: dict[str, Any]) -> dict[str, str]:
-    """A node Service's labels: its pool's selector, and managed-by; none that changes with
-    the chart's version (an upgrade would rewrite every node's Service)."""
-    return {**pool["spec"]["selector"]["matchLabels"], MANAGED_BY: "Helm"}
+    """A node Service's labels: its release's and pool's, as its StatefulSet selects them;
+    none that changes with the chart's version (an upgrade would rewrite every node's
+    Service)."""
+    keys = ("app.kubernetes.io/instance", "slonk.io/nodepool")
+    return {key: pool["spec"]["selector"]["matchLabels"][key] for key in keys}
 
 
 @pytest.mark.parametrize(("files", "over"), VALUE_SETS, ids=lambda v: str(v))
@@ -74,8 +66,7 @@ def test_each_node_service_is_its_pods(files, over):
             "spec": {
                 "clusterIP": "None",
                 "publishNotReadyAddresses": True,
-                "selector": {POD_NAME: node},
-                "ports": _expected_ports(pool),
+                "selector": {POD_NAME: node},  # for its name: no ports
             },
         }
 
@@ -118,3 +109,27 @@ def test_a_pool_name_cannot_write_into_a_service_without_the_schema(tmp_path):
     pools = {"cpu": {"replicas": 0}, "a, namespace: x": {"replicas": 1, "cpus": 2, "memoryMiB": 1}}
     with pytest.raises(chart.ChartError, match=r"nodepools\.a, namespace: x: .* DNS-1123 label"):
         chart.render(unchecked, {"nodepools": pools})
+
+
+def _label_maps(node: Any) -> Iterator[dict[str, Any]]:
+    """Every map of labels in an object: labels, label selectors, a Service's selector."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in ("labels", "matchLabels") or (
+                key == "selector" and "matchLabels" not in value
+            ):
+                yield value
+            yield from _label_maps(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _label_maps(item)
+
+
+@pytest.mark.parametrize("release", ["on", "1"])
+def test_a_release_named_like_a_boolean_or_a_number_labels_with_strings(release):
+    """YAML reads an unquoted `on` as true and `1` as a number: Kubernetes refuses a label
+    that is no string."""
+    manifest = chart.manifest(chart.render(chart.default_chart(), {}, release=release))
+    for doc in (d for d in yaml.safe_load_all(manifest) if d):
+        for labels in _label_maps(doc):
+            assert all(isinstance(v, str) for v in labels.values()), (doc["kind"], labels)

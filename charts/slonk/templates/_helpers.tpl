@@ -53,7 +53,7 @@ pod that runs sshd: the login pods, and the workers with workers.ssh. */}}
 {{/* Labels: app.kubernetes.io/* on everything, the component on pods and their Services. */}}
 {{- define "slonk.selectorLabels" -}}
 app.kubernetes.io/name: {{ .Chart.Name }}
-app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
 {{- end }}
 
 {{- define "slonk.labels" -}}
