@@ -1,7 +1,7 @@
 """Health checks, measured in one run. Prints one JSON document.
 
-- per-job cost: 500 trivial jobs (bench/local_cluster.py's workload) through the same
-  one-worker cluster several ways: checks off (no hooks either: slurm.conf names no
+- per-job cost: 500 trivial jobs, one sbatch each and as one array (bench/local_cluster.py's
+  workload), through the same one-worker cluster several ways: checks off (no hooks either: slurm.conf names no
   Prolog/Epilog at all, which the run checks: bare Slurm, run first and again last, to show
   how much the machine drifts within the run); default checks on a GPU pool (the worker's gpu
   check made to expect 2 GPUs, which a fake nvidia-smi shows) and on a CPU pool; the same GPU
@@ -162,10 +162,11 @@ def main() -> None:
     for name in ("bare_slurm_checks_off", "bare_slurm_checks_off_again"):
         if result[name]["job_programs"]:
             raise RuntimeError(f"checks off should leave bare Slurm: {result[name]}")
-    bare = result["bare_slurm_checks_off"]["jobs"]["jobs_per_second"]
-    result["throughput_ratio_vs_bare"] = {
-        name: round(result[name]["jobs"]["jobs_per_second"] / bare, 2) for name, _, _ in columns[1:]
-    }
+    for key in ("jobs_per_second", "array_jobs_per_second"):
+        bare = result["bare_slurm_checks_off"]["jobs"][key]
+        result[f"ratio_vs_bare_{key}"] = {
+            name: round(result[name]["jobs"][key] / bare, 2) for name, _, _ in columns[1:]
+        }
     print(json.dumps(result, indent=2))
 
 
