@@ -1,13 +1,13 @@
 """Health checks, measured in one run. Prints one JSON document.
 
 - per-job cost: 500 trivial jobs, one sbatch each and as one array (bench/local_cluster.py's
-  workload), through the same one-worker cluster several ways: checks off (no hooks either: slurm.conf names no
-  Prolog/Epilog at all, which the run checks: bare Slurm, run first and again last, to show
-  how much the machine drifts within the run); default checks on a GPU pool (the worker's gpu
-  check made to expect 2 GPUs, which a fake nvidia-smi shows) and on a CPU pool; the same GPU
-  pool with its machine checks also in every job (`prolog` and `epilog` in their phases); and
-  Prolog/Epilog that do nothing (/bin/true): what Slurm's forking them costs by itself.
-  Ratios against the first bare run;
+  workload), through the same one-worker cluster several ways: checks off (no hooks either:
+  slurm.conf names no Prolog/Epilog at all, which the run checks: bare Slurm, run first and
+  again last, to show how much the machine drifts within the run); default checks on a GPU
+  pool (the worker's gpu check made to expect 2 GPUs, which a fake nvidia-smi shows) and on a
+  CPU pool; the same GPU pool with its machine checks also in every job (`prolog` and
+  `epilog` in their phases); and Prolog/Epilog that do nothing (/bin/true): what Slurm's
+  forking them costs by itself. Ratios against the first bare run;
 - the programs Slurm forks in the per-job column, through the same wrappers Slurm runs
   (dispatcher plus checks): prolog and epilog, ms per run, median and p99; the interval
   HealthCheckProgram, mean;
