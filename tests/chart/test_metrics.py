@@ -171,11 +171,9 @@ def test_the_controller_and_every_worker_serve_metrics_on_the_named_port(port):
     for sts in ("slonk-controller", "slonk-cpu", "slonk-gpu"):
         (container,) = _get(docs, "StatefulSet", sts)["spec"]["template"]["spec"]["containers"]
         assert _ports(container)["metrics"] == port, sts
-    # One Service carries the port, for all of them: a node's own Service has none.
-    metrics = {"name": "metrics", "port": port, "targetPort": "metrics"}
-    assert _get(docs, "Service", "slonk-pods")["spec"]["ports"] == [metrics]
-    for service in ("slonk-controller", "slonk-cpu-0", "slonk-gpu-1"):
-        assert metrics not in _get(docs, "Service", service)["spec"].get("ports", []), service
+    for service in ("slonk-controller", "slonk-cpu-0", "slonk-cpu-1", "slonk-gpu-0", "slonk-gpu-1"):
+        ports = _get(docs, "Service", service)["spec"]["ports"]
+        assert {"name": "metrics", "port": port, "targetPort": "metrics"} in ports, service
     for sts in ("slonk-login", "slonk-slurmdbd", "slonk-mariadb"):
         for container in _get(docs, "StatefulSet", sts)["spec"]["template"]["spec"]["containers"]:
             assert "metrics" not in _ports(container), sts
@@ -221,7 +219,7 @@ def test_metrics_from_restricts_the_scrapers():
 
 # ---------------------------------------------------------------------------------------
 # The ServiceMonitor and the dashboard's ConfigMap.
-def test_the_service_monitor_scrapes_the_controller_and_every_worker_through_one_service():
+def test_the_service_monitor_selects_the_controllers_and_every_nodes_service():
     docs = _docs(
         {"metrics": {"serviceMonitor": {"enabled": True, "interval": "15s",
                                         "labels": {"release": "kube-prometheus-stack"}}}}
@@ -233,20 +231,15 @@ def test_the_service_monitor_scrapes_the_controller_and_every_worker_through_one
     assert spec["namespaceSelector"] == {"matchNames": ["hpc"]}
     assert spec["endpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "15s"}]
     services = [d for d in docs if d["kind"] == "Service"]
-    (chosen,) = [s for s in services if selects(spec["selector"], s["metadata"]["labels"])]
-    assert chosen["metadata"]["name"] == "slonk-pods"
-    # Its endpoints for the port: the pods it selects that name a `metrics` port, each once.
-    selector = {"matchLabels": chosen["spec"]["selector"]}
-    pods = {
-        d["metadata"]["name"]: d["spec"]["template"] for d in docs if d["kind"] == "StatefulSet"
+    chosen = {
+        s["metadata"]["name"]
+        for s in services
+        if selects(spec["selector"], s["metadata"]["labels"])
     }
-    named = {
-        name
-        for name, pod in pods.items()
-        if selects(selector, pod["metadata"]["labels"])
-        and any("metrics" in _ports(c) for c in pod["spec"]["containers"])
-    }
-    assert named == {"slonk-controller", "slonk-cpu"}
+    assert chosen == {"slonk-controller", "slonk-cpu-0", "slonk-cpu-1"}
+    for service in services:
+        if service["metadata"]["name"] in chosen:
+            assert "metrics" in {p["name"] for p in service["spec"]["ports"]}
 
 
 def test_service_monitor_and_dashboard_are_off_by_default():

@@ -1,6 +1,6 @@
 """Every Slurm node's Service (services.yaml writes them in flow style, computed once per pool)
 is the object the chart's block-style templates describe: named and selecting its pod, labelled
-as its StatefulSet, and nothing else. And `slonk.chart.documents` splits and orders
+as its StatefulSet, with the ports its pod names. And `slonk.chart.documents` splits and orders
 the manifest as Helm does."""
 
 from __future__ import annotations
@@ -33,12 +33,23 @@ def _objects(values: dict[str, Any]) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(manifest) if d]
 
 
+def _expected_spec(pool: dict[str, Any], node: str) -> dict[str, Any]:
+    """The Service's spec: headless, selecting the node's pod, with the pod's metrics port
+    if it has one (slurmctld dials SlurmdPort: no slurmd port)."""
+    container = pool["spec"]["template"]["spec"]["containers"][0]
+    ports = [
+        {"name": port["name"], "port": port["containerPort"], "targetPort": port["name"]}
+        for port in container["ports"]
+        if port["name"] == "metrics"
+    ]
+    spec = {"clusterIP": "None", "publishNotReadyAddresses": True, "selector": {POD_NAME: node}}
+    return {**spec, "ports": ports} if ports else spec
+
+
 def _node_labels(pool: dict[str, Any]) -> dict[str, str]:
-    """A node Service's labels: its release's and pool's, as its StatefulSet selects them;
-    none that changes with the chart's version (an upgrade would rewrite every node's
-    Service)."""
-    keys = ("app.kubernetes.io/instance", "slonk.io/nodepool")
-    return {key: pool["spec"]["selector"]["matchLabels"][key] for key in keys}
+    """A node Service's labels: its pool's selector alone; none that changes with the chart's
+    version (an upgrade would rewrite every node's Service)."""
+    return dict(pool["spec"]["selector"]["matchLabels"])
 
 
 @pytest.mark.parametrize(("files", "over"), VALUE_SETS, ids=lambda v: str(v))
@@ -63,11 +74,7 @@ def test_each_node_service_is_its_pods(files, over):
             "apiVersion": "v1",
             "kind": "Service",
             "metadata": {"name": node, "labels": _node_labels(pool)},
-            "spec": {
-                "clusterIP": "None",
-                "publishNotReadyAddresses": True,
-                "selector": {POD_NAME: node},  # for its name: no ports
-            },
+            "spec": _expected_spec(pool, node),
         }
 
 
@@ -111,25 +118,34 @@ def test_a_pool_name_cannot_write_into_a_service_without_the_schema(tmp_path):
         chart.render(unchecked, {"nodepools": pools})
 
 
-def _label_maps(node: Any) -> Iterator[dict[str, Any]]:
-    """Every map of labels in an object: labels, label selectors, a Service's selector."""
+NAMED = ("name", "namespace", "serviceAccountName")
+
+
+def _strings_wanted(node: Any) -> Iterator[Any]:
+    """Every value Kubernetes wants a string for that a release or namespace name reaches:
+    names, namespaces, accounts, label values (labels, label selectors, a Service's
+    selector), the namespaces a ServiceMonitor watches."""
     if isinstance(node, dict):
         for key, value in node.items():
-            if key in ("labels", "matchLabels") or (
+            if key in NAMED or key == "matchNames":
+                yield from value if key == "matchNames" else [value]
+            elif key in ("labels", "matchLabels") or (
                 key == "selector" and "matchLabels" not in value
             ):
-                yield value
-            yield from _label_maps(value)
+                yield from value.values()
+            yield from _strings_wanted(value)
     elif isinstance(node, list):
         for item in node:
-            yield from _label_maps(item)
+            yield from _strings_wanted(item)
 
 
-@pytest.mark.parametrize("release", ["on", "1"])
-def test_a_release_named_like_a_boolean_or_a_number_labels_with_strings(release):
-    """YAML reads an unquoted `on` as true and `1` as a number: Kubernetes refuses a label
-    that is no string."""
-    manifest = chart.manifest(chart.render(chart.default_chart(), {}, release=release))
-    for doc in (d for d in yaml.safe_load_all(manifest) if d):
-        for labels in _label_maps(doc):
-            assert all(isinstance(v, str) for v in labels.values()), (doc["kind"], labels)
+@pytest.mark.parametrize("name", ["on", "1"])
+def test_a_release_or_namespace_named_like_a_boolean_or_a_number_stays_a_string(name):
+    """YAML reads an unquoted `on` as true and `1` as a number: Kubernetes refuses a name or a
+    label that is no string."""
+    values = {"metrics": {"serviceMonitor": {"enabled": True}}, "accounting": {"enabled": True}}
+    for release, namespace in ((name, "hpc"), ("slonk", name)):
+        rendered = chart.render(chart.default_chart(), values, release=release, namespace=namespace)
+        for doc in (d for d in yaml.safe_load_all(chart.manifest(rendered)) if d):
+            wrong = [v for v in _strings_wanted(doc) if not isinstance(v, str)]
+            assert not wrong, (release, namespace, doc["kind"], wrong)

@@ -225,7 +225,7 @@ def test_storage_and_scratch_checks(tmp_path, monkeypatch):
     )
     monkeypatch.setattr(checks, "MOUNTINFO", mountinfo)
     assert checks.check_storage(NODE, {"paths": [str(tmp_path)]}, "boot", 5).endswith("writable")
-    assert not list(tmp_path.glob(".slonk-health-*"))
+    assert list(tmp_path.iterdir()) == [mountinfo]  # the probe left nothing
     with pytest.raises(Unhealthy, match="/shared is mounted read-only"):
         checks.check_storage(NODE, {"paths": ["/shared"]}, "boot", 5)
     with pytest.raises(Unhealthy, match="/nowhere is not mounted"):
@@ -234,6 +234,22 @@ def test_storage_and_scratch_checks(tmp_path, monkeypatch):
     assert "free" in checks.check_scratch(NODE, scratch, "boot", 5)
     with pytest.raises(Unhealthy, match=r"below 101%"):
         checks.check_scratch(NODE, {**scratch, "minFreePercent": 101}, "boot", 5)
+
+
+def test_a_user_cannot_plant_the_storage_probe(tmp_path, monkeypatch):
+    """A directory or a link where an older probe wrote (`.slonk-health-<node>`) made every
+    node writing there fail its check, or wrote through the link."""
+    monkeypatch.setattr(checks, "MOUNTINFO", tmp_path / "mountinfo")
+    (tmp_path / "mountinfo").write_text(f"2 1 0:5 / {tmp_path} rw - tmpfs tmpfs rw\n")
+    (tmp_path / f".slonk-health-{NODE.name}").mkdir()
+    (tmp_path / ".slonk-health.link").symlink_to("/etc/passwd")
+    assert checks.check_storage(NODE, {"paths": [str(tmp_path)]}, "watch", 5).endswith("writable")
+    # What was there stays, as it was; the probe left nothing of its own.
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".slonk-health-slonk-cpu-0",
+        ".slonk-health.link",
+        "mountinfo",
+    ]
 
 
 def test_health_reads_every_node_in_one_call(monkeypatch):

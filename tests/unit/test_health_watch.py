@@ -15,6 +15,7 @@ import pytest
 from slonk.config.spec import HEALTH_CHECKS
 from slonk.health import drains, jobphase, runner, watch
 from slonk.health.runner import Result
+from slonk.slurm_state import SlurmError
 
 FAKE_GPU = Path(__file__).parents[1] / "fakes" / "fake-gpu"
 ECC = (
@@ -38,7 +39,8 @@ class Node:
         read_boot = runner.boot_results
         monkeypatch.setattr(runner, "boot_results", lambda path=boot: read_boot(path))
         monkeypatch.setattr(runner, "run", functools.partial(runner.run, state=self.state))
-        monkeypatch.setattr(drains, "LOG", root / "health.log")
+        self.log = root / "health.log"
+        monkeypatch.setattr(drains, "LOG", self.log)
         monkeypatch.setattr(drains, "apply", self._apply)
         monkeypatch.setattr("slonk.health.checks.jobs_here", lambda node: True)
 
@@ -94,9 +96,26 @@ def test_a_healthy_node_asks_slurm_once_as_the_watch_starts_then_never(node):
 
 
 def test_a_fault_drains_the_round_it_appears_and_healing_resumes_the_round_after(node):
-    waits = _watch(node, ["healthy", "healthy", "ecc", "ecc", "healthy", "healthy"])
-    assert node.asked == [[], [ECC], [ECC], []]
-    assert waits == [10] * 6
+    waits = _watch(node, ["healthy", "healthy", "ecc", "ecc", "ecc", "healthy", "healthy"])
+    # Asked again only when what fails changes: an outage on every node asks nothing more.
+    assert node.asked == [[], [ECC], []]
+    assert waits == [10] * 7
+
+
+def test_until_slurm_answers_every_round_asks_again(node, monkeypatch):
+    """A resume lost to a slurmctld that did not answer would leave the node drained."""
+    answers = iter([False, False, True, True])
+
+    def flaky(name: str, results: list[Result], undrain: bool) -> str:
+        node.asked.append([r.reason for r in results if not r.ok])
+        if not next(answers):
+            raise SlurmError("slurmctld does not answer")
+        return "resumed"
+
+    monkeypatch.setattr(drains, "apply", flaky)
+    _watch(node, ["healthy"] * 6)
+    assert node.asked == [[], [], []]  # two failed, the third took
+    assert "could not update the node: slurmctld does not answer" in node.log.read_text()
 
 
 def test_the_period_comes_from_the_plan_and_a_missing_plan_is_waited_for(node):

@@ -125,8 +125,10 @@ def check_storage(node: Node, options: Mapping[str, Any], phase: str, timeout: f
             raise Unhealthy(f"{path} is not mounted")
         if "ro" in mounted:
             raise Unhealthy(f"{path} is mounted read-only")
-        probe = f"{path}/.slonk-health-{node.name}"
-        status, output = bounded(["sh", "-c", 'touch "$1" && rm -f "$1"', "probe", probe], timeout)
+        # A new name each time, made by mktemp (O_EXCL): one a user could guess, plant a
+        # directory or a link at, would drain (or fool) every node writing there.
+        write = 'f=$(mktemp -p "$1" .slonk-health.XXXXXXXX) && rm -f "$f"'
+        status, output = bounded(["sh", "-c", write, "probe", path], timeout)
         if status:
             raise Unhealthy(f"{path} is not writable: {output.strip()}")
     return f"{', '.join(options['paths'])} writable"

@@ -15,10 +15,7 @@ from slonk.health.runner import Result
 from slonk.slurm_state import NodeState, SlurmError
 
 LOG = Path("/var/log/slonk/health.log")
-# Phases that run for every job, or every few seconds: they ask Slurm about the node only when
-# a check fails (or when told to settle it), never once per job or per round: a thousand
-# nodes would otherwise keep slurmctld answering `scontrol show node` for nobody.
-FREQUENT_PHASES = ("prolog", "epilog", "watch")
+JOB_PHASES = ("prolog", "epilog")
 
 
 # A health drain that replaced the syncer's says so first in its detail: once the check
@@ -75,30 +72,31 @@ def with_boot_failures(results: list[Result], boot: list[Result]) -> list[Result
     return [*failed, *(r for r in results if r.check not in failed_at_boot)]
 
 
-def check_node(
-    phase: str,
-    drain: bool,
-    rerun: bool = True,
-    settle: bool = False,
-    plan: runner.CheckPlan | None = None,
-) -> tuple[list[Result], str | None]:
-    """Run the phase's checks (of `plan`, else the node's); with `drain`, set the node's Slurm
-    state from them. A frequent phase that passes leaves Slurm alone unless told to `settle`
-    (the watch does after a round that failed, to resume what it drained)."""
-    plan = plan or runner.load_plan()
-    boot = runner.boot_results()
-    results = with_boot_failures(runner.run(plan, phase) if rerun else boot, boot)
-    passed = all(r.ok for r in results)
-    if not drain or (phase in FREQUENT_PHASES and passed and not settle):
-        return results, None
+def act(plan: runner.CheckPlan, phase: str, results: list[Result]) -> tuple[str, bool]:
+    """Set the node's Slurm state from a run's results and log what was done (a healthy node
+    left alone is no news): what was done, and whether Slurm could be asked at all."""
     try:
-        action = apply(plan.node.name, results, plan.undrain)
+        action, asked = apply(plan.node.name, results, plan.undrain), True
     except SlurmError as err:
-        action = f"could not update the node: {err}"
+        action, asked = f"could not update the node: {err}", False
     failed = "; ".join(r.reason for r in results if not r.ok)
-    if failed or not action.startswith("left"):  # a healthy node left alone is no news
+    if failed or not action.startswith("left"):
         LOG.parent.mkdir(parents=True, exist_ok=True)
         with LOG.open("a") as log:
             stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
             log.write(f"{stamp} {phase}: {failed or 'all passed'}; {action}\n")
-    return results, action
+    return action, asked
+
+
+def check_node(
+    phase: str, drain: bool, rerun: bool = True, plan: runner.CheckPlan | None = None
+) -> tuple[list[Result], str | None]:
+    """Run the phase's checks (of `plan`, else the node's); with `drain`, set the node's Slurm
+    state from them. Around a job the node is allocated, so there is nothing to resume: Slurm
+    is asked only on failure, not once per job."""
+    plan = plan or runner.load_plan()
+    boot = runner.boot_results()
+    results = with_boot_failures(runner.run(plan, phase) if rerun else boot, boot)
+    if not drain or (phase in JOB_PHASES and all(r.ok for r in results)):
+        return results, None
+    return results, act(plan, phase, results)[0]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 from collections.abc import Sequence
 
 
@@ -17,6 +18,7 @@ class Unhealthy(Exception):
 # watch, every few seconds) starts no second copy of such a probe while the first hangs, or a
 # hung server would fill the pod's process table.
 _ABANDONED: dict[tuple[str, ...], subprocess.Popen[str]] = {}
+_ABANDONED_LOCK = threading.Lock()  # a check still running from an earlier round, beside this
 
 
 def bounded(argv: Sequence[str], timeout: float) -> tuple[int, str]:
@@ -25,11 +27,11 @@ def bounded(argv: Sequence[str], timeout: float) -> tuple[int, str]:
     killed and left behind, never waited for; while it is still there, the same probe fails
     at once instead of starting again."""
     command = tuple(argv)
-    stuck = _ABANDONED.get(command)
-    if stuck is not None:
-        if stuck.poll() is None:
+    with _ABANDONED_LOCK:
+        stuck = _ABANDONED.get(command)
+        if stuck is not None and stuck.poll() is None:
             raise Unhealthy(f"{' '.join(argv[:2])} still hangs since an earlier timeout")
-        del _ABANDONED[command]
+        _ABANDONED.pop(command, None)
     try:
         proc = subprocess.Popen(
             argv,
@@ -45,6 +47,7 @@ def bounded(argv: Sequence[str], timeout: float) -> tuple[int, str]:
         output, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
-        _ABANDONED[command] = proc
+        with _ABANDONED_LOCK:
+            _ABANDONED[command] = proc
         raise Unhealthy(f"{' '.join(argv[:2])} did not answer within {timeout:g} s") from None
     return proc.returncode, output

@@ -8,10 +8,12 @@ is worth there. So by default slurm.conf names no Prolog or Epilog at all, and a
 reaches Slurm within a period, as with any interval check, only sooner. A site that wants a
 look in every job puts `prolog` or `epilog` in a check's phases and pays for it.
 
-Slurm is asked about the node only when a check fails, and on the first round after one
-did (to resume what this drained): a thousand healthy nodes ask slurmctld nothing. A probe
-that hangs (a hung NFS mount, a lost GPU) is not started again while it hangs
-(slonk.health.probe): its check fails at once, round after round.
+Slurm is asked about the node only when what fails changes (a fault, another, healed) and
+on the agent's first round; until Slurm could be asked, every round asks again. A thousand
+nodes, healthy or failing the same way through an outage, ask slurmctld nothing. (A drain a
+person lifts while the fault lasts comes back with the interval checks.) A probe that hangs
+(a hung NFS mount, a lost GPU) is not started again while it hangs (slonk.health.probe): its
+check fails at once, round after round.
 
 Run by the worker's agent as a thread (`run(stop)`).
 """
@@ -31,17 +33,18 @@ NO_PLAN_WAIT_SECONDS = 10.0  # health turned off, or a plan that does not load: 
 def run(stop: threading.Event, plan_path: Path = HEALTH_PLAN) -> None:
     """Watch until `stop` is set. Never raises for a failing check or a bad plan: it says so
     on stderr and tries again later."""
-    settle = True  # the first round settles: a drain from before a restart may be lifted
+    told: tuple[str, ...] | None = None  # what failed when Slurm was last asked; None: never
     while not stop.is_set():
         period = NO_PLAN_WAIT_SECONDS
         try:
             plan = runner.load_plan(plan_path)
             period = plan.watch_seconds
-            results, _ = drains.check_node("watch", drain=True, settle=settle, plan=plan)
-            settle = not all(r.ok for r in results)
+            results, _ = drains.check_node("watch", drain=False, plan=plan)
+            failing = tuple(r.reason for r in results if not r.ok)
+            if failing != told and drains.act(plan, "watch", results)[1]:
+                told = failing
         except FileNotFoundError:
             pass
         except Exception as err:
             print(f"slonk health watch: {err!r}", file=sys.stderr, flush=True)
-            settle = True
         stop.wait(period)
