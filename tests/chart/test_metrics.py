@@ -1,6 +1,6 @@
 """Metrics in the chart (values: metrics): the port named `metrics` on the controller's and
-the workers' containers and Services, who may scrape it, `metrics: {port}` in cluster.yaml,
-the ServiceMonitor, and the Grafana dashboard, whose PromQL names only series the exporter
+the workers' containers and the controller's Service, who may scrape it, `metrics: {port}` in
+cluster.yaml, the PodMonitor, and the Grafana dashboard, whose PromQL names only series the exporter
 produces."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ DASHBOARD = chart.default_chart() / "dashboards" / "slonk.json"
 PORT = 9341
 SCRAPER = Endpoint("10.244.7.7", "monitoring", {"app.kubernetes.io/name": "prometheus"})
 MONITORING = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
-ON = {"metrics": {"serviceMonitor": {"enabled": True}, "dashboard": {"enabled": True}}}
+ON = {"metrics": {"podMonitor": {"enabled": True}, "dashboard": {"enabled": True}}}
 
 
 def exporter_series() -> dict[str, frozenset[str]]:
@@ -171,9 +171,8 @@ def test_the_controller_and_every_worker_serve_metrics_on_the_named_port(port):
     for sts in ("slonk-controller", "slonk-cpu", "slonk-gpu"):
         (container,) = _get(docs, "StatefulSet", sts)["spec"]["template"]["spec"]["containers"]
         assert _ports(container)["metrics"] == port, sts
-    for service in ("slonk-controller", "slonk-cpu-0", "slonk-cpu-1", "slonk-gpu-0", "slonk-gpu-1"):
-        ports = _get(docs, "Service", service)["spec"]["ports"]
-        assert {"name": "metrics", "port": port, "targetPort": "metrics"} in ports, service
+    ports = _get(docs, "Service", "slonk-controller")["spec"]["ports"]
+    assert {"name": "metrics", "port": port, "targetPort": "metrics"} in ports
     for sts in ("slonk-login", "slonk-slurmdbd", "slonk-mariadb"):
         for container in _get(docs, "StatefulSet", sts)["spec"]["template"]["spec"]["containers"]:
             assert "metrics" not in _ports(container), sts
@@ -190,7 +189,7 @@ def test_metrics_off_leaves_no_port_rule_or_spec_key():
         ]["name"]
     assert "metrics" not in _spec(docs)
     assert parse_spec(_spec(docs)).metrics is None
-    assert not [d for d in docs if d["kind"] == "ServiceMonitor"]
+    assert not [d for d in docs if d["kind"] in ("PodMonitor", "ServiceMonitor")]
     # The dashboard is a ConfigMap for Grafana: it stays if asked (another release's data).
     assert _get(docs, "ConfigMap", "slonk-dashboard")
 
@@ -218,33 +217,38 @@ def test_metrics_from_restricts_the_scrapers():
 
 
 # ---------------------------------------------------------------------------------------
-# The ServiceMonitor and the dashboard's ConfigMap.
-def test_the_service_monitor_selects_the_controllers_and_every_nodes_service():
+# The PodMonitor and the dashboard's ConfigMap.
+def test_the_pod_monitor_selects_the_controller_and_every_worker_by_their_metrics_port():
     docs = _docs(
-        {"metrics": {"serviceMonitor": {"enabled": True, "interval": "15s",
-                                        "labels": {"release": "kube-prometheus-stack"}}}}
+        {"metrics": {"podMonitor": {"enabled": True, "interval": "15s",
+                                    "labels": {"release": "kube-prometheus-stack"}}},
+         "accounting": {"enabled": True}}
     )  # fmt: skip
-    (monitor,) = [d for d in docs if d["kind"] == "ServiceMonitor"]
+    (monitor,) = [d for d in docs if d["kind"] == "PodMonitor"]
     assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     spec = monitor["spec"]
     assert spec["namespaceSelector"] == {"matchNames": ["hpc"]}
-    assert spec["endpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "15s"}]
-    services = [d for d in docs if d["kind"] == "Service"]
-    chosen = {
-        s["metadata"]["name"]
-        for s in services
-        if selects(spec["selector"], s["metadata"]["labels"])
-    }
-    assert chosen == {"slonk-controller", "slonk-cpu-0", "slonk-cpu-1"}
-    for service in services:
-        if service["metadata"]["name"] in chosen:
-            assert "metrics" in {p["name"] for p in service["spec"]["ports"]}
+    endpoint = {"port": "metrics", "path": "/metrics", "interval": "15s"}
+    assert spec["podMetricsEndpoints"] == [endpoint]
+    pods = _pods(docs)
+    chosen = {name for name, pod in pods.items() if selects(spec["selector"], pod.labels)}
+    assert chosen == {"controller", "cpu"}, sorted(pods)
+    for name in chosen:
+        assert pods[name].ports["metrics"] == PORT
+    # Nothing else in the release serves metrics.
+    assert all("metrics" not in pod.ports for name, pod in pods.items() if name not in chosen)
 
 
-def test_service_monitor_and_dashboard_are_off_by_default():
+def test_the_removed_service_monitor_key_is_refused_naming_its_successor():
+    message = _template_error("--set", "metrics.serviceMonitor.enabled=true")
+    assert "metrics.serviceMonitor: removed; " in message
+    assert "metrics.podMonitor" in message and "podMonitorSelector" in message
+
+
+def test_pod_monitor_and_dashboard_are_off_by_default():
     docs = _docs()
-    assert not [d for d in docs if d["kind"] == "ServiceMonitor"]
+    assert not [d for d in docs if d["kind"] in ("PodMonitor", "ServiceMonitor")]
     assert not [d for d in docs if d["metadata"]["name"] == "slonk-dashboard"]
 
 
@@ -274,12 +278,12 @@ def test_the_dashboard_fits_a_configmap():
         (["--set-string", "metrics.port=9341"], "at '/metrics/port': got string, want integer"),
         (["--set", "metrics.prot=1"], "at '/metrics': additional properties 'prot' not allowed"),
         (
-            ["--set", "metrics.serviceMonitor.intervall=1m"],
-            "at '/metrics/serviceMonitor': additional properties 'intervall' not allowed",
+            ["--set", "metrics.podMonitor.intervall=1m"],
+            "at '/metrics/podMonitor': additional properties 'intervall' not allowed",
         ),
         (
-            ["--set", "metrics.serviceMonitor.interval=soon"],
-            "at '/metrics/serviceMonitor/interval'",
+            ["--set", "metrics.podMonitor.interval=soon"],
+            "at '/metrics/podMonitor/interval'",
         ),
         (
             ["--set-string", "metrics.enabled=yes"],
@@ -306,11 +310,11 @@ def test_the_dashboard_fits_a_configmap():
         (  # the chart's own labels select and own its objects: a site's may not repeat them
             [
                 "--set",
-                "metrics.serviceMonitor.enabled=true",
+                "metrics.podMonitor.enabled=true",
                 "--set",
-                "metrics.serviceMonitor.labels.app\\.kubernetes\\.io/instance=other",
+                "metrics.podMonitor.labels.app\\.kubernetes\\.io/instance=other",
             ],
-            "metrics.serviceMonitor.labels: app.kubernetes.io/instance is set by the chart",
+            "metrics.podMonitor.labels: app.kubernetes.io/instance is set by the chart",
         ),
         (
             [

@@ -1,7 +1,6 @@
 """Every Slurm node's Service (services.yaml writes them in flow style, computed once per pool)
-is the object the chart's block-style templates describe: named and selecting its pod, labelled
-as its StatefulSet, with the ports its pod names. And `slonk.chart.documents` splits and orders
-the manifest as Helm does."""
+is named as its pod and selects it, whatever the pool and release are called. And
+`slonk.chart.documents` splits and orders the manifest as Helm does."""
 
 from __future__ import annotations
 
@@ -33,25 +32,6 @@ def _objects(values: dict[str, Any]) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(manifest) if d]
 
 
-def _expected_spec(pool: dict[str, Any], node: str) -> dict[str, Any]:
-    """The Service's spec: headless, selecting the node's pod, with the pod's metrics port
-    if it has one (slurmctld dials SlurmdPort: no slurmd port)."""
-    container = pool["spec"]["template"]["spec"]["containers"][0]
-    ports = [
-        {"name": port["name"], "port": port["containerPort"], "targetPort": port["name"]}
-        for port in container["ports"]
-        if port["name"] == "metrics"
-    ]
-    spec = {"clusterIP": "None", "publishNotReadyAddresses": True, "selector": {POD_NAME: node}}
-    return {**spec, "ports": ports} if ports else spec
-
-
-def _node_labels(pool: dict[str, Any]) -> dict[str, str]:
-    """A node Service's labels: its pool's selector alone; none that changes with the chart's
-    version (an upgrade would rewrite every node's Service)."""
-    return dict(pool["spec"]["selector"]["matchLabels"])
-
-
 @pytest.mark.parametrize(("files", "over"), VALUE_SETS, ids=lambda v: str(v))
 def test_each_node_service_is_its_pods(files, over):
     objects = _objects(chart.deep_merge(chart.user_values([VALUES / f for f in files]), over))
@@ -63,18 +43,20 @@ def test_each_node_service_is_its_pods(files, over):
     }
     services = {d["metadata"]["name"]: d for d in objects if d["kind"] == "Service"}
     expected = {
-        f"{name}-{i}": pool
-        for name, pool in workers.items()
-        for i in range(pool["spec"]["replicas"])
+        f"{name}-{i}" for name, pool in workers.items() for i in range(pool["spec"]["replicas"])
     }
     assert expected, "the values set has no worker"
-    assert {n for n, s in services.items() if POD_NAME in s["spec"]["selector"]} == set(expected)
-    for node, pool in expected.items():
+    assert {n for n, s in services.items() if POD_NAME in s["spec"]["selector"]} == expected
+    for node in expected:
         assert services[node] == {
             "apiVersion": "v1",
             "kind": "Service",
-            "metadata": {"name": node, "labels": _node_labels(pool)},
-            "spec": _expected_spec(pool, node),
+            "metadata": {"name": node},
+            "spec": {
+                "clusterIP": "None",
+                "publishNotReadyAddresses": True,
+                "selector": {POD_NAME: node},
+            },
         }
 
 
@@ -87,7 +69,7 @@ def test_labels_are_strings_whatever_the_pool_is_named(pool):
     for d in objects:
         assert all(isinstance(v, str) for v in d["metadata"].get("labels", {}).values())
     (service,) = [d for d in objects if d["metadata"]["name"] == f"hpc1-{pool}-0"]
-    assert service["metadata"]["labels"]["slonk.io/nodepool"] == pool
+    assert service["spec"]["selector"] == {POD_NAME: f"hpc1-{pool}-0"}
     (config,) = [d for d in objects if d["kind"] == "ConfigMap" and "cluster.yaml" in d["data"]]
     assert parse_spec(yaml.safe_load(config["data"]["cluster.yaml"])).pool(pool).replicas == 1
 
@@ -124,7 +106,7 @@ NAMED = ("name", "namespace", "serviceAccountName")
 def _strings_wanted(node: Any) -> Iterator[Any]:
     """Every value Kubernetes wants a string for that a release or namespace name reaches:
     names, namespaces, accounts, label values (labels, label selectors, a Service's
-    selector), the namespaces a ServiceMonitor watches."""
+    selector), the namespaces a PodMonitor watches."""
     if isinstance(node, dict):
         for key, value in node.items():
             if key in NAMED or key == "matchNames":
@@ -143,7 +125,7 @@ def _strings_wanted(node: Any) -> Iterator[Any]:
 def test_a_release_or_namespace_named_like_a_boolean_or_a_number_stays_a_string(name):
     """YAML reads an unquoted `on` as true and `1` as a number: Kubernetes refuses a name or a
     label that is no string."""
-    values = {"metrics": {"serviceMonitor": {"enabled": True}}, "accounting": {"enabled": True}}
+    values = {"metrics": {"podMonitor": {"enabled": True}}, "accounting": {"enabled": True}}
     for release, namespace in ((name, "hpc"), ("slonk", name)):
         rendered = chart.render(chart.default_chart(), values, release=release, namespace=namespace)
         for doc in (d for d in yaml.safe_load_all(chart.manifest(rendered)) if d):

@@ -325,7 +325,7 @@ CHART_ONLY = dict(
     [
         (
             "%s: %s is set by the chart",
-            "labels of the ServiceMonitor and dashboard objects: never in cluster.yaml",
+            "labels of the PodMonitor and dashboard objects: never in cluster.yaml",
         ),
         (
             "hooks.git.repo: required when hooks.enabled is true",
@@ -379,6 +379,12 @@ CHART_ONLY = dict(
             "workers.terminationGracePeriodSeconds: removed; a worker pod's grace is now "
             "workers.drainTimeoutSeconds (for its jobs to end) + workers.stopMarginSeconds (to "
             "stop slurmd): set those instead",
+            "a removed key: cluster.yaml never held it",
+        ),
+        (
+            "metrics.serviceMonitor: removed; Prometheus now finds the exporters through a "
+            "PodMonitor, metrics.podMonitor (same keys): set that instead, and check that your "
+            "Prometheus selects PodMonitors (its podMonitorSelector)",
             "a removed key: cluster.yaml never held it",
         ),
     ]

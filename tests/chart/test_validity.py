@@ -27,7 +27,7 @@ VALUE_SETS = [
     ["metrics.yaml"],
 ]
 # Custom resources Kubernetes' own schemas do not know: their shape is tested where the chart
-# makes them (the ServiceMonitor: test_metrics.py).
+# makes them (the PodMonitor: test_metrics.py).
 CUSTOM_API_GROUPS = ("monitoring.coreos.com/",)
 
 

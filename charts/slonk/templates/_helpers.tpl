@@ -194,6 +194,9 @@ Checks the schema cannot express. Each failure names the values key, as the sche
 {{- if hasKey .Values.workers "terminationGracePeriodSeconds" -}}
 {{- fail "workers.terminationGracePeriodSeconds: removed; a worker pod's grace is now workers.drainTimeoutSeconds (for its jobs to end) + workers.stopMarginSeconds (to stop slurmd): set those instead" -}}
 {{- end -}}
+{{- if hasKey .Values.metrics "serviceMonitor" -}}
+{{- fail "metrics.serviceMonitor: removed; Prometheus now finds the exporters through a PodMonitor, metrics.podMonitor (same keys): set that instead, and check that your Prometheus selects PodMonitors (its podMonitorSelector)" -}}
+{{- end -}}
 {{- $pools := dict -}}
 {{- $reserved := include "slonk.reservedPoolNames" . | splitList " " -}}
 {{- range $name, $pool := .Values.nodepools -}}
@@ -576,12 +579,6 @@ container port, the Service port and the NetworkPolicy rule, each nothing when i
 {{- define "slonk.metricsContainerPort" -}}
 {{- if .Values.metrics.enabled -}}
 - {name: metrics, containerPort: {{ .Values.metrics.port }}}
-{{- end -}}
-{{- end }}
-
-{{- define "slonk.metricsServicePort" -}}
-{{- if .Values.metrics.enabled -}}
-- {name: metrics, port: {{ .Values.metrics.port }}, targetPort: metrics}
 {{- end -}}
 {{- end }}
 
