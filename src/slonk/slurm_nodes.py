@@ -34,6 +34,8 @@ def run(argv: list[str], timed_out: str = "", failed: str = "") -> str:
         )
     except subprocess.TimeoutExpired:
         raise SlurmError(timed_out or f"{argv[0]} timed out") from None
+    except OSError as err:  # not installed: a pod of another image, a host
+        raise SlurmError(f"{argv[0]}: {err.strerror}") from None
     if result.returncode:
         said = result.stderr.strip() or "failed"
         raise SlurmError(f"{failed or ' '.join(argv)}: {said}")

@@ -117,10 +117,9 @@ def _controller_run(cluster: Cluster, *command: str) -> str | None:
 
 
 def mark_down(cluster: Cluster, nodes: Collection[str], progress: Callable[[str], None]) -> None:
-    """After `down` stopped these worker nodes' pods, before the controller: each pod's SIGTERM
-    marked its node DOWN; one that could not in time (a controller too busy for hundreds at
-    once) is marked here, so that slurmctld saves no stopped node as up. A node drained by
-    anyone but a pod is left as it is, as the pods leave it."""
+    """After `down` powered these workers off, before the controller: their nodes DOWN in one
+    call, so that slurmctld requeues their jobs and saves no stopped node as up. A node
+    drained by anyone but a pod is left as it is, as a stopping pod leaves it."""
     states = node_states(cluster)
     ours = [n for n in nodes if n in states and states[n].up]
     ours = [n for n in ours if not drained_by_another(states[n])]
@@ -133,4 +132,4 @@ def mark_down(cluster: Cluster, nodes: Collection[str], progress: Callable[[str]
             undrain = ["scontrol", "update", f"nodename={','.join(sorted(drained))}"]
             said = _controller_run(cluster, *undrain, "state=undrain")
         failed = "" if said is not None else " (scontrol failed)"
-        progress(f"  marked {len(ours)} nodes down that their pods left up{failed}")
+        progress(f"  marked {len(ours)} nodes down{failed}")
