@@ -1,5 +1,5 @@
 """Local mode's parts for many pods: addresses past a /24, the nodes line as counts, the
-host limits `up` raises (on a fake /proc/sys)."""
+host limits `up` raises (on a fake /proc/sys), what `down` marks DOWN in one call."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from slonk.local import host
+from slonk.local import host, nodes
 from slonk.local.network import MAX_PODS, address_index, pod_address, pod_addresses
 from slonk.local.nodes import printer, summary
 from slonk.slurm_state import NodeState
@@ -26,8 +26,8 @@ def test_addresses_run_past_a_slash_24_and_name_their_port():
         pod_address(MAX_PODS)
 
 
-def _node(name: str, state: str, *flags: str) -> NodeState:
-    return NodeState(name=name, state=state, flags=frozenset(flags), reason="")
+def _node(name: str, state: str, *flags: str, reason: str = "") -> NodeState:
+    return NodeState(name=name, state=state, flags=frozenset(flags), reason=reason)
 
 
 def test_the_nodes_line_counts_states_and_names_no_node():
@@ -117,3 +117,45 @@ def test_a_signal_counts_as_taken_once_handled_or_blocked():
         finally:
             child.kill()
             child.wait()
+
+
+def _mark_down(monkeypatch, states: dict[str, NodeState], workers: list[str]) -> list[str]:
+    """The scontrol commands and progress lines of `down`'s mark_down, with the controller's
+    answers faked."""
+    said: list[str] = []
+    monkeypatch.setattr(nodes, "node_states", lambda cluster: states)
+
+    def run(cluster, *command: str) -> str:
+        said.append(" ".join(command))
+        return ""
+
+    monkeypatch.setattr(nodes, "_controller_run", run)
+    nodes.mark_down(None, workers, said.append)  # type: ignore[arg-type]
+    return said
+
+
+def test_down_marks_every_worker_left_up_in_one_call_and_leaves_anothers_drain(monkeypatch):
+    states = {
+        "w-idle": _node("w-idle", "idle"),
+        "w-busy": _node("w-busy", "allocated"),
+        # Not responding (a loaded controller): it may still hold a job, a ghost after `up`.
+        "w-silent": _node("w-silent", "allocated", "NOT_RESPONDING"),
+        "w-ours": _node("w-ours", "idle", "DRAIN", reason="slonk:pod: stopping"),
+        "w-person": _node("w-person", "allocated", "DRAIN", reason="hands off"),
+        "w-check": _node("w-check", "idle", "DRAIN", reason="slonk:gpu: ecc"),
+        "w-down": _node("w-down", "down", "NOT_RESPONDING"),
+        "w-lent": _node("w-lent", "idle", "POWERED_DOWN"),
+    }
+    said = _mark_down(monkeypatch, states, [*states, "w-unknown"])
+    assert said == [
+        "scontrol update nodename=w-busy,w-idle,w-ours,w-silent state=down "
+        "reason=slonk:pod: stopping",
+        "scontrol update nodename=w-ours state=undrain",
+        "  marked 4 nodes down",
+    ]
+
+
+def test_down_says_so_when_the_controller_does_not_answer(monkeypatch):
+    said = _mark_down(monkeypatch, {}, ["w-0", "w-1"])
+    assert said == ["  the controller did not answer: 2 nodes left as it last saw them"]
+    assert _mark_down(monkeypatch, {}, []) == []

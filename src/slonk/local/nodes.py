@@ -116,13 +116,21 @@ def _controller_run(cluster: Cluster, *command: str) -> str | None:
     return result.stdout if result.returncode == 0 else None
 
 
+def _left_up(node: NodeState) -> bool:
+    return not (node.state == "down" or node.powered_down or drained_by_another(node))
+
+
 def mark_down(cluster: Cluster, nodes: Collection[str], progress: Callable[[str], None]) -> None:
     """After `down` powered these workers off, before the controller: their nodes DOWN in one
     call, so that slurmctld requeues their jobs and saves no stopped node as up. A node
-    drained by anyone but a pod is left as it is, as a stopping pod leaves it."""
+    drained by anyone but a pod is left as it is, as a stopping pod leaves it, and so is one
+    DOWN or powered down already. A node slurmctld counts as not responding is marked too:
+    a job it still holds there would be a ghost after the next `up`."""
     states = node_states(cluster)
-    ours = [n for n in nodes if n in states and states[n].up]
-    ours = [n for n in ours if not drained_by_another(states[n])]
+    if nodes and not states:
+        progress(f"  the controller did not answer: {len(nodes)} nodes left as it last saw them")
+        return
+    ours = [n for n in nodes if n in states and _left_up(states[n])]
     if ours:
         update = ["scontrol", "update", f"nodename={','.join(sorted(ours))}"]
         said = _controller_run(cluster, *update, "state=down", f"reason={REASON}")
