@@ -236,14 +236,24 @@ def test_the_pod_monitor_selects_the_controller_and_every_worker_by_their_metric
     assert chosen == {"controller", "cpu"}, sorted(pods)
     for name in chosen:
         assert pods[name].ports["metrics"] == PORT
+    assert {pods[name].labels[spec["jobLabel"]] for name in chosen} == {"controller", "worker"}
     # Nothing else in the release serves metrics.
     assert all("metrics" not in pod.ports for name, pod in pods.items() if name not in chosen)
 
 
-def test_the_removed_service_monitor_key_is_refused_naming_its_successor():
-    message = _template_error("--set", "metrics.serviceMonitor.enabled=true")
+@pytest.mark.parametrize("value", [{"enabled": True}, {"enabled": False}, {}])
+def test_the_removed_service_monitor_key_is_refused_naming_its_successor(value):
+    with pytest.raises(chart.ChartError) as caught:
+        _docs({"metrics": {"serviceMonitor": value}})
+    message = str(caught.value)
     assert "metrics.serviceMonitor: removed; " in message
     assert "metrics.podMonitor" in message and "podMonitorSelector" in message
+
+
+def test_null_takes_the_removed_service_monitor_key_out():
+    """A GitOps overlay over a base file that set it, or `--set metrics.serviceMonitor=null`."""
+    docs = _docs({"metrics": {"serviceMonitor": None, "podMonitor": {"enabled": True}}})
+    assert [d["kind"] for d in docs if d["kind"].endswith("Monitor")] == ["PodMonitor"]
 
 
 def test_pod_monitor_and_dashboard_are_off_by_default():

@@ -126,6 +126,8 @@ def test_the_removed_grace_key_is_refused_naming_the_keys_that_replace_it():
     message = str(caught.value)
     assert "workers.terminationGracePeriodSeconds: removed" in message
     assert "workers.drainTimeoutSeconds" in message and "workers.stopMarginSeconds" in message
+    # null takes it out (a GitOps overlay over a base file that set it).
+    assert _objects({"workers": {"terminationGracePeriodSeconds": None}})
 
 
 @pytest.mark.parametrize("key", ["drainTimeoutSeconds", "stopMarginSeconds"])

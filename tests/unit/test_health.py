@@ -265,6 +265,14 @@ def test_health_reads_every_node_in_one_call(monkeypatch):
     assert calls == [("show", "node", "--json"), ("show", "node", "n1", "--json")]
 
 
+def test_a_slurm_command_that_is_missing_or_fails_is_a_slurm_error(tmp_path):
+    """Not a traceback: a pod's loops report it and ask again (a pod of another image)."""
+    with pytest.raises(slurm_nodes.SlurmError, match="No such file or directory"):
+        slurm_nodes.run([str(tmp_path / "scontrol"), "show", "node"])
+    with pytest.raises(slurm_nodes.SlurmError, match="false: failed"):
+        slurm_nodes.run(["false"], failed="false")
+
+
 def _node(reason="", drained=True, state="idle", started="t0"):
     flags = frozenset({"DRAIN"} if drained else ())
     return slurm_nodes.NodeState("n", state, flags, reason, started)

@@ -3,9 +3,11 @@ host limits `up` raises (on a fake /proc/sys), what `down` marks DOWN in one cal
 
 from __future__ import annotations
 
+import dataclasses
 import io
 from pathlib import Path
 
+import hostlist
 import pytest
 
 from slonk.local import host, nodes
@@ -119,43 +121,75 @@ def test_a_signal_counts_as_taken_once_handled_or_blocked():
             child.wait()
 
 
-def _mark_down(monkeypatch, states: dict[str, NodeState], workers: list[str]) -> list[str]:
-    """The scontrol commands and progress lines of `down`'s mark_down, with the controller's
-    answers faked."""
-    said: list[str] = []
-    monkeypatch.setattr(nodes, "node_states", lambda cluster: states)
+class FakeController:
+    """slurmctld's answers to mark_down: `scontrol update ... state=drain|down` applied to its
+    nodes (DOWN keeps DRAIN, as Slurm 24.11 does)."""
 
-    def run(cluster, *command: str) -> str:
-        said.append(" ".join(command))
+    def __init__(self, states: dict[str, NodeState]):
+        self.states, self.said = dict(states), []
+
+    def node_states(self, cluster: object) -> dict[str, NodeState]:
+        return dict(self.states)
+
+    def run(self, cluster: object, *command: str) -> str:
+        self.said.append(" ".join(command))
+        setting, reason = command[3], command[4].removeprefix("reason=")
+        for name in hostlist.expand_hostlist(command[2].removeprefix("nodename=")):
+            node = self.states[name]
+            if setting == "state=down":
+                node = dataclasses.replace(node, state="down", reason=reason)
+            elif setting == "state=drain":
+                node = dataclasses.replace(node, flags=node.flags | {"DRAIN"}, reason=reason)
+            self.states[name] = node
         return ""
 
-    monkeypatch.setattr(nodes, "_controller_run", run)
-    nodes.mark_down(None, workers, said.append)  # type: ignore[arg-type]
-    return said
+
+def _mark_down(monkeypatch, controller: FakeController, workers: list[str]) -> list[str]:
+    """The scontrol commands and progress lines of `down`'s mark_down."""
+    monkeypatch.setattr(nodes, "node_states", controller.node_states)
+    monkeypatch.setattr(nodes, "_controller_run", controller.run)
+    monkeypatch.setattr(nodes, "RETRY_SECONDS", 0.0)
+    nodes.mark_down(None, workers, controller.said.append)  # type: ignore[arg-type]
+    return controller.said
 
 
-def test_down_marks_every_worker_left_up_in_one_call_and_leaves_anothers_drain(monkeypatch):
-    states = {
-        "w-idle": _node("w-idle", "idle"),
-        "w-busy": _node("w-busy", "allocated"),
-        # Not responding (a loaded controller): it may still hold a job, a ghost after `up`.
-        "w-silent": _node("w-silent", "allocated", "NOT_RESPONDING"),
-        "w-ours": _node("w-ours", "idle", "DRAIN", reason="slonk:pod: stopping"),
-        "w-person": _node("w-person", "allocated", "DRAIN", reason="hands off"),
-        "w-check": _node("w-check", "idle", "DRAIN", reason="slonk:gpu: ecc"),
-        "w-down": _node("w-down", "down", "NOT_RESPONDING"),
-        "w-lent": _node("w-lent", "idle", "POWERED_DOWN"),
-    }
-    said = _mark_down(monkeypatch, states, [*states, "w-unknown"])
+STATES = {
+    "w-idle-1": _node("w-idle-1", "idle"),
+    "w-idle-2": _node("w-idle-2", "idle"),
+    "w-busy": _node("w-busy", "allocated"),
+    # Not responding (a loaded controller): it may still hold a job, a ghost after `up`.
+    "w-silent": _node("w-silent", "allocated", "NOT_RESPONDING"),
+    "w-ours": _node("w-ours", "idle", "DRAIN", reason="slonk:pod: stopping"),
+    "w-person": _node("w-person", "allocated", "DRAIN", reason="hands off"),
+    "w-check": _node("w-check", "idle", "DRAIN", reason="slonk:gpu: ecc"),
+    "w-down": _node("w-down", "down", "NOT_RESPONDING"),
+    "w-lent": _node("w-lent", "idle", "POWERED_DOWN"),
+}
+
+
+def test_down_marks_every_worker_left_up_and_keeps_anothers_drain_and_words(monkeypatch):
+    controller = FakeController(STATES)
+    said = _mark_down(monkeypatch, controller, [*STATES, "w-unknown"])
+    ours = "w-busy,w-idle-[1-2],w-ours,w-silent"
     assert said == [
-        "scontrol update nodename=w-busy,w-idle,w-ours,w-silent state=down "
-        "reason=slonk:pod: stopping",
-        "scontrol update nodename=w-ours state=undrain",
-        "  marked 4 nodes down",
+        # one call each for all the nodes left up, whatever their number: drained first, so
+        # that a late message returning a DOWN node to service brings no job onto it
+        f"scontrol update nodename={ours} state=drain reason=slonk:pod: stopping",
+        f"scontrol update nodename={ours} state=down reason=slonk:pod: stopping",
+        # a person's drain that still holds a job: DOWN, in their words (DRAIN stays)
+        "scontrol update nodename=w-person state=down reason=hands off",
+        "  marked 6 nodes down",
     ]
+    after = controller.states
+    assert all(after[n].state == "down" and nodes.held_by_a_stopped_pod(after[n])
+               for n in hostlist.expand_hostlist(ours))  # fmt: skip
+    assert after["w-person"].reason == "hands off"
+    assert not nodes.held_by_a_stopped_pod(after["w-person"])
+    assert after["w-check"] == STATES["w-check"] and after["w-lent"] == STATES["w-lent"]
 
 
 def test_down_says_so_when_the_controller_does_not_answer(monkeypatch):
-    said = _mark_down(monkeypatch, {}, ["w-0", "w-1"])
-    assert said == ["  the controller did not answer: 2 nodes left as it last saw them"]
-    assert _mark_down(monkeypatch, {}, []) == []
+    monkeypatch.setattr(nodes, "DOWN_WAIT_SECONDS", 0.0)
+    said = _mark_down(monkeypatch, FakeController({}), ["w-0", "w-1"])
+    assert len(said) == 1 and said[0].startswith("  the controller did not answer for 0 s: 2 ")
+    assert _mark_down(monkeypatch, FakeController({}), []) == []

@@ -65,17 +65,16 @@ def test_a_log_tail_reads_whole_lines_from_its_offset(tmp_path):
 
 
 def test_down_stops_the_controller_last():
+    """After the workers' power-off (cluster.down), the other pods in waves."""
     roles = {
         "slonk-controller-0": "controller",
         "slonk-login-0": "login",
         "slonk-ldap-0": "ldap",
-        "slonk-cpu-0": "worker",
-        "slonk-cpu-1": "worker",
         "slonk-mariadb-0": "mariadb",
         "slonk-slurmdbd-0": "slurmdbd",
     }
     assert local.stop_order(roles) == [
-        ["slonk-login-0", "slonk-ldap-0", "slonk-cpu-0", "slonk-cpu-1"],
+        ["slonk-login-0", "slonk-ldap-0"],
         ["slonk-controller-0"],
         ["slonk-slurmdbd-0"],
         ["slonk-mariadb-0"],

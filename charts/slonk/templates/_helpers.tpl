@@ -50,7 +50,8 @@ pod that runs sshd: the login pods, and the workers with workers.ssh. */}}
 {{- end }}
 {{- end }}
 
-{{/* Labels: app.kubernetes.io/* on everything, the component on pods and their Services. */}}
+{{/* Labels: app.kubernetes.io/* on everything but the node Services (services.yaml), the
+component on pods and the Services of a role. */}}
 {{- define "slonk.selectorLabels" -}}
 app.kubernetes.io/name: {{ .Chart.Name }}
 app.kubernetes.io/instance: {{ .Release.Name | quote }}
@@ -191,10 +192,10 @@ Checks the schema cannot express. Each failure names the values key, as the sche
 {{- include "slonk.refuseList" (dict "key" "partitions" "value" .Values.partitions) -}}
 {{- include "slonk.validateGroupAccounts" . -}}
 {{- include "slonk.validateDatabase" . -}}
-{{- if hasKey .Values.workers "terminationGracePeriodSeconds" -}}
+{{- if not (kindIs "invalid" (index .Values.workers "terminationGracePeriodSeconds")) -}}
 {{- fail "workers.terminationGracePeriodSeconds: removed; a worker pod's grace is now workers.drainTimeoutSeconds (for its jobs to end) + workers.stopMarginSeconds (to stop slurmd): set those instead" -}}
 {{- end -}}
-{{- if hasKey .Values.metrics "serviceMonitor" -}}
+{{- if not (kindIs "invalid" (index .Values.metrics "serviceMonitor")) -}}
 {{- fail "metrics.serviceMonitor: removed; Prometheus now finds the exporters through a PodMonitor, metrics.podMonitor (same keys): set that instead, and check that your Prometheus selects PodMonitors (its podMonitorSelector)" -}}
 {{- end -}}
 {{- $pools := dict -}}
@@ -575,7 +576,7 @@ podSelector:
 {{- end }}
 
 {{/* Metrics (values: metrics): slonk's exporter on the controller and every worker. The
-container port, the Service port and the NetworkPolicy rule, each nothing when it is off. */}}
+container port and the NetworkPolicy rule, each nothing when it is off. */}}
 {{- define "slonk.metricsContainerPort" -}}
 {{- if .Values.metrics.enabled -}}
 - {name: metrics, containerPort: {{ .Values.metrics.port }}}

@@ -5,13 +5,20 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TextIO
+
+import hostlist
 
 from slonk.local.manifests import LocalModeError
 from slonk.local.state import Cluster
 from slonk.slurm_state import SHOW_NODES, NodeState, SlurmError, parse_nodes
-from slonk.worker_stop import REASON, drained_by_another
+from slonk.worker_stop import (
+    DOWN_WAIT_SECONDS,
+    REASON,
+    drained_by_another,
+    holds_jobs,
+)
 
 NODES_UP_TIMEOUT_SECONDS = 120.0
 # Each node adds to a wait's timeout: slurmctld registers a few hundred nodes a minute on a
@@ -24,6 +31,7 @@ NODES_LINE = "  nodes: "
 # both, taken from the pods that are starting.
 POLL_SECONDS = 0.05
 SHOWN_NAMES = 10  # nodes named in a timeout's message; the rest are counted
+RETRY_SECONDS = 1.0  # `down` asks a controller that did not answer again after this
 
 
 def printer(stream: TextIO) -> Callable[[str], None]:
@@ -72,9 +80,10 @@ def wait_nodes_up(
     pods: Sequence[str] | None = None,
 ) -> float:
     """Wait until the worker pods among `pods` (default: every pod) are registered, responding
-    Slurm nodes; returns the seconds it took. Fails as soon as one of `pods` or the controller
-    stops, or after `timeout` (default: NODES_UP_TIMEOUT_SECONDS and a little per node),
-    naming the nodes not up. Progress: one line of counts, each time they change."""
+    Slurm nodes that no stopped pod holds drained; returns the seconds it took. Fails as
+    soon as one of `pods` or the controller stops, or after `timeout` (default:
+    NODES_UP_TIMEOUT_SECONDS and a little per node), naming the nodes not up. Progress: one
+    line of counts, each time they change."""
     started = time.monotonic()
     watched = set(cluster.pod_names() if pods is None else pods)
     watched |= set(cluster.pod_names("controller"))
@@ -93,7 +102,11 @@ def wait_nodes_up(
         if counts != last:
             progress(f"{NODES_LINE}{counts or 'none'}")
             last = counts
-        waiting = [n for n in expected if n not in states or not states[n].up]
+        waiting = [
+            n
+            for n in expected
+            if n not in states or not states[n].up or held_by_a_stopped_pod(states[n])
+        ]
         if not waiting:
             return time.monotonic() - started
         if time.monotonic() - started > timeout:
@@ -116,28 +129,82 @@ def _controller_run(cluster: Cluster, *command: str) -> str | None:
     return result.stdout if result.returncode == 0 else None
 
 
-def _left_up(node: NodeState) -> bool:
-    return not (node.state == "down" or node.powered_down or drained_by_another(node))
+def _states(cluster: Cluster) -> dict[str, NodeState]:
+    """node_states, {} when the controller's answer cannot be had or read: `down` goes on."""
+    try:
+        return node_states(cluster)
+    except (LocalModeError, OSError):
+        return {}
+
+
+def _down_reason(node: NodeState) -> str | None:
+    """The reason `down` marks a stopped worker's node DOWN with; None to leave it as it is:
+    DOWN or powered down already, or drained by another with no job left there (their
+    drain says all). Over another's drain it keeps their words: DOWN keeps the DRAIN, and
+    requeues the jobs still held there."""
+    if node.state == "down" or node.powered_down:
+        return None
+    if drained_by_another(node):
+        return (node.reason or REASON) if holds_jobs(node) else None
+    return REASON
+
+
+def held_by_a_stopped_pod(node: NodeState) -> bool:
+    """Drained as `slonk:pod:` (a pod stopping, or `down`): its new pod lifts it once its
+    slurmd registered (slonk.worker_stop.release)."""
+    return node.drained and not drained_by_another(node)
+
+
+def _update(cluster: Cluster, names: Collection[str], *settings: str) -> bool:
+    nodelist = hostlist.collect_hostlist(sorted(names))  # one argument, however many nodes
+    command = ("scontrol", "update", f"nodename={nodelist}", *settings)
+    return _controller_run(cluster, *command) is not None
+
+
+def _mark(cluster: Cluster, reasons: Mapping[str, str]) -> bool:
+    """DOWN, each node in its reason. Ours DRAIN first: DOWN keeps it, and no message a node
+    sent before it stopped (answered late, it returns a DOWN node to service) can bring a
+    job onto it before the controller stops: it takes none until its new pod lifts that."""
+    by_reason: dict[str, list[str]] = {}
+    for name, reason in reasons.items():
+        by_reason.setdefault(reason, []).append(name)
+    return all(
+        (reason != REASON or _update(cluster, names, "state=drain", f"reason={reason}"))
+        and _update(cluster, names, "state=down", f"reason={reason}")
+        for reason, names in by_reason.items()
+    )
 
 
 def mark_down(cluster: Cluster, nodes: Collection[str], progress: Callable[[str], None]) -> None:
-    """After `down` powered these workers off, before the controller: their nodes DOWN in one
-    call, so that slurmctld requeues their jobs and saves no stopped node as up. A node
-    drained by anyone but a pod is left as it is, as a stopping pod leaves it, and so is one
-    DOWN or powered down already. A node slurmctld counts as not responding is marked too:
-    a job it still holds there would be a ghost after the next `up`."""
-    states = node_states(cluster)
-    if nodes and not states:
-        progress(f"  the controller did not answer: {len(nodes)} nodes left as it last saw them")
-        return
-    ours = [n for n in nodes if n in states and _left_up(states[n])]
-    if ours:
-        update = ["scontrol", "update", f"nodename={','.join(sorted(ours))}"]
-        said = _controller_run(cluster, *update, "state=down", f"reason={REASON}")
-        # DOWN alone, as the pods leave it (slonk.worker_stop): the new slurmd returns it.
-        drained = [n for n in ours if states[n].drained]
-        if said is not None and drained:
-            undrain = ["scontrol", "update", f"nodename={','.join(sorted(drained))}"]
-            said = _controller_run(cluster, *undrain, "state=undrain")
-        failed = "" if said is not None else " (scontrol failed)"
-        progress(f"  marked {len(ours)} nodes down{failed}")
+    """After `down` powered these workers off, before the controller: their nodes DOWN, so
+    that slurmctld requeues their jobs and saves no stopped node as up (a job it still held
+    there would be a ghost after the next `up`), not-responding ones too. One call for all
+    but the drains of others that still hold jobs (_down_reason); asked again until
+    DOWN_WAIT_SECONDS while the controller does not answer."""
+    deadline = time.monotonic() + DOWN_WAIT_SECONDS
+    left: dict[str, str] = {}
+    marked = 0
+    answered = False
+    while nodes:
+        states = _states(cluster)
+        if states:
+            answered = True
+            left = {n: r for n in nodes if n in states and (r := _down_reason(states[n]))}
+            if not left:
+                break
+            if _mark(cluster, left):
+                marked, left = len(left), {}
+                break
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(RETRY_SECONDS)
+    if marked:
+        progress(f"  marked {marked} nodes down")
+    if nodes and not answered:
+        progress(
+            f"  the controller did not answer for {DOWN_WAIT_SECONDS:g} s: {len(nodes)} nodes not "
+            "marked down; jobs it saved as running there are not requeued (after `up`, "
+            "`squeue -t R` lists them)"
+        )
+    elif left:
+        progress(f"  could not mark {len(left)} nodes down: {hostlist.collect_hostlist(left)}")
