@@ -49,6 +49,7 @@ from slonk.local.network import processes_by_netns
 
 LDAP_SUFFIX = "dc=slonk,dc=local"
 HERD_TIMEOUT_SECONDS = 600.0
+SRUN_TIMEOUT_SECONDS = 600
 POLL_SECONDS = 0.05
 CONTROLLER = "slonk-controller-0"
 # What a worker pod takes with the chart's services (PSS, measured: 75 MiB at 8 workers, less
@@ -230,12 +231,21 @@ def run(workers: int, work: Path) -> dict[str, Any]:
         result["progress_lines"] = [m for _, m in events if m.startswith("nodes:")]
         t = time.monotonic()
         srun = ["srun", f"--nodes={workers}", "--ntasks-per-node=1", "hostname"]
-        out = subprocess.run(cluster.enter(CONTROLLER, srun), capture_output=True,
-                             text=True, check=False, cwd="/", timeout=600)  # fmt: skip
+        try:
+            out = subprocess.run(
+                cluster.enter(CONTROLLER, srun),
+                capture_output=True,
+                text=True,
+                check=False,
+                cwd="/",
+                timeout=SRUN_TIMEOUT_SECONDS,
+            )
+            result["srun_nodes_answered"] = len(set(out.stdout.split()))
+            if out.returncode:
+                result["srun_error"] = out.stderr.strip()[-500:]
+        except subprocess.TimeoutExpired:  # the rest is still worth measuring
+            result["srun_error"] = f"no answer in {SRUN_TIMEOUT_SECONDS} s"
         result["srun_all_seconds"] = round(time.monotonic() - t, 2)
-        result["srun_nodes_answered"] = len(set(out.stdout.split()))
-        if out.returncode:
-            result["srun_error"] = out.stderr.strip()[-500:]
         result["memory"] = memory(cluster)
         note("measuring the herds")
         result["herds"] = {

@@ -216,6 +216,80 @@ def test_a_hung_check_times_out_and_the_others_still_report(monkeypatch):
     assert (interfaces.ok, interfaces.detail) == (False, "lo has no address")
 
 
+def test_a_probe_starved_of_cpu_cannot_tell_and_a_sleeping_one_fails(monkeypatch):
+    """Out of time, a probe ready to run but given no CPU was starved: two busy processes on
+    one CPU wait half the time each. One that sleeps (a hung mount) fails, however busy the
+    node: it waits on no run queue."""
+    monkeypatch.setattr(probe, "_ABANDONED", {})
+    busy = ["taskset", "-c", "0", "sh", "-c", "yes >/dev/null & yes >/dev/null"]
+    with pytest.raises(
+        probe.Inconclusive, match=r"^taskset -c did not answer within 1 s, starved of CPU \d+%"
+    ):
+        bounded(busy, 1)
+    with pytest.raises(Unhealthy, match=r"^sleep 30 did not answer within 1 s$") as failed:
+        bounded(["sleep", "30"], 1)
+    assert not isinstance(failed.value, probe.Inconclusive)
+
+
+@pytest.mark.parametrize(
+    ("elapsed", "queued", "inconclusive"),
+    [(10, 6, True), (10, 5, True), (10, 4, False), (10, None, False), (0, 0, False)],
+)
+def test_out_of_time_is_inconclusive_when_starved_half_the_time(elapsed, queued, inconclusive):
+    error = probe.out_of_time("x did not answer", elapsed, queued)
+    assert isinstance(error, probe.Inconclusive) == inconclusive
+    assert str(error).startswith("x did not answer")
+
+
+def test_a_check_that_cannot_tell_has_no_result_and_says_so(monkeypatch, capsys):
+    """Neither a failure (no drain, no boot failure for the pod's life) nor a pass (a drain
+    for it is not lifted: drains.decide)."""
+
+    def starved_probe(*args):
+        raise probe.Inconclusive("nvidia-smi did not answer within 5 s, starved of CPU 97%")
+
+    monkeypatch.setitem(checks.CHECKS, "gpu", starved_probe)
+    plan = runner.CheckPlan(
+        NODE,
+        True,
+        {
+            "gpu": {"phases": ["boot"], "timeoutSeconds": 5, "options": {}},
+            "interfaces": {
+                "phases": ["boot"],
+                "timeoutSeconds": 5,
+                "options": {"names": ["lo"], "rdmaDevices": []},
+            },
+        },
+        10,
+    )
+    (interfaces,) = runner.run(plan, "boot")
+    assert (interfaces.check, interfaces.ok) == ("interfaces", False)
+    assert (
+        "slonk health: boot: gpu inconclusive: nvidia-smi did not answer within 5 s, "
+        "starved of CPU 97%"
+    ) in capsys.readouterr().err
+    assert drains.decide(_node("slonk:gpu: XID 79"), [], undrain=True) is None
+
+
+def test_a_check_ready_to_report_past_its_time_is_waited_for(monkeypatch):
+    """A check thread that is ready to run has its answer and lacks only a CPU; one asleep
+    past its time (test_a_hung_check_times_out_and_the_others_still_report) fails."""
+
+    def late(*args):
+        until = time.monotonic() + 1.5  # busy: ready to run throughout
+        while time.monotonic() < until:
+            pass
+        return "answered late"
+
+    monkeypatch.setattr(runner, "JOIN_SLACK_SECONDS", 0.0)
+    monkeypatch.setitem(checks.CHECKS, "dns", late)
+    plan = runner.CheckPlan(
+        NODE, True, {"dns": {"phases": ["interval"], "timeoutSeconds": 1, "options": {}}}, 10
+    )
+    (dns,) = runner.run(plan, "interval")
+    assert (dns.ok, dns.detail) == (True, "answered late")
+
+
 def test_storage_and_scratch_checks(tmp_path, monkeypatch):
     mountinfo = tmp_path / "mountinfo"
     mountinfo.write_text(

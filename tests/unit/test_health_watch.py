@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from slonk.config.spec import HEALTH_CHECKS
-from slonk.health import drains, jobphase, runner, watch
+from slonk.health import checks, drains, jobphase, probe, runner, watch
 from slonk.health.runner import Result
 from slonk.slurm_state import SlurmError
 
@@ -100,6 +100,24 @@ def test_a_fault_drains_the_round_it_appears_and_healing_resumes_the_round_after
     # Asked again only when what fails changes: an outage on every node asks nothing more.
     assert node.asked == [[], [ECC], []]
     assert waits == [10] * 7
+
+
+def test_a_round_that_cannot_tell_asks_nothing_and_the_pass_after_it_resumes(node, monkeypatch):
+    """A check out of time starved of CPU (probe.Inconclusive) has no result: Slurm is not
+    asked (the drain stays), and the round it passes again resumes the node."""
+    real = checks.CHECKS["gpu"]
+
+    def gpu(*args):
+        if node.gpu.read_text() == "starved":
+            raise probe.Inconclusive("nvidia-smi did not answer within 5 s, starved of CPU ...")
+        return real(*args)
+
+    monkeypatch.setitem(checks.CHECKS, "gpu", gpu)
+    _watch(node, ["ecc", "starved", "starved", "healthy", "healthy"])
+    assert node.asked == [[ECC], []]
+    node.asked.clear()
+    _watch(node, ["starved", "healthy", "starved", "healthy"])  # a new agent: asks once
+    assert node.asked == [[]]
 
 
 def test_until_slurm_answers_every_round_asks_again(node, monkeypatch):

@@ -6,11 +6,70 @@ import os
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Sequence
+from pathlib import Path
+
+PROC = Path("/proc")
+# A probe out of time that spent at least this share of it ready to run, given no CPU, was
+# starved, not hung, as hundreds of `slonk local` pods on two cores are. Draining for it would
+# take healthy nodes out by the dozen (and the recycle loop would then delete their pods,
+# loading the machine further). A probe hung on a mount, a
+# GPU or the network sleeps: it waits on no run queue, however busy the node, so a job that
+# keeps every core busy cannot pass a hung probe off as starved.
+STARVED_SHARE = 0.5
 
 
 class Unhealthy(Exception):
     """A check found a problem; the message is the drain reason's detail."""
+
+
+class Inconclusive(Unhealthy):
+    """A check could not tell: it ran out of time starved of CPU (STARVED_SHARE). Neither a
+    failure nor a pass: the node's state is left as it is until a later round can tell."""
+
+
+def queued_seconds(task: Path) -> float | None:
+    """How long a task (/proc/<pid>, /proc/self/task/<tid>) was ready to run with no CPU to
+    run on: its schedstat's second field. None where the kernel keeps no count."""
+    try:
+        return int((task / "schedstat").read_text().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def ready(task: Path) -> bool:
+    """Whether a task is ready to run (or running): it has its answer, and at most lacks a
+    CPU to give it on."""
+    try:
+        return (task / "stat").read_text().rsplit(")", 1)[1].split()[0] == "R"
+    except (OSError, IndexError):
+        return False
+
+
+def group_queued_seconds(pgid: int) -> float | None:
+    """queued_seconds summed over the live processes of a process group (a probe started in
+    a session of its own, and its children)."""
+    total = None
+    for task in PROC.iterdir():
+        if not task.name.isdigit():
+            continue
+        try:  # after the command's name: state, ppid, pgrp
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # ended meanwhile
+        if fields[2] == str(pgid) and (queued := queued_seconds(task)) is not None:
+            total = (total or 0.0) + queued
+    return total
+
+
+def out_of_time(message: str, elapsed: float, queued: float | None) -> Unhealthy:
+    """The error for a probe or check out of time after `elapsed` seconds, `queued` of them
+    ready to run with no CPU: Inconclusive when that is STARVED_SHARE of them or more."""
+    if queued is None or elapsed <= 0 or queued < STARVED_SHARE * elapsed:
+        return Unhealthy(message)
+    share = min(queued / elapsed, 1.0)
+    return Inconclusive(f"{message}, starved of CPU {share:.0%} of that time")
 
 
 # Probes killed at their timeout that have not ended, by command line: one in uninterruptible
@@ -24,14 +83,16 @@ _ABANDONED_LOCK = threading.Lock()  # a check still running from an earlier roun
 def bounded(argv: Sequence[str], timeout: float) -> tuple[int, str]:
     """(exit status, stdout and stderr) of `argv`. A probe of a hung NFS mount sits in
     uninterruptible sleep and survives SIGKILL until the server answers, so on timeout it is
-    killed and left behind, never waited for; while it is still there, the same probe fails
-    at once instead of starting again."""
+    killed and left behind, never waited for (Inconclusive if it was starved of CPU rather
+    than hung); while it is still there, the same probe fails at once instead of starting
+    again."""
     command = tuple(argv)
     with _ABANDONED_LOCK:
         stuck = _ABANDONED.get(command)
         if stuck is not None and stuck.poll() is None:
             raise Unhealthy(f"{' '.join(argv[:2])} still hangs since an earlier timeout")
         _ABANDONED.pop(command, None)
+    started = time.monotonic()
     try:
         proc = subprocess.Popen(
             argv,
@@ -46,8 +107,10 @@ def bounded(argv: Sequence[str], timeout: float) -> tuple[int, str]:
     try:
         output, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        queued = group_queued_seconds(proc.pid)
         os.killpg(proc.pid, signal.SIGKILL)
         with _ABANDONED_LOCK:
             _ABANDONED[command] = proc
-        raise Unhealthy(f"{' '.join(argv[:2])} did not answer within {timeout:g} s") from None
+        message = f"{' '.join(argv[:2])} did not answer within {timeout:g} s"
+        raise out_of_time(message, time.monotonic() - started, queued) from None
     return proc.returncode, output

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -16,9 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from slonk.files import write_atomically
-from slonk.health import reasons
+from slonk.health import probe, reasons
 from slonk.health.checks import CHECKS, Node
-from slonk.health.probe import Unhealthy
 from slonk.paths import HEALTH_PLAN, HEALTH_STATE
 
 if TYPE_CHECKING:  # job-time callers must not pay for the spec's YAML import
@@ -28,6 +28,7 @@ BOOT_RESULTS = HEALTH_STATE / "boot.json"
 # A check returns within its timeout by itself (its probes are bounded); this is the slack
 # before the runner stops waiting for one that does not.
 JOIN_SLACK_SECONDS = 1.0
+READY_POLL_SECONDS = 0.05
 
 
 @dataclass(frozen=True)
@@ -130,9 +131,15 @@ def run(plan: CheckPlan, phase: str, state: Path = HEALTH_STATE) -> list[Result]
 
 def run_checks(plan: CheckPlan, names: list[str], phase: str) -> list[Result]:
     """The plan's checks `names`, started together, as `phase` runs them; results in that
-    order."""
+    order. A check that could not tell (probe.Inconclusive) has none: it neither drains nor
+    resumes the node, nor fails at boot; stderr says so."""
     selected = {n: plan.checks[n] for n in names}
-    results: dict[str, Result] = {}
+    outcomes: dict[str, Result | str] = {}  # a result, or why the check could not tell
+    lock = threading.Lock()  # a late check's thread against the timeout given it
+
+    def settle(name: str, outcome: Result | str) -> None:
+        with lock:
+            outcomes.setdefault(name, outcome)
 
     def one(name: str, settings: Mapping[str, Any]) -> None:
         started = time.perf_counter()
@@ -141,11 +148,14 @@ def run_checks(plan: CheckPlan, names: list[str], phase: str) -> list[Result]:
                 True,
                 CHECKS[name](plan.node, settings["options"], phase, settings["timeoutSeconds"]),
             )
-        except Unhealthy as err:
+        except probe.Inconclusive as err:
+            settle(name, str(err))
+            return
+        except probe.Unhealthy as err:
             ok, detail = False, str(err)
         except Exception as err:  # a bug in a check must read as that check failing
             ok, detail = False, f"check failed to run: {err!r}"
-        results[name] = Result(name, ok, detail, time.perf_counter() - started)
+        settle(name, Result(name, ok, detail, time.perf_counter() - started))
 
     # Daemon threads: one stuck in the kernel (DNS, a hung mount) must not hold the exit.
     started = time.monotonic()
@@ -156,10 +166,28 @@ def run_checks(plan: CheckPlan, names: list[str], phase: str) -> list[Result]:
         thread.start()
     for name, thread in threads.items():
         limit = selected[name]["timeoutSeconds"]
-        thread.join(max(0.0, started + limit + JOIN_SLACK_SECONDS - time.monotonic()))
-        if name not in results:
-            results[name] = Result(name, False, f"timed out after {limit:g} s", limit)
-    return [results[n] for n in selected]
+        task = probe.PROC / "self" / "task" / str(thread.native_id)
+        deadline = started + limit + JOIN_SLACK_SECONDS
+        thread.join(max(0.0, deadline - time.monotonic()))
+        # Ready to run, it has its answer and lacks only a CPU to give it on: a while more.
+        while thread.is_alive() and probe.ready(task) and time.monotonic() < deadline + limit:
+            thread.join(READY_POLL_SECONDS)
+        if thread.is_alive():
+            late = probe.out_of_time(
+                f"timed out after {limit:g} s",
+                time.monotonic() - started,
+                probe.queued_seconds(task),
+            )
+            if isinstance(late, probe.Inconclusive):
+                settle(name, str(late))
+            else:
+                settle(name, Result(name, False, str(late), limit))
+    with lock:
+        decided = dict(outcomes)
+    for name, outcome in decided.items():
+        if isinstance(outcome, str):
+            print(f"slonk health: {phase}: {name} inconclusive: {outcome}", file=sys.stderr)
+    return [r for n in selected if isinstance(r := decided.get(n), Result)]
 
 
 def save_boot_results(results: list[Result], path: Path = BOOT_RESULTS) -> None:

@@ -9,7 +9,8 @@ reaches Slurm within a period, as with any interval check, only sooner. A site t
 look in every job puts `prolog` or `epilog` in a check's phases and pays for it.
 
 Slurm is asked about the node only when what fails changes (a fault, another, healed) and
-on the agent's first round; until Slurm could be asked, every round asks again. A thousand
+on the agent's first round; until Slurm could be asked, every round asks again. A round where
+a check could not tell (probe.Inconclusive) and none failed asks nothing. A thousand
 nodes, healthy or failing the same way through an outage, ask slurmctld nothing. (A drain a
 person lifts while the fault lasts comes back with the interval checks.) A probe that hangs
 (a hung NFS mount, a lost GPU) is not started again while it hangs (slonk.health.probe): its
@@ -41,7 +42,11 @@ def run(stop: threading.Event, plan_path: Path = HEALTH_PLAN) -> None:
             period = plan.watch_seconds
             results, _ = drains.check_node("watch", drain=False, plan=plan)
             failing = tuple(r.reason for r in results if not r.ok)
-            if failing != told and drains.act(plan, "watch", results)[1]:
+            # A round where a check could not tell and none failed tells Slurm nothing: the
+            # round it passes again does (it may resume the node).
+            watched = {n for n, c in plan.checks.items() if "watch" in c["phases"]}
+            untold = not failing and not watched <= {r.check for r in results}
+            if failing != told and not untold and drains.act(plan, "watch", results)[1]:
                 told = failing
         except FileNotFoundError:
             pass
