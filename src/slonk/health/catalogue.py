@@ -31,7 +31,10 @@ HEALTH_CHECKS: Mapping[str, CheckSettings] = {
         },
     ),
     "interfaces": CheckSettings(("boot", "interval"), 5, {"names": ["eth0"], "rdmaDevices": []}),
-    "controller": CheckSettings(("interval",), 5),
+    # In no phase unless a site gives it some: slurmctld slow to answer would drain every node
+    # at once (and the recycle loop delete their pods), while a node that truly cannot reach
+    # it could not deliver its drain either. slurmctld marks a node it cannot reach DOWN.
+    "controller": CheckSettings((), 5),
     "dns": CheckSettings(("interval",), 5),
     "storage": CheckSettings(("boot", "watch", "interval"), 10, {"paths": ["/home"]}),
     "scratch": CheckSettings(
