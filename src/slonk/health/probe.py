@@ -11,13 +11,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 PROC = Path("/proc")
-# A probe out of time that spent at least this share of it ready to run, given no CPU, was
+# A probe out of time that spent this share of it or more ready to run, given no CPU, was
 # starved, not hung, as hundreds of `slonk local` pods on two cores are. Draining for it would
 # take healthy nodes out by the dozen (and the recycle loop would then delete their pods,
 # loading the machine further). A probe hung on a mount, a
 # GPU or the network sleeps: it waits on no run queue, however busy the node, so a job that
 # keeps every core busy cannot pass a hung probe off as starved.
-STARVED_SHARE = 0.5
+STARVED_SHARE = 0.75  # a job sharing the CPU fairly with the probe's cgroup leaves it half
 
 
 class Unhealthy(Exception):
@@ -77,6 +77,9 @@ def out_of_time(message: str, elapsed: float, queued: float | None) -> Unhealthy
 # watch, every few seconds) starts no second copy of such a probe while the first hangs, or a
 # hung server would fill the pod's process table.
 _ABANDONED: dict[tuple[str, ...], subprocess.Popen[str]] = {}
+# The probe each thread waits on, by the thread's id: a check out of time asleep on a probe is
+# judged with that probe's processes (slonk.health.runner).
+PROBING: dict[int, int] = {}
 _ABANDONED_LOCK = threading.Lock()  # a check still running from an earlier round, beside this
 
 
@@ -104,13 +107,18 @@ def bounded(argv: Sequence[str], timeout: float) -> tuple[int, str]:
         )
     except OSError as err:
         raise Unhealthy(f"cannot run {argv[0]}: {err.strerror}") from err
+    PROBING[threading.get_native_id()] = proc.pid
     try:
         output, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         queued = group_queued_seconds(proc.pid)
         os.killpg(proc.pid, signal.SIGKILL)
-        with _ABANDONED_LOCK:
-            _ABANDONED[command] = proc
         message = f"{' '.join(argv[:2])} did not answer within {timeout:g} s"
-        raise out_of_time(message, time.monotonic() - started, queued) from None
+        error = out_of_time(message, time.monotonic() - started, queued)
+        if not isinstance(error, Inconclusive):  # a starved probe dies once it gets a CPU
+            with _ABANDONED_LOCK:
+                _ABANDONED[command] = proc
+        raise error from None
+    finally:
+        PROBING.pop(threading.get_native_id(), None)
     return proc.returncode, output
