@@ -72,7 +72,8 @@ def test_a_worker_serves_its_health_checks(healthy: LocalCluster):
     )
     ok = {s.labels["check"]: s.value for s in families["slonk_health_check_ok"]
           if s.labels["phase"] == "interval"}  # fmt: skip
-    assert {"gpu", "storage", "dns", "controller"} <= set(ok)
+    assert {"gpu", "storage", "dns"} <= set(ok)
+    assert "controller" not in ok  # in no phase by default
     assert set(ok.values()) == {1.0}, ok  # the node is healthy (idle, undrained)
     assert {s.labels["node"] for s in families["slonk_health_check_ok"]} == {"slonk-cpu-0"}
     assert values(families, "slonk_exporter_scrape_errors_total", source="health") == [0]
