@@ -14,10 +14,10 @@ PROC = Path("/proc")
 # A probe out of time that spent this share of it or more ready to run, given no CPU, was
 # starved, not hung, as hundreds of `slonk local` pods on two cores are. Draining for it would
 # take healthy nodes out by the dozen (and the recycle loop would then delete their pods,
-# loading the machine further). A probe hung on a mount, a
-# GPU or the network sleeps: it waits on no run queue, however busy the node, so a job that
-# keeps every core busy cannot pass a hung probe off as starved.
-STARVED_SHARE = 0.75  # a job sharing the CPU fairly with the probe's cgroup leaves it half
+# loading the machine further). A probe hung on a mount, a GPU or the network sleeps: it waits
+# on no run queue, however busy the node, so a busy job cannot pass a hung probe off as
+# starved; and a job sharing the CPU fairly with the probe's cgroup leaves the probe half.
+STARVED_SHARE = 0.75
 
 
 class Unhealthy(Exception):
