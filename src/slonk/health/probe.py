@@ -38,13 +38,19 @@ def queued_seconds(task: Path) -> float | None:
         return None
 
 
+def _stat(task: Path) -> list[str]:
+    """A task's /proc stat fields after its command's name (state, ppid, pgrp, ...); [] once
+    it ended."""
+    try:
+        return (task / "stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
 def ready(task: Path) -> bool:
     """Whether a task is ready to run (or running): it has its answer, and at most lacks a
     CPU to give it on."""
-    try:
-        return (task / "stat").read_text().rsplit(")", 1)[1].split()[0] == "R"
-    except (OSError, IndexError):
-        return False
+    return _stat(task)[:1] == ["R"]
 
 
 def group_queued_seconds(pgid: int) -> float | None:
@@ -54,11 +60,7 @@ def group_queued_seconds(pgid: int) -> float | None:
     for task in PROC.iterdir():
         if not task.name.isdigit():
             continue
-        try:  # after the command's name: state, ppid, pgrp
-            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue  # ended meanwhile
-        if fields[2] == str(pgid) and (queued := queued_seconds(task)) is not None:
+        if _stat(task)[2:3] == [str(pgid)] and (queued := queued_seconds(task)) is not None:
             total = (total or 0.0) + queued
     return total
 
