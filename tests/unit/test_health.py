@@ -4,6 +4,8 @@ drain/resume rules, and the recycle loop's decisions."""
 from __future__ import annotations
 
 import os
+import re
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -195,6 +197,25 @@ def test_a_probe_that_outlives_its_kill_is_not_started_again_while_it_hangs(monk
     assert probe._ABANDONED == {}
 
 
+def test_a_probe_that_answered_while_its_reader_waited_for_a_cpu_passes(monkeypatch):
+    """The probe ended in time, but the thread reading it got a CPU only after its timeout:
+    the answer counts (the thread was late, not the probe)."""
+    communicate = subprocess.Popen.communicate
+    late: list[subprocess.Popen[str]] = []
+
+    def back_after_the_timeout(self, input=None, timeout=None):
+        if not late:
+            late.append(self)
+            self.wait()
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        return communicate(self, input, timeout)
+
+    monkeypatch.setattr(probe, "_ABANDONED", {})
+    monkeypatch.setattr(subprocess.Popen, "communicate", back_after_the_timeout)
+    assert bounded(["echo", "answered"], 0.2) == (0, "answered\n")
+    assert late and probe._ABANDONED == {}
+
+
 def test_a_hung_check_times_out_and_the_others_still_report(monkeypatch):
     monkeypatch.setitem(checks.CHECKS, "dns", lambda *a: time.sleep(30))
     plan = runner.CheckPlan(
@@ -212,7 +233,10 @@ def test_a_hung_check_times_out_and_the_others_still_report(monkeypatch):
         10,
     )
     dns, interfaces = runner.run(plan, "interval")
-    assert (dns.ok, dns.detail) == (False, "timed out after 0.1 s")
+    assert not dns.ok
+    assert re.fullmatch(
+        r"timed out after 0\.1 s \(waiting for a CPU \d+% of that time\)", dns.detail
+    )
     assert interfaces.check == "interfaces"  # lo has no global address
     assert (interfaces.ok, interfaces.detail) == (False, "lo has no address")
 
@@ -235,7 +259,10 @@ def test_a_probe_starved_of_cpu_cannot_tell_and_a_sleeping_one_fails(monkeypatch
     ):
         bounded(_starving(), 1)
     assert probe._ABANDONED == {}
-    with pytest.raises(Unhealthy, match=r"^sleep 30 did not answer within 3 s$") as failed:
+    with pytest.raises(
+        Unhealthy,
+        match=r"^sleep 30 did not answer within 3 s \(waiting for a CPU \d+% of that time\)$",
+    ) as failed:
         bounded(["sleep", "30"], 3)
     assert not isinstance(failed.value, probe.Inconclusive)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -68,9 +69,11 @@ def group_queued_seconds(pgid: int) -> float | None:
 def out_of_time(message: str, elapsed: float, queued: float | None) -> Unhealthy:
     """The error for a probe or check out of time after `elapsed` seconds, `queued` of them
     ready to run with no CPU: Inconclusive when that is STARVED_SHARE of them or more."""
-    if queued is None or elapsed <= 0 or queued < STARVED_SHARE * elapsed:
+    if queued is None or elapsed <= 0:
         return Unhealthy(message)
     share = min(queued / elapsed, 1.0)
+    if share < STARVED_SHARE:  # how loaded the node was, for whoever reads the drain
+        return Unhealthy(f"{message} (waiting for a CPU {share:.0%} of that time)")
     return Inconclusive(f"{message}, starved of CPU {share:.0%} of that time")
 
 
@@ -113,10 +116,19 @@ def bounded(argv: Sequence[str], timeout: float) -> tuple[int, str]:
     try:
         output, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        if proc.poll() is not None:
+            # It answered; this thread, starved of CPU, was the one late to read it.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)  # anything it left behind
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                output, _ = proc.communicate(timeout=timeout)
+                return proc.returncode, output
+        elapsed = time.monotonic() - started  # before the scan: it may wait for a CPU too
         queued = group_queued_seconds(proc.pid)
-        os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
         message = f"{' '.join(argv[:2])} did not answer within {timeout:g} s"
-        error = out_of_time(message, time.monotonic() - started, queued)
+        error = out_of_time(message, elapsed, queued)
         if not isinstance(error, Inconclusive):  # a starved probe dies once it gets a CPU
             with _ABANDONED_LOCK:
                 _ABANDONED[command] = proc

@@ -173,14 +173,13 @@ def run_checks(plan: CheckPlan, names: list[str], phase: str) -> list[Result]:
         while thread.is_alive() and probe.ready(task) and time.monotonic() < deadline + limit:
             thread.join(READY_POLL_SECONDS)
         if thread.is_alive():
+            elapsed = time.monotonic() - started
             # Asleep on a probe (a check runs several in turn): that probe's time counts too.
             queued = probe.queued_seconds(task)
             waited_on = probe.PROBING.get(thread.native_id or 0)
             if queued is not None and waited_on is not None:
                 queued += probe.group_queued_seconds(waited_on) or 0.0
-            late = probe.out_of_time(
-                f"timed out after {limit:g} s", time.monotonic() - started, queued
-            )
+            late = probe.out_of_time(f"timed out after {limit:g} s", elapsed, queued)
             if isinstance(late, probe.Inconclusive):
                 settle(name, str(late))
             else:
