@@ -271,7 +271,7 @@ def test_the_runner_saves_each_phases_results_for_the_worker_metrics(tmp_path):
     (result,) = runner.run(_plan(), "interval", state=tmp_path)
     saved = json.loads(runner.results_path("interval", tmp_path).read_text())
     assert saved[0]["check"] == "interfaces" and saved[0]["ok"] is result.ok
-    assert set(saved[0]) == {"check", "ok", "detail", "seconds", "time"}
+    assert set(saved[0]) == {"check", "ok", "detail", "seconds", "timed_out", "time"}
     families = health_families(tmp_path, "slonk-cpu-0")
     labels = ("slonk-cpu-0", "interfaces", "interval")
     ok = next(f for f in families if f.name == "slonk_health_check_ok")

@@ -285,6 +285,10 @@ def test_extra_lines_keep_comments_and_settings(demo_spec):
             {"health": {"enabled": True, "intervalSeconds": float("inf")}},
             "health.intervalSeconds: inf is beyond 2147483647",
         ),
+        (
+            {"health": {"enabled": True, "checks": {"storage": {"timeoutSeconds": 30}}}},
+            "health.checks.storage.timeoutSeconds: must be > 0 and at most 25 (Slurm kills",
+        ),
     ],
 )
 def test_settings_are_written_once_and_within_slurms_ranges(demo_spec, change, message):

@@ -131,7 +131,10 @@ def slurm_settings(spec: ClusterSpec) -> dict[str, str]:
         # checks registers drained (slonk.health).
         defaults["HealthCheckProgram"] = str(HOOK_BIN / "health")
         defaults["HealthCheckInterval"] = spec.health.interval_seconds
-        defaults["HealthCheckNodeState"] = "ANY"
+        # CYCLE: a share of the nodes at a time through the interval (ten or more), not every
+        # node at once, which starts a thousand health runs against one DNS, one /home, and
+        # at 256 `slonk local` pods on two cores timed out dozens of healthy nodes' checks.
+        defaults["HealthCheckNodeState"] = "ANY,CYCLE"
     settings = _merge(defaults, spec.slurm_conf)
     # Whatever slurmConf sets (or drops), nodes must be able to fetch the configuration.
     options = [o for o in settings.get("SlurmctldParameters", "").split(",") if o]

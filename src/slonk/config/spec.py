@@ -52,7 +52,12 @@ from slonk.config.model import (
 )
 from slonk.config.patterns import matches
 from slonk.errors import SlonkError
-from slonk.health.catalogue import CHECK_OPTION_MAXIMUM, CHECK_OPTION_SHAPES, HEALTH_CHECKS
+from slonk.health.catalogue import (
+    CHECK_OPTION_MAXIMUM,
+    CHECK_OPTION_SHAPES,
+    CHECK_TIMEOUT_MAXIMUM_SECONDS,
+    HEALTH_CHECKS,
+)
 
 # The model's names, for the modules that read a spec through this one.
 __all__ = [
@@ -570,8 +575,11 @@ def _check(name: str, data: Any, path: str) -> CheckSettings | None:
         if phase not in HEALTH_PHASES:
             raise SpecError(f"{r.at('phases')}[{i}]: must be one of {', '.join(HEALTH_PHASES)}")
     timeout = r.get("timeoutSeconds", (int, float), default.timeout_seconds)
-    if timeout <= 0:
-        raise SpecError(f"{r.at('timeoutSeconds')}: must be > 0")
+    if not 0 < timeout <= CHECK_TIMEOUT_MAXIMUM_SECONDS:
+        raise SpecError(
+            f"{r.at('timeoutSeconds')}: must be > 0 and at most {CHECK_TIMEOUT_MAXIMUM_SECONDS}"
+            " (Slurm kills the health check program at 60 s)"
+        )
     options = dict(default.options)
     for key, value in default.options.items():
         if isinstance(value, list):

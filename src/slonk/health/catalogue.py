@@ -54,5 +54,10 @@ CHECK_OPTION_SHAPES: Mapping[str, tuple[str, str]] = {
     "path": (patterns.ABSOLUTE_PATH, "an absolute path"),
 }
 
+# Slurm kills HealthCheckProgram at 60 s, before a drain for a hung check could be made; a
+# round lasts up to twice its longest check's timeout and a second (slonk.health.runner gives
+# a late check that is ready to run one more timeout), plus the program's own start.
+CHECK_TIMEOUT_MAXIMUM_SECONDS = 25
+
 # Integer options with an upper bound (a percentage); every integer option is >= 0.
 CHECK_OPTION_MAXIMUM: Mapping[str, int] = {"minFreePercent": 100}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -28,6 +27,12 @@ class Unhealthy(Exception):
 class Inconclusive(Unhealthy):
     """A check could not tell: it ran out of time starved of CPU (STARVED_SHARE). Neither a
     failure nor a pass: the node's state is left as it is until a later round can tell."""
+
+
+class TimedOut(Unhealthy):
+    """A check out of time that was not starved: hung, or slowed by what run-queue time does
+    not show (a disk read, a kernel lock under a loaded host). Once can be the load; it fails
+    the node the second time in a row (slonk.health.runner.run)."""
 
 
 def queued_seconds(task: Path) -> float | None:
@@ -66,14 +71,13 @@ def group_queued_seconds(pgid: int) -> float | None:
     return total
 
 
-def out_of_time(message: str, elapsed: float, queued: float | None) -> Unhealthy:
+def out_of_time(message: str, elapsed: float, queued: float | None) -> TimedOut | Inconclusive:
     """The error for a probe or check out of time after `elapsed` seconds, `queued` of them
-    ready to run with no CPU: Inconclusive when that is STARVED_SHARE of them or more."""
-    if queued is None or elapsed <= 0:
-        return Unhealthy(message)
+    ready to run with no CPU: Inconclusive when that is STARVED_SHARE of them or more, else
+    TimedOut."""
+    if queued is None or elapsed <= 0 or queued < STARVED_SHARE * elapsed:
+        return TimedOut(message)
     share = min(queued / elapsed, 1.0)
-    if share < STARVED_SHARE:  # how loaded the node was, for whoever reads the drain
-        return Unhealthy(f"{message} (waiting for a CPU {share:.0%} of that time)")
     return Inconclusive(f"{message}, starved of CPU {share:.0%} of that time")
 
 
@@ -85,6 +89,9 @@ _ABANDONED: dict[tuple[str, ...], subprocess.Popen[str]] = {}
 # The probe each thread waits on, by the thread's id: a check out of time asleep on a probe is
 # judged with that probe's processes (slonk.health.runner).
 PROBING: dict[int, int] = {}
+# For the output of a probe that ended once what it left behind is killed: that is at once,
+# unless one of those is stuck in the kernel.
+LEFTOVER_SECONDS = 1.0
 _ABANDONED_LOCK = threading.Lock()  # a check still running from an earlier round, beside this
 
 
@@ -116,23 +123,33 @@ def bounded(argv: Sequence[str], timeout: float) -> tuple[int, str]:
     try:
         output, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        if proc.poll() is not None:
-            # It answered; this thread, starved of CPU, was the one late to read it.
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)  # anything it left behind
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                output, _ = proc.communicate(timeout=timeout)
-                return proc.returncode, output
-        elapsed = time.monotonic() - started  # before the scan: it may wait for a CPU too
+        if _ended(proc.pid):  # this thread, starved of CPU, was the one late: its answer counts
+            return _late_answer(proc, argv)
         queued = group_queued_seconds(proc.pid)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        os.killpg(proc.pid, signal.SIGKILL)
         message = f"{' '.join(argv[:2])} did not answer within {timeout:g} s"
-        error = out_of_time(message, elapsed, queued)
+        error = out_of_time(message, time.monotonic() - started, queued)
         if not isinstance(error, Inconclusive):  # a starved probe dies once it gets a CPU
             with _ABANDONED_LOCK:
                 _ABANDONED[command] = proc
         raise error from None
     finally:
         PROBING.pop(threading.get_native_id(), None)
+    return proc.returncode, output
+
+
+def _ended(pid: int) -> bool:
+    """Whether a child ended, left unreaped: while it is a zombie, its process group's id
+    cannot be given to another group (killpg stays safe)."""
+    return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+
+
+def _late_answer(proc: subprocess.Popen[str], argv: Sequence[str]) -> tuple[int, str]:
+    """What a probe that ended before its late reader looked said; what it left behind is
+    killed, and one of those holding its output open fails it."""
+    os.killpg(proc.pid, signal.SIGKILL)
+    try:
+        output, _ = proc.communicate(timeout=LEFTOVER_SECONDS)
+    except subprocess.TimeoutExpired:
+        raise TimedOut(f"{' '.join(argv[:2])} left a process holding its output") from None
     return proc.returncode, output
