@@ -3,6 +3,7 @@ drain/resume rules, and the recycle loop's decisions."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import threading
@@ -186,13 +187,26 @@ def test_a_probe_that_outlives_its_kill_is_not_started_again_while_it_hangs(monk
     with pytest.raises(Unhealthy, match=r"did not answer within 0\.2 s"):
         bounded(argv, 0.2)
     (hanging,) = probe._ABANDONED.values()
-    # Refused before starting anything: a second copy would hang beside the first.
-    with pytest.raises(Unhealthy, match="sh -c still hangs since an earlier timeout"):
+    # A timeout, and nothing started: a second copy would hang beside the first.
+    with pytest.raises(probe.TimedOut, match="sh -c still hangs since an earlier timeout"):
         bounded(argv, 0.2)
+    assert probe._ABANDONED[tuple(argv)] is hanging  # still kept
     answers.touch()  # the server answers at last
     hanging.kill()
     hanging.wait()
     assert bounded(argv, 5) == (0, "")
+    assert probe._ABANDONED == {}
+
+
+def test_a_probe_slow_to_end_after_its_kill_is_waited_for_before_a_second_look(monkeypatch):
+    """Killed, a probe slowed by the host (a page to read back, a kernel lock) ends soon:
+    the next look (boot's second try at once) waits for it, up to its own timeout."""
+    monkeypatch.setattr(probe, "_ABANDONED", {})
+    monkeypatch.setattr(probe.os, "killpg", lambda pid, sig: None)
+    argv = ["sleep", "1"]
+    with pytest.raises(probe.TimedOut):
+        bounded(argv, 0.2)
+    assert bounded(argv, 10) == (0, "")
     assert probe._ABANDONED == {}
 
 
@@ -215,7 +229,7 @@ def test_a_probe_that_answered_while_its_reader_waited_for_a_cpu_passes(monkeypa
     assert late and probe._ABANDONED == {}
 
 
-def test_a_hung_check_times_out_and_the_others_still_report(monkeypatch):
+def test_a_hung_check_times_out_and_the_others_still_report(monkeypatch, tmp_path):
     monkeypatch.setitem(checks.CHECKS, "dns", lambda *a: time.sleep(30))
     plan = runner.CheckPlan(
         NODE,
@@ -231,7 +245,7 @@ def test_a_hung_check_times_out_and_the_others_still_report(monkeypatch):
         },
         10,
     )
-    dns, interfaces = runner.run(plan, "interval")
+    dns, interfaces = runner.run(plan, "interval", state=tmp_path / "no-pod")  # counts at once
     assert (dns.ok, dns.detail, dns.timed_out) == (False, "timed out after 0.1 s", True)
     assert interfaces.check == "interfaces"  # lo has no global address
     assert (interfaces.ok, interfaces.detail) == (False, "lo has no address")
@@ -265,6 +279,21 @@ def test_a_check_out_of_time_fails_the_second_time_in_a_row(monkeypatch, tmp_pat
     assert runner.run(plan, "interval", state=tmp_path) == []
     runner.results_path("interval", tmp_path).write_text("[1]\n")
     assert runner.run(plan, "interval", state=tmp_path) == []
+
+
+def test_a_run_beside_it_or_results_not_kept_are_no_first_time(monkeypatch, tmp_path):
+    """A run of the phase still going when this one began (slurmd does not wait for the last
+    before it starts the next) saw the same stall: no second look. Results that cannot be
+    saved keep no first time: the timeout counts at once."""
+    plan = _dns_answers(monkeypatch, "hang", "hang")
+    overlapping = {"check": "dns", "ok": False, "detail": "x", "seconds": 5, "timed_out": True}
+    results = runner.results_path("interval", tmp_path)
+    results.write_text(json.dumps([{**overlapping, "time": time.time() + 60}]))
+    assert runner.run(plan, "interval", state=tmp_path) == []
+    results.unlink()
+    results.mkdir()  # no file can be written there
+    (failed,) = runner.run(plan, "interval", state=tmp_path)
+    assert (failed.ok, failed.timed_out) == (False, True)
 
 
 def test_at_boot_a_check_out_of_time_runs_again_at_once(monkeypatch, tmp_path):

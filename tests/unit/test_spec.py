@@ -287,7 +287,7 @@ def test_extra_lines_keep_comments_and_settings(demo_spec):
         ),
         (
             {"health": {"enabled": True, "checks": {"storage": {"timeoutSeconds": 30}}}},
-            "health.checks.storage.timeoutSeconds: must be > 0 and at most 25 (Slurm kills",
+            "health.checks.storage.timeoutSeconds: must be > 0 and at most 20 (Slurm kills",
         ),
     ],
 )

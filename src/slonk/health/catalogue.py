@@ -56,8 +56,9 @@ CHECK_OPTION_SHAPES: Mapping[str, tuple[str, str]] = {
 
 # Slurm kills HealthCheckProgram at 60 s, before a drain for a hung check could be made; a
 # round lasts up to twice its longest check's timeout and a second (slonk.health.runner gives
-# a late check that is ready to run one more timeout), plus the program's own start.
-CHECK_TIMEOUT_MAXIMUM_SECONDS = 25
+# a late check that is ready to run one more timeout), and the program's own start, a /proc
+# scan per late check and its scontrol calls need the rest under load.
+CHECK_TIMEOUT_MAXIMUM_SECONDS = 20
 
 # Integer options with an upper bound (a percentage); every integer option is >= 0.
 CHECK_OPTION_MAXIMUM: Mapping[str, int] = {"minFreePercent": 100}

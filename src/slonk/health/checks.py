@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from slonk.health import gpu
-from slonk.health.probe import Inconclusive, Unhealthy, bounded
+from slonk.health.probe import Inconclusive, TimedOut, Unhealthy, bounded
 from slonk.paths import SLURMD_SPOOL
 
 SYS_NET = Path("/sys/class/net")
@@ -52,8 +52,8 @@ def check_gpu(node: Node, options: Mapping[str, Any], phase: str, timeout: float
     between_jobs = phase in ("watch", "interval") and not jobs_here(node)
     try:
         return gpu.check(options, expected, between_jobs, timeout)
-    except Inconclusive:
-        raise  # its probe, killed, may not have ended: a second look would find it hanging
+    except (Inconclusive, TimedOut):
+        raise  # out of time: that is for the runner to judge, not a job's GPU memory
     except Unhealthy:
         if not between_jobs or not jobs_here(node):
             raise

@@ -89,9 +89,6 @@ _ABANDONED: dict[tuple[str, ...], subprocess.Popen[str]] = {}
 # The probe each thread waits on, by the thread's id: a check out of time asleep on a probe is
 # judged with that probe's processes (slonk.health.runner).
 PROBING: dict[int, int] = {}
-# For the output of a probe that ended once what it left behind is killed: that is at once,
-# unless one of those is stuck in the kernel.
-LEFTOVER_SECONDS = 1.0
 _ABANDONED_LOCK = threading.Lock()  # a check still running from an earlier round, beside this
 
 
@@ -103,10 +100,14 @@ def bounded(argv: Sequence[str], timeout: float) -> tuple[int, str]:
     again."""
     command = tuple(argv)
     with _ABANDONED_LOCK:
-        stuck = _ABANDONED.get(command)
-        if stuck is not None and stuck.poll() is None:
-            raise Unhealthy(f"{' '.join(argv[:2])} still hangs since an earlier timeout")
-        _ABANDONED.pop(command, None)
+        stuck = _ABANDONED.pop(command, None)
+    if stuck is not None:
+        try:
+            stuck.wait(timeout)  # one killed slow, not hung, ends once it gets a CPU or a read
+        except subprocess.TimeoutExpired:
+            with _ABANDONED_LOCK:
+                _ABANDONED.setdefault(command, stuck)
+            raise TimedOut(f"{' '.join(argv[:2])} still hangs since an earlier timeout") from None
     started = time.monotonic()
     try:
         proc = subprocess.Popen(
@@ -124,11 +125,14 @@ def bounded(argv: Sequence[str], timeout: float) -> tuple[int, str]:
         output, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         if _ended(proc.pid):  # this thread, starved of CPU, was the one late: its answer counts
-            return _late_answer(proc, argv)
+            return _late_answer(proc, argv, timeout)
+        # Before the scan, which may itself wait for a CPU: a probe asleep (hung) gains no
+        # run-queue time meanwhile, one starved does.
+        elapsed = time.monotonic() - started
         queued = group_queued_seconds(proc.pid)
         os.killpg(proc.pid, signal.SIGKILL)
         message = f"{' '.join(argv[:2])} did not answer within {timeout:g} s"
-        error = out_of_time(message, time.monotonic() - started, queued)
+        error = out_of_time(message, elapsed, queued)
         if not isinstance(error, Inconclusive):  # a starved probe dies once it gets a CPU
             with _ABANDONED_LOCK:
                 _ABANDONED[command] = proc
@@ -144,12 +148,14 @@ def _ended(pid: int) -> bool:
     return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
 
 
-def _late_answer(proc: subprocess.Popen[str], argv: Sequence[str]) -> tuple[int, str]:
+def _late_answer(
+    proc: subprocess.Popen[str], argv: Sequence[str], timeout: float
+) -> tuple[int, str]:
     """What a probe that ended before its late reader looked said; what it left behind is
-    killed, and one of those holding its output open fails it."""
+    killed, and one of those holding its output open past another timeout is a timeout."""
     os.killpg(proc.pid, signal.SIGKILL)
     try:
-        output, _ = proc.communicate(timeout=LEFTOVER_SECONDS)
+        output, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         raise TimedOut(f"{' '.join(argv[:2])} left a process holding its output") from None
     return proc.returncode, output

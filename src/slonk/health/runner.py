@@ -6,7 +6,6 @@ The node's plan (which checks, their options, what the node is) is written once 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
 import threading
@@ -110,25 +109,30 @@ def results_path(phase: str, state: Path = HEALTH_STATE) -> Path:
     return state / f"results-{phase}.json"
 
 
-def save_results(results: list[Result], phase: str, started: float, state: Path) -> None:
+def save_results(results: list[Result], phase: str, started: float, state: Path) -> bool:
     """Each check's result with when it ended (`time`, seconds since the epoch), replaced
     atomically. Only where the plan lives (a worker pod): a run by hand elsewhere keeps
-    nothing, and a write that fails never fails the checks' run."""
+    nothing, and a write that fails never fails the checks' run. Whether they were saved."""
     if not state.is_dir():
-        return
+        return False
     records = [{**asdict(r), "time": round(started + r.seconds, 3)} for r in results]
-    with contextlib.suppress(OSError):  # already loaded by the job-time path: no new cost
+    try:  # already loaded by the job-time path: no new cost
         write_atomically(results_path(phase, state), json.dumps(records) + "\n")
+    except OSError:
+        return False
+    return True
 
 
 def run(plan: CheckPlan, phase: str, state: Path = HEALTH_STATE) -> list[Result]:
     """Every check of `phase`, started together; results in the plan's order, also saved
     as the phase's last (save_results). A check out of time, not starved (probe.TimedOut),
     fails the second time in a row: at boot (once per pod, before slurmd) it runs again at
-    once; in another phase its last run there must have been out of time too (where a pod
-    keeps no results, at once). The first time it has no result, as one that cannot tell:
-    under a loaded host a disk read or a kernel lock can outlast a timeout once."""
+    once; in another phase, its last run there, ended before this one began, must have been
+    out of time too. The first time it has no result, as one that cannot tell: under a
+    loaded host a disk read or a kernel lock can outlast a timeout once. Where the results
+    are not kept (no pod, a write that fails) there is no first time."""
     wall_started = time.time()
+    before = _timed_out_before(phase, state, wall_started)
     results = run_checks(plan, [n for n, c in plan.checks.items() if phase in c["phases"]], phase)
     if phase == "boot":
         again = {r.check: r for r in run_checks(plan, _timed_out(results), phase)}
@@ -137,13 +141,9 @@ def run(plan: CheckPlan, phase: str, state: Path = HEALTH_STATE) -> list[Result]
             for r in results
             if r.check in again or not r.timed_out
         ]
-        first: set[str] = set()
-    elif state.is_dir():
-        before = _timed_out(last_results(phase, state))
-        first = {c for c in _timed_out(results) if c not in before}
-    else:
+    first = set() if phase == "boot" else set(_timed_out(results)) - before
+    if not save_results(results, phase, wall_started, state):
         first = set()
-    save_results(results, phase, wall_started, state)  # first timeouts too: the next run reads them
     for result in results:
         if result.check in first:
             print(
@@ -157,13 +157,20 @@ def _timed_out(results: list[Result]) -> list[str]:
     return [r.check for r in results if r.timed_out]
 
 
-def last_results(phase: str, state: Path = HEALTH_STATE) -> list[Result]:
-    """The phase's last results (save_results); [] when there are none or they do not read."""
+def _timed_out_before(phase: str, state: Path, started: float) -> set[str]:
+    """The checks out of time in the phase's last saved run, where they ended before
+    `started` (a run still going beside this one sees the same stall: no second look)."""
     try:
         records = json.loads(results_path(phase, state).read_text())
-        return [Result(**{k: v for k, v in r.items() if k != "time"}) for r in records]
-    except (OSError, ValueError, TypeError, AttributeError):
-        return []
+        return {
+            r["check"]
+            for r in records
+            if r.get("timed_out") is True
+            and isinstance(r.get("time"), int | float)
+            and r["time"] < started
+        }
+    except (OSError, ValueError, TypeError, AttributeError, KeyError):
+        return set()
 
 
 def run_checks(plan: CheckPlan, names: list[str], phase: str) -> list[Result]:
@@ -213,14 +220,13 @@ def run_checks(plan: CheckPlan, names: list[str], phase: str) -> list[Result]:
         while thread.is_alive() and probe.ready(task) and time.monotonic() < deadline + limit:
             thread.join(READY_POLL_SECONDS)
         if thread.is_alive():
+            elapsed = time.monotonic() - started  # before the scan (probe.bounded)
             # Asleep on a probe (a check runs several in turn): that probe's time counts too.
             queued = probe.queued_seconds(task)
             waited_on = probe.PROBING.get(thread.native_id or 0)
             if queued is not None and waited_on is not None:
                 queued += probe.group_queued_seconds(waited_on) or 0.0
-            late = probe.out_of_time(
-                f"timed out after {limit:g} s", time.monotonic() - started, queued
-            )
+            late = probe.out_of_time(f"timed out after {limit:g} s", elapsed, queued)
             if isinstance(late, probe.Inconclusive):
                 settle(name, str(late))
             else:
