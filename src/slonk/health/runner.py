@@ -132,7 +132,6 @@ def run(plan: CheckPlan, phase: str, state: Path = HEALTH_STATE) -> list[Result]
     loaded host a disk read or a kernel lock can outlast a timeout once. Where the results
     are not kept (no pod, a write that fails) there is no first time."""
     wall_started = time.time()
-    before = _timed_out_before(phase, state, wall_started)
     results = run_checks(plan, [n for n, c in plan.checks.items() if phase in c["phases"]], phase)
     if phase == "boot":
         again = {r.check: r for r in run_checks(plan, _timed_out(results), phase)}
@@ -141,7 +140,9 @@ def run(plan: CheckPlan, phase: str, state: Path = HEALTH_STATE) -> list[Result]
             for r in results
             if r.check in again or not r.timed_out
         ]
-    first = set() if phase == "boot" else set(_timed_out(results)) - before
+    first = set()
+    if phase != "boot":
+        first = set(_timed_out(results)) - _timed_out_before(phase, state, wall_started)
     if not save_results(results, phase, wall_started, state):
         first = set()
     for result in results:
