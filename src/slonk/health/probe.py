@@ -98,7 +98,7 @@ def bounded(argv: Sequence[str], timeout: float) -> tuple[int, str]:
     killed and left behind, never waited for (Inconclusive if it was starved of CPU rather
     than hung); while it is still there, the same probe fails at once instead of starting
     again."""
-    command = tuple(argv)
+    command, name = tuple(argv), " ".join(argv[:2])  # name: what errors call the probe
     with _ABANDONED_LOCK:
         stuck = _ABANDONED.pop(command, None)
     if stuck is not None:
@@ -107,7 +107,7 @@ def bounded(argv: Sequence[str], timeout: float) -> tuple[int, str]:
         except subprocess.TimeoutExpired:
             with _ABANDONED_LOCK:
                 _ABANDONED.setdefault(command, stuck)
-            raise TimedOut(f"{' '.join(argv[:2])} still hangs since an earlier timeout") from None
+            raise TimedOut(f"{name} still hangs since an earlier timeout") from None
     started = time.monotonic()
     try:
         proc = subprocess.Popen(
@@ -125,13 +125,13 @@ def bounded(argv: Sequence[str], timeout: float) -> tuple[int, str]:
         output, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         if _ended(proc.pid):  # this thread, starved of CPU, was the one late: its answer counts
-            return _late_answer(proc, argv, timeout)
+            return _late_answer(proc, name, timeout)
         # Before the scan, which may itself wait for a CPU: a probe asleep (hung) gains no
         # run-queue time meanwhile, one starved does.
         elapsed = time.monotonic() - started
         queued = group_queued_seconds(proc.pid)
         os.killpg(proc.pid, signal.SIGKILL)
-        message = f"{' '.join(argv[:2])} did not answer within {timeout:g} s"
+        message = f"{name} did not answer within {timeout:g} s"
         error = out_of_time(message, elapsed, queued)
         if not isinstance(error, Inconclusive):  # a starved probe dies once it gets a CPU
             with _ABANDONED_LOCK:
@@ -148,14 +148,12 @@ def _ended(pid: int) -> bool:
     return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
 
 
-def _late_answer(
-    proc: subprocess.Popen[str], argv: Sequence[str], timeout: float
-) -> tuple[int, str]:
+def _late_answer(proc: subprocess.Popen[str], name: str, timeout: float) -> tuple[int, str]:
     """What a probe that ended before its late reader looked said; what it left behind is
     killed, and one of those holding its output open past another timeout is a timeout."""
     os.killpg(proc.pid, signal.SIGKILL)
     try:
         output, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        raise TimedOut(f"{' '.join(argv[:2])} left a process holding its output") from None
+        raise TimedOut(f"{name} left a process holding its output") from None
     return proc.returncode, output
