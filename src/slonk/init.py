@@ -7,6 +7,7 @@ message naming the file or key, before a daemon starts with a half-made configur
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -74,6 +75,19 @@ def prepare_slurm_config(spec: ClusterSpec, role: str) -> str:
         log(note)
     rollout.write_files(paths.SLURMCTLD_CONF_DIR, files)
     return f"wrote {paths.SLURMCTLD_CONF_DIR} for slurmctld ({version}), served at {server}"
+
+
+def hide_other_users_processes() -> str:
+    """Users' processes (their command lines carry tokens and paths) are theirs alone to see:
+    the pod's /proc is remounted `hidepid=invisible` (Linux 5.8 or later, a procfs of the
+    pod's own). It needs CAP_SYS_ADMIN and a runtime profile that allows the mount: where
+    either is missing the pod goes on, and says so."""
+    remount = ["mount", "-o", "remount,hidepid=invisible", "/proc"]
+    done = subprocess.run(remount, capture_output=True, text=True, check=False)
+    if done.returncode:
+        said = " ".join(done.stderr.split()) or f"exit {done.returncode}"
+        return f"other users' processes stay visible: /proc cannot be remounted ({said})"
+    return "other users' processes hidden (/proc hidepid=invisible)"
 
 
 def check_state() -> str:
@@ -244,6 +258,8 @@ def run(role: str) -> None:
     if sshd.runs_sshd(spec, role):
         step("prepared sshd", lambda: sshd.prepare(spec, role))
     step("prepared state directories", lambda: prepare_dirs(role))
+    if role in ("worker", "login"):  # where users' processes run
+        step("looked at /proc", hide_other_users_processes)
     step("registered users", lambda: register_users(spec))
     if role == "login":
         step("offered the site's modulefiles", offer_shared_modulefiles)

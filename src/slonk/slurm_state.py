@@ -46,6 +46,7 @@ class NodeState:
     slurmd_started: str = ""  # changes when a new slurmd registers ("0": never did)
     reason_by: str = ""  # the user who set the reason
     extra: str = ""  # Slurm's free-form Extra (slonk.health.serials writes GPU serials there)
+    reason_time: int = 0  # when Slurm took the reason (seconds since the epoch; 0: unknown)
 
     @property
     def drained(self) -> bool:
@@ -136,6 +137,13 @@ def _number(record: Mapping[str, Any], key: str, where: str) -> int:
     return _get(value, "number", int, f"{where}: {key}") if value.get("set", True) else 0
 
 
+def _optional_number(record: Mapping[str, Any], key: str) -> int:
+    """A time stamp slonk can do without (0 when absent or not a number)."""
+    value = record.get(key)
+    number = value.get("number") if isinstance(value, dict) else None
+    return number if isinstance(number, int) and not isinstance(number, bool) else 0
+
+
 def _state(record: Mapping[str, Any], key: str, where: str) -> tuple[str, frozenset[str]]:
     """Base state and flags from Slurm's state list, e.g. ["IDLE", "DRAIN"]."""
     state = _get(record, key, list, where)
@@ -186,6 +194,7 @@ def node_state(record: Mapping[str, Any]) -> NodeState:
         slurmd_started=str(_number(record, "slurmd_start_time", where)),
         reason_by=_get(record, "reason_set_by_user", str, where),
         extra=record["extra"] if isinstance(record.get("extra"), str) else "",
+        reason_time=_optional_number(record, "reason_changed_at"),
     )
 
 

@@ -18,6 +18,10 @@ OUTSIDE = Endpoint("203.0.113.7")
 STRANGER = Endpoint("10.244.9.9", "hpc", {"app.kubernetes.io/name": "something-else"})
 OTHER_NAMESPACE = Endpoint("10.244.8.8", "web", {"app.kubernetes.io/name": "slonk"})
 DNS = Endpoint("10.244.0.53", "kube-system", {"k8s-app": "kube-dns"})
+# The clouds' instance metadata: the machine's own credentials, to any process that asks.
+METADATA = Endpoint("169.254.169.254")
+METADATA_V6 = Endpoint("fd00:ec2::254")
+NODE_LOCAL_DNS = Endpoint("169.254.20.10")
 
 
 def _docs(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
@@ -105,8 +109,14 @@ DEFAULT_FLOWS = [
     ("login", "stranger", 80, "TCP", False),
     ("login", "controller", 22, "TCP", False),
     ("login", "login", 22, "TCP", False),
-    # The controller and workers keep their egress (jobs, git, the Kubernetes API).
+    # The controller and workers keep their egress (jobs, git, the Kubernetes API), but for
+    # the instance metadata, out of users' jobs' reach.
     ("cpu", "outside", 443, "TCP", True),
+    ("cpu", "dns", 53, "UDP", True),
+    ("cpu", "node-local-dns", 53, "UDP", True),
+    ("cpu", "stranger", 8080, "TCP", True),
+    ("cpu", "metadata", 80, "TCP", False),
+    ("cpu", "metadata-v6", 80, "TCP", False),
     ("controller", "outside", 443, "TCP", True),
 ]
 
@@ -117,6 +127,9 @@ def _endpoint(docs, name: str) -> Endpoint:
         "stranger": STRANGER,
         "other-namespace": OTHER_NAMESPACE,
         "dns": DNS,
+        "metadata": METADATA,
+        "metadata-v6": METADATA_V6,
+        "node-local-dns": NODE_LOCAL_DNS,
     }
     return named.get(name) or _pods(docs)[name]
 
@@ -262,6 +275,13 @@ def test_srun_ports_pinned_by_default_and_ephemeral_on_request(default_docs):
     assert allowed(policies, pods["cpu"], pods["login"], 45123)
     assert allowed(policies, pods["controller"], pods["login"], 45123)
     assert not allowed(policies, OUTSIDE, pods["login"], 45123)
+
+
+def test_workers_egress_is_open_without_exceptions():
+    docs = _docs({"networkPolicy": {"workers": {"egressExcept": []}}})
+    workers = _get(docs, "NetworkPolicy", "slonk-workers")
+    assert workers["spec"]["policyTypes"] == ["Ingress"]
+    assert allowed(_policies(docs), _pods(docs)["cpu"], METADATA, 80)
 
 
 def test_policies_can_be_turned_off():

@@ -19,6 +19,7 @@ from slonk.health.recycle import HISTORY
 from slonk.local.cluster import Cluster
 
 from ..support.cluster import SCRATCH, LocalCluster, slonk, wait_for
+from ..support.directory import ldapadd, person, wait_on_every_pod
 
 BAD, GOOD = "slonk-cpu-1", "slonk-cpu-0"
 CONTROLLER = "slonk-controller-0"
@@ -274,6 +275,72 @@ def test_gpu_memory_left_behind_drains_the_node_once_its_jobs_have_ended(watch_o
     assert cluster.nodes()[BAD][0] in ("mixed", "allocated")  # not drained
     _release(cluster, job)
     _drained_with(cluster, BAD, "slonk:gpu: GPU 0 (00000000:18:00.0): 40960 MiB still in use")
+
+
+SHARED = "/srv/shared"  # in each worker, a small file system standing for a shared one
+VICTIM, VICTIM_UID = "victim", 5491  # no other test's uid: the directory outlives each test
+
+
+def _victim(cluster: LocalCluster) -> None:
+    """A second researcher, whose jobs the attacker (demo) must not stop."""
+    if cluster.pod("slonk-login-0").run(f"getent passwd {VICTIM}").rc != 0:
+        ldapadd(cluster, person(cluster, VICTIM, VICTIM_UID))
+    wait_on_every_pod(cluster, VICTIM)
+
+
+def test_a_user_filling_a_shared_file_system_drains_one_node_and_recycles_none(faults: Faults):
+    """demo uses up the inodes of a file system every worker shares: the storage check
+    fails on both nodes at once. One node drains (its share, at least one), the other stays
+    in service and says why, no node is recycled, and another user's jobs keep running."""
+    cluster = faults.cluster
+    _victim(cluster)
+    workers = (GOOD, BAD)
+    for pod in workers:
+        faults.inject(
+            pod,
+            f"mkdir -p {SHARED} && mount -t tmpfs -o size=1m,nr_inodes=64,mode=1777 x {SHARED}",
+            f"umount -l {SHARED}",
+        )
+    offsets = {pod: _health_log_offset(cluster, pod) for pod in workers}
+    started = {pod: cluster.slurmd_started(pod) for pod in workers}
+    controller_log = cluster.log_offset(CONTROLLER)
+    values = cluster.state_dir.parent / "shared-storage.yaml"
+    values.write_text(json.dumps({"health": {
+        "watchSeconds": 1,
+        "checks": {"storage": {"phases": ["watch"], "paths": ["/home", SHARED]}},
+        "recycle": {"idleSeconds": 1, "periodSeconds": 1},
+    }}))  # fmt: skip
+    cluster.slonk("upgrade", "-f", str(values))
+
+    fill = f"i=0; while touch {SHARED}/$(hostname).$i 2>/dev/null; do i=$((i+1)); done"
+    cluster.user("demo").check_output(f"srun -N2 --nodelist={GOOD},{BAD} sh -c {fill!r}")
+
+    def one_drained() -> str | None:
+        drained = [
+            n for n in workers
+            if cluster.nodes()[n][1].startswith("slonk:storage:")
+            and "drain" in cluster.nodes()[n][0].split("+")
+        ]  # fmt: skip
+        return drained[0] if len(drained) == 1 else None
+
+    drained = wait_for("one node drained for storage", one_drained)
+    (spared,) = set(workers) - {drained}
+    _wait_health_logged(
+        cluster, spared, offsets[spared], "the spared node's word", "not drained for slonk:storage"
+    )
+    wait_for(
+        "the recycle loop to leave the drained node",
+        lambda: f"not recycling {drained}" in cluster.log(CONTROLLER, controller_log),
+    )
+    assert one_drained() == drained
+    assert {pod: cluster.slurmd_started(pod) for pod in workers} == started  # no new pod
+    assert "recycled" not in cluster.log(CONTROLLER, controller_log)
+    # Another user's job runs on the node left in service.
+    ran = cluster.user(VICTIM).check_output(f"srun --nodelist={spared} hostname").strip()
+    assert ran == spared
+    # demo deletes the files: storage passes, and the node comes back (nothing outlasts it).
+    cluster.user("demo").check_output(f"srun -N2 --nodelist={GOOD},{BAD} rm -f -r {SHARED}/*")
+    wait_for(f"{drained} back in service", lambda: cluster.nodes()[drained][0] in ("idle", "mixed"))
 
 
 def _recycle_fast(cluster: LocalCluster) -> None:

@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from slonk import paths, services
+from slonk import init, paths, services
 from slonk.config.spec import parse_spec
 from slonk.init import InitError, check_identity
 from slonk.secrets import MissingSecret, install_munge_key, install_ssh_host_keys
@@ -116,3 +116,25 @@ def test_the_sites_modulefiles_are_offered_once(tmp_path, monkeypatch):
     ]
     monkeypatch.setattr(init.homes, "shared_dir", lambda name: "/home/modulefiles is uid 5's")
     assert init.offer_shared_modulefiles() == "none: /home/modulefiles is uid 5's"
+
+
+@pytest.mark.parametrize(
+    ("status", "said"),
+    [
+        (0, "other users' processes hidden (/proc hidepid=invisible)"),
+        (32, "other users' processes stay visible: /proc cannot be remounted (mount: denied)"),
+    ],
+)
+def test_users_processes_are_hidden_where_proc_can_be_remounted(
+    tmp_path, monkeypatch, status, said
+):
+    """A pod without CAP_SYS_ADMIN (login pods on Kubernetes) or whose runtime profile
+    refuses the mount goes on, saying so; the remount asks for hidepid=invisible."""
+    mount = tmp_path / "mount"
+    mount.write_text(
+        f'#!/bin/sh\necho "$@" > {tmp_path}/args\necho "mount: denied" >&2\nexit {status}\n'
+    )
+    mount.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    assert init.hide_other_users_processes() == said
+    assert (tmp_path / "args").read_text().split() == ["-o", "remount,hidepid=invisible", "/proc"]

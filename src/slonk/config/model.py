@@ -163,6 +163,8 @@ class HealthSettings:
     watch_seconds: int = 10  # the agent's watch phase (slonk.health.watch)
     undrain: bool = True
     recycle: RecycleSettings | None = RecycleSettings()
+    # One check holds at most this share of the nodes drained (slonk.health.blast).
+    max_drained_percent: int = 10
 
 
 @dataclass(frozen=True)

@@ -605,7 +605,15 @@ def _check_option_shape(key: str, value: Any, path: str) -> None:
 
 
 def _health(data: Any, path: str) -> HealthSettings | None:
-    keys = {"enabled", "intervalSeconds", "watchSeconds", "undrain", "checks", "recycle"}
+    keys = {
+        "enabled",
+        "intervalSeconds",
+        "watchSeconds",
+        "undrain",
+        "maxDrainedPercent",
+        "checks",
+        "recycle",
+    }
     r = _Reader(data or {}, path, keys)
     if not r.get("enabled", bool, False):
         return None
@@ -640,6 +648,12 @@ def _health(data: Any, path: str) -> HealthSettings | None:
         ),
         undrain=r.get("undrain", bool, default_of(HealthSettings, "undrain")),
         recycle=recycle,
+        max_drained_percent=r.count(
+            "maxDrainedPercent",
+            default=default_of(HealthSettings, "max_drained_percent"),
+            minimum=1,
+            maximum=100,
+        ),
     )
 
 

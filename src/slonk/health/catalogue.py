@@ -43,6 +43,11 @@ HEALTH_CHECKS: Mapping[str, CheckSettings] = {
     "munge": CheckSettings(("interval",), 10),
 }
 
+# Checks that look at what every node shares (a file system, cluster DNS, slurmctld), which
+# users can fill or a service outage can fail on every node at once: a new pod cannot fix
+# that, so their drains are never recycled or quarantined (slonk.health.recycle).
+SHARED_CHECKS = frozenset({"storage", "dns", "controller"})
+
 # The shape of each string option (or of each item of a list option): checks hand them to
 # programs they run as root.
 CHECK_OPTION_SHAPES: Mapping[str, tuple[str, str]] = {

@@ -137,6 +137,9 @@ def check_storage(node: Node, options: Mapping[str, Any], phase: str, timeout: f
 
 
 def check_scratch(node: Node, options: Mapping[str, Any], phase: str, timeout: float) -> str:
+    """Free space on the node's scratch, judged between jobs: space a running job holds (its
+    per-job /tmp lives on the node's disk) is the job's, and goes with it (job_container/tmpfs
+    removes it at the job's end). Only what is left with no job on the node is the machine's."""
     path = options["path"]
     status, output = bounded(["stat", "--file-system", "--format=%a %b", path], timeout)
     if status:
@@ -144,7 +147,10 @@ def check_scratch(node: Node, options: Mapping[str, Any], phase: str, timeout: f
     free, total = (int(n) for n in output.split())
     percent = 100.0 * free / total if total else 0.0
     if percent < options["minFreePercent"]:
-        raise Unhealthy(f"{path} {percent:.1f}% free, below {options['minFreePercent']}%")
+        problem = f"{path} {percent:.1f}% free, below {options['minFreePercent']}%"
+        if jobs_here(node):
+            raise Inconclusive(f"{problem}, with jobs on the node: theirs until they end")
+        raise Unhealthy(problem)
     return f"{path} {percent:.0f}% free"
 
 

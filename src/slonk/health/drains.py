@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from slonk import slurm_nodes
-from slonk.health import reasons, runner
+from slonk.health import blast, reasons, runner
 from slonk.health.runner import Result
 from slonk.slurm_state import NodeState, SlurmError
 
@@ -48,7 +48,9 @@ def decide(node: NodeState, results: Sequence[Result], undrain: bool) -> tuple[s
     return None
 
 
-def apply(name: str, results: Sequence[Result], undrain: bool) -> str:
+def apply(
+    name: str, results: Sequence[Result], undrain: bool, max_drained_percent: int = 100
+) -> str:
     """Act on the node in Slurm; returns what was done, for the log."""
     node = slurm_nodes.read_node(name)
     action = decide(node, results, undrain)
@@ -57,11 +59,44 @@ def apply(name: str, results: Sequence[Result], undrain: bool) -> str:
             f" ({node.reason!a}, set by {node.reason_by!a})" if node.reason else ""
         )
     verb, reason = action
-    if verb == "drain":
+    if verb == "resume":
+        slurm_nodes.resume(name)
+        return f"resumed (was: {reason})"
+    cause = reasons.classify(reason)
+    check = cause.name if cause is not None and cause.kind == reasons.HEALTH else None
+    if check is None or max_drained_percent >= 100:
         slurm_nodes.drain(name, reason)
         return f"drained: {reason}"
-    slurm_nodes.resume(name)
-    return f"resumed (was: {reason})"
+    # The blast-radius limit: looked at before the drain, and again after it, since nodes
+    # failing together drain in the same second.
+    drained = False
+    if blast.within(slurm_nodes.read_nodes(), check, name, max_drained_percent):
+        slurm_nodes.drain(name, reason)
+        if blast.within(slurm_nodes.read_nodes(), check, name, max_drained_percent):
+            return f"drained: {reason}"
+        drained = True
+    return _step_back(node, check, reason, undrain, drained)
+
+
+def _step_back(node: NodeState, check: str, reason: str, undrain: bool, drained: bool) -> str:
+    """`check` fails past its limit: the node is left as it was before this failure (in
+    service, or drained by the syncer, whose cause may still hold), undoing the drain just
+    made if there was one; a health drain whose own check passes again is lifted as usual."""
+    said = (
+        f"not drained for {reason}: {check} has drained its share of the nodes already; "
+        "a failure so many share is a shared dependency's, not this machine's"
+    )
+    cause = node.cause
+    if cause is None:
+        if drained:
+            slurm_nodes.resume(node.name)
+        return f"{said}; left in service"
+    if cause.kind == reasons.HEALTH and undrain:  # its own check passes again
+        slurm_nodes.resume(node.name)
+        return f"{said}; resumed (was: {node.reason})"
+    if drained:
+        slurm_nodes.drain(node.name, node.reason)
+    return f"{said}; left {node.label} ({node.reason!a})"
 
 
 def with_boot_failures(results: list[Result], boot: list[Result]) -> list[Result]:
@@ -76,7 +111,10 @@ def act(plan: runner.CheckPlan, phase: str, results: list[Result]) -> tuple[str,
     """Set the node's Slurm state from a run's results and log what was done (a healthy node
     left alone is no news): what was done, and whether Slurm could be asked at all."""
     try:
-        action, asked = apply(plan.node.name, results, plan.undrain), True
+        action, asked = (
+            apply(plan.node.name, results, plan.undrain, plan.max_drained_percent),
+            True,
+        )
     except SlurmError as err:
         action, asked = f"could not update the node: {err}", False
     failed = "; ".join(r.reason for r in results if not r.ok)

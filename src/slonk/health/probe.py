@@ -25,8 +25,9 @@ class Unhealthy(Exception):
 
 
 class Inconclusive(Unhealthy):
-    """A check could not tell: it ran out of time starved of CPU (STARVED_SHARE). Neither a
-    failure nor a pass: the node's state is left as it is until a later round can tell."""
+    """A check could not tell: it ran out of time starved of CPU (STARVED_SHARE), or what it
+    saw is a running job's (a full scratch). Neither a failure nor a pass: the node's state
+    is left as it is until a later round can tell."""
 
 
 class TimedOut(Unhealthy):

@@ -5,7 +5,9 @@ idle for `idleSeconds` gets its pod deleted: Kubernetes makes a fresh one, which
 boot checks and, healthy, is resumed by its first health run. A node recycled `maxRecycles`
 times within `windowSeconds` is not recycled again: it stays drained as `slonk:quarantine`
 and its Kubernetes node is tainted for replacement. Nodes a job hook drained are left alone:
-a bad script is fixed in git, not by replacing machines.
+a bad script is fixed in git, not by replacing machines. So are nodes drained by a check of
+what every node shares (catalogue.SHARED_CHECKS) or by a check holding more nodes than its
+share (slonk.health.blast): a new pod cannot fix a shared dependency.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from typing import Any, Protocol
 from slonk import node_events, paths, slurm_nodes
 from slonk.config.spec import ClusterSpec, RecycleSettings, SpecError
 from slonk.files import write_atomically
-from slonk.health import reasons
+from slonk.health import blast, reasons
+from slonk.health.catalogue import SHARED_CHECKS
 from slonk.health.kube import KubeError
 from slonk.slurm_state import NodeState, SlurmError
 
@@ -64,6 +67,7 @@ class History:
     recycles: dict[str, list[float]] = field(default_factory=dict)
     restarting: dict[str, str] = field(default_factory=dict)
     untainted: dict[str, str] = field(default_factory=dict)  # quarantined node -> reason
+    left: dict[str, str] = field(default_factory=dict)  # node -> drain not recycled (shared)
 
     @classmethod
     def load(cls, path: Path = HISTORY) -> History:
@@ -87,9 +91,14 @@ class History:
 
 
 def due(
-    nodes: list[NodeState], history: History, settings: RecycleSettings, now: float
+    nodes: list[NodeState],
+    history: History,
+    settings: RecycleSettings,
+    now: float,
+    max_drained_percent: int = 100,
 ) -> Iterator[tuple[str, NodeState, int]]:
     """('recycle' | 'quarantine', node, recent recycles) for every node whose time has come."""
+    over = blast.over_limit(nodes, max_drained_percent)
     for node in nodes:
         if history.restarting.get(node.name) == node.slurmd_started:
             continue
@@ -98,10 +107,22 @@ def due(
         if cause is None or cause.kind != reasons.HEALTH or node.state != "idle":
             # busy, healthy, or drained by a hook, by quarantine or by a person
             history.idle_since.pop(node.name, None)
+            history.left.pop(node.name, None)
             continue
         since = history.idle_since.setdefault(node.name, now)
         if now - since < settings.idle_seconds:
             continue
+        if cause.name in SHARED_CHECKS or cause.name in over:
+            if history.left.get(node.name) != node.reason:
+                history.left[node.name] = node.reason
+                why = (
+                    "checks what every node shares"
+                    if cause.name in SHARED_CHECKS
+                    else ("holds more than its share of the nodes drained")
+                )
+                log(f"not recycling {node.name} ({node.reason}): {cause.name} {why}")
+            continue
+        history.left.pop(node.name, None)
         recent = [
             t for t in history.recycles.get(node.name, []) if now - t < settings.window_seconds
         ]
@@ -127,7 +148,9 @@ def pass_once(spec: ClusterSpec, kube: Kubernetes, history: History, now: float)
     if spec.health is None or spec.health.recycle is None:
         return  # recycling is off: nothing is due
     settings = spec.health.recycle
-    for action, node, recent in list(due(slurm_nodes.read_nodes(), history, settings, now)):
+    nodes = slurm_nodes.read_nodes()
+    percent = spec.health.max_drained_percent
+    for action, node, recent in list(due(nodes, history, settings, now, percent)):
         pod = _pod(kube, node.name)
         try:
             if action == "recycle":

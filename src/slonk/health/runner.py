@@ -56,6 +56,7 @@ class CheckPlan:
     undrain: bool
     checks: Mapping[str, Mapping[str, Any]]  # name -> phases, timeoutSeconds, options
     watch_seconds: float  # between the agent's runs of the watch phase (slonk.health.watch)
+    max_drained_percent: int = 100  # of the nodes, by one check (slonk.health.blast)
 
 
 def plan_for(spec: ClusterSpec, node_name: str) -> CheckPlan | None:
@@ -81,6 +82,7 @@ def plan_for(spec: ClusterSpec, node_name: str) -> CheckPlan | None:
         undrain=spec.health.undrain,
         checks=checks,
         watch_seconds=spec.health.watch_seconds,
+        max_drained_percent=spec.health.max_drained_percent,
     )
 
 
@@ -101,6 +103,7 @@ def parse_plan(text: bytes) -> CheckPlan:
         undrain=data["undrain"],
         checks=data["checks"],
         watch_seconds=data["watch_seconds"],
+        max_drained_percent=data.get("max_drained_percent", 100),
     )
 
 
