@@ -117,6 +117,17 @@ def test_a_goal_survives_its_pod_and_up_lifts_only_slonks_drain(aligned: LocalCl
     )
     assert "RMA 7" in aligned.nodes()["slonk-cpu-0"][1]
 
+    # The reason corrected on the Nodes while drained: Slurm's follows; a person's stays theirs.
+    for node in ("local-slonk-cpu-0", "local-slonk-cpu-1"):
+        aligned.kubectl("annotate", "--overwrite", "node", node, "slonk.io/goal-reason=RMA 8")
+    wait_for(
+        "slonk-cpu-0's reason corrected",
+        lambda: (
+            aligned.nodes()["slonk-cpu-0"] == ("idle+drain", reasons.k8s("goal", "drain: RMA 8"))
+        ),
+    )
+    assert aligned.nodes()["slonk-cpu-1"] == ("idle+drain", "mine")
+
     before = aligned.slurmd_started("slonk-cpu-0")
     aligned.kubectl("delete", "pod", "slonk-cpu-0")
     wait_for(

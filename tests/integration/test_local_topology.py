@@ -4,12 +4,19 @@ labels where the syncer finds them; and `tree`, the default."""
 
 from __future__ import annotations
 
+import statistics
+import subprocess
+import time
 from collections.abc import Iterator
 
 import hostlist
 import pytest
+import testinfra.host
 
-from ..support.cluster import LocalCluster, running, wait_for
+from slonk.align import topology
+from slonk.slurmctld import STARTED
+
+from ..support.cluster import SLONK, LocalCluster, running, wait_for
 
 CONTROLLER = "slonk-controller-0"
 BLOCKS = {"b1": ["slonk-a-0", "slonk-a-1"], "b2": ["slonk-b-0", "slonk-b-1"]}
@@ -110,3 +117,92 @@ def test_blocks_follow_the_nodes_labels(blocks: LocalCluster) -> None:
         for node in NODES:
             blocks.kubectl("label", "node", f"local-{node}", f"{LABEL}-")
     wait_for("the pools' own blocks back", lambda: _blocks(blocks) == BLOCKS)
+
+
+# A user's `squeue` in a loop, timed (ms) in the login pod, until the test touches the stop file.
+PROBE = (
+    "rm -f ~/.probe-stop ~/.probe.out; "
+    "while [ ! -e ~/.probe-stop ]; do s=$(date +%s%N); squeue --noheader >/dev/null 2>&1; "
+    'r=$?; e=$(date +%s%N); echo "$r $(( (e - s) / 1000000 ))" >> ~/.probe.out; done'
+)
+
+
+def _flap(cluster: LocalCluster, node: str, values: list[str]) -> float:
+    """Set (or, for "", remove) the node's label to each value as fast as kubectl goes, as
+    whoever may label a Node can; returns how long it took."""
+    started = time.monotonic()
+    for value in values:
+        cluster.kubectl(
+            "label", "--overwrite", "node", node, f"{LABEL}={value}" if value else f"{LABEL}-"
+        )
+    return time.monotonic() - started
+
+
+def _probed(user: testinfra.host.Host, at_least: int = 1) -> list[tuple[int, int]]:
+    """The probe's (exit status, milliseconds) so far; [] until it has `at_least` of them."""
+    out = user.check_output("cat ~/.probe.out 2>/dev/null || true")
+    found = [(int(f[0]), int(f[1])) for f in map(str.split, out.splitlines()) if len(f) == 2]
+    return found if len(found) >= at_least else []
+
+
+def _starts(cluster: LocalCluster, mark: int) -> int:
+    """slurmctld's (re-)executions past `mark`: each logs that it started, once."""
+    return cluster.log(CONTROLLER, mark).count(STARTED)
+
+
+def test_a_flapping_label_reconfigures_a_bounded_number_of_times_while_squeue_answers(
+    blocks: LocalCluster,
+) -> None:
+    """Whoever may label a Node flaps slonk-b-1's block label 20+ times, as fast as they can.
+    Flapped back to where it was: slurmctld is not reconfigured at all. Flapped to a new
+    block: reconfigured once (at most once more per MIN_INTERVAL_SECONDS the flap lasted),
+    on the last value; a user's `squeue` answers every time meanwhile."""
+    node, user = "local-slonk-b-1", blocks.user()
+    mark = blocks.log_offset(CONTROLLER)
+    took = _flap(blocks, node, ["nvl1", ""] * 10)
+    wait_for(
+        "the syncer's word on the flap that came back",
+        lambda: "came back to the applied topology" in blocks.log(CONTROLLER, mark),
+        timeout=topology.MIN_INTERVAL_SECONDS + 30,
+    )
+    allowed = (
+        0 if took < topology.WINDOW_SECONDS else 1 + int(took // topology.MIN_INTERVAL_SECONDS)
+    )
+    assert _starts(blocks, mark) <= allowed, f"20 changes in {took:.1f} s"
+    assert _blocks(blocks) == BLOCKS
+
+    probe = subprocess.Popen(
+        [*SLONK, "local", "ssh", "demo", "--state-dir", str(blocks.state_dir), "--", PROBE],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    moved = {"b1": ["slonk-a-0", "slonk-a-1", "slonk-b-1"], "b2": ["slonk-b-0"]}
+    try:
+        wait_for("squeue probed", lambda: _probed(user))
+        mark = blocks.log_offset(CONTROLLER)
+        took = _flap(blocks, node, ["b1", "b2"] * 10 + ["b1"])
+        wait_for(
+            "slonk-b-1 in b1",
+            lambda: _blocks(blocks) == moved,
+            timeout=topology.MIN_INTERVAL_SECONDS + 30,
+        )
+        starts = _starts(blocks, mark)
+        assert 1 <= starts <= 1 + int(took // topology.MIN_INTERVAL_SECONDS), (
+            f"21 changes in {took:.1f} s: {starts} reconfigures"
+        )
+        said = [x for x in blocks.log(CONTROLLER, mark).splitlines() if "coalesced into" in x]
+        assert said, "the syncer says what it coalesced"
+        print(said[-1])
+        seen = len(_probed(user))  # a few more answers: the probe's span the re-execution
+        probed = wait_for("squeue after the reconfigure", lambda: _probed(user, seen + 3))
+    finally:
+        user.run("touch ~/.probe-stop")
+        probe.wait(timeout=60)
+        blocks.kubectl("label", "node", node, f"{LABEL}-")
+    failed = [ms for rc, ms in probed if rc != 0]
+    worst, usual = max(ms for _, ms in probed), statistics.median(ms for _, ms in probed)
+    print(
+        f"squeue during the flap: {len(probed)} calls, median {usual} ms, worst {worst} ms, "
+        f"{len(failed)} failed; {starts} reconfigure(s) for 21 label changes in {took:.1f} s"
+    )
+    assert not failed, f"squeue failed during the flap: {probed}"
+    wait_for("the pools' own blocks back", lambda: _blocks(blocks) == BLOCKS, timeout=90)

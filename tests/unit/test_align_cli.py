@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from slonk.align import lending, pool, report, syncer
+from slonk.align import lending, pool, report, topology
 from slonk.align import plan as p
 from slonk.config.spec import SpecError, parse_spec
 from slonk.health import reasons
@@ -80,8 +80,8 @@ def test_a_topology_slurmctld_cannot_take_yet_is_tried_again(
     monkeypatch.setattr(watch.Controller, "apply", not_now)
     spec = parse_spec(demo_spec)
     found = {"slonk-gpu-0": {"block": "nvl1"}}
-    said = syncer.place(found, spec)
+    said = topology.place(found, spec)
     assert said and "waits for slurmctld" in said[0]
     assert placement.load(saved) == {}, "kept as a change still to make"
-    syncer.place(found, spec)
+    topology.place(found, spec)
     assert calls == ["apply", "apply"]

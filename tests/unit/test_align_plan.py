@@ -302,6 +302,59 @@ def test_goal_down_drains_then_downs_the_node_once_idle() -> None:
     assert verbs(idle) == [("slonk-cpu-0", "down", "goal")]
 
 
+def _goal_drained(reason: str, state: str = "idle", *flags: str) -> NodeState:
+    return slurm("slonk-cpu-0", state, "DRAIN", *flags, reason=reason)
+
+
+def _with_goal(node: NodeState, goal: str, why: str, **spec: Any) -> p.Plan:
+    annotated = machine(annotations={p.GOAL: goal, p.GOAL_REASON: why}, **spec)
+    return p.plan(
+        world(
+            nodes=[node, slurm("slonk-cpu-1")], machines=[annotated, machine("local-slonk-cpu-1")]
+        ),
+        SETTINGS,
+    )
+
+
+def test_a_goal_reason_changed_while_drained_reaches_slurm() -> None:
+    """The operator corrects `slonk.io/goal-reason` on a Node already drained for its goal:
+    Slurm's reason follows (it used to keep the first one)."""
+    drained = _goal_drained(reasons.k8s("goal", "drain: RMA 7"))
+    (action,) = _with_goal(drained, "drain", "RMA 8, PSU").actions
+    assert (action.node, action.verb) == ("slonk-cpu-0", "drain")
+    assert action.reason == reasons.k8s("goal", "drain: RMA 8, PSU")
+    told = _goal_drained(action.reason)
+    assert _with_goal(told, "drain", "RMA 8, PSU").actions == (), "said once, not every pass"
+
+
+def test_a_goal_reason_slurm_keeps_as_it_can_is_not_said_again() -> None:
+    """scontrol drops a reason's closing quote: the reason Slurm shows must not read as a
+    change, or the syncer would drain the node again on every pass."""
+    sent = reasons.k8s("goal", 'drain: "RMA 9"')
+    assert _with_goal(_goal_drained(sent.rstrip('"')), "drain", '"RMA 9"').actions == ()
+
+
+def test_a_goal_down_node_is_told_the_new_reason_and_stays_down() -> None:
+    down = slurm("slonk-cpu-0", "down", "DRAIN", reason=reasons.k8s("goal", "down: PSU"))
+    (action,) = _with_goal(down, "down", "PSU and fan").actions
+    assert (action.verb, action.reason) == ("down", reasons.k8s("goal", "down: PSU and fan"))
+
+
+@pytest.mark.parametrize(
+    "reason",
+    [
+        "RMA 7",  # a person's
+        reasons.health("gpu", "Xid 79"),  # a health check's
+        reasons.health("goal", "drain: RMA 7"),  # a health check's, whatever its name
+        reasons.k8s("cordoned", "Kubernetes node local-slonk-cpu-0 is cordoned"),  # another cause
+        reasons.quarantine("recycled 3 times"),
+    ],
+)
+def test_a_goal_reason_never_rewrites_another_drain(reason: str) -> None:
+    result = _with_goal(_goal_drained(reason), "drain", "RMA 8", unschedulable=True)
+    assert [a for a in result.actions if a.node == "slonk-cpu-0"] == []
+
+
 def test_hostile_object_text_stays_one_printable_line() -> None:
     evil = machine(
         annotations={p.GOAL: "drain", p.GOAL_REASON: "x\nState=RESUME\u2028Reason=y" + "z" * 600}

@@ -227,6 +227,23 @@ def state_word(node: NodeState | None, jobs: int) -> str:
     return "down" if node.state == "down" or "NOT_RESPONDING" in node.flags else "unknown"
 
 
+def _as_slurm_keeps(reason: str) -> str:
+    """scontrol drops a reason's surrounding quotes; blanks at its ends say nothing."""
+    return reason.strip().strip('"').strip()
+
+
+def restated_goal(node: NodeState, causes: list[Cause]) -> Cause | None:
+    """The goal cause, when the syncer drained the node for its goal and the goal's reason
+    (`slonk.io/goal-reason`) has changed since: Slurm is told the new one. Only the syncer's
+    own goal drain is ever re-said: a person's, a check's (one may be called `goal`), never."""
+    if node.cause is None or node.cause != reasons.Cause(reasons.K8S, "goal"):
+        return None
+    goal = next((c for c in causes if c.word == "goal"), None)
+    if goal is None or _as_slurm_keeps(goal.reason) == _as_slurm_keeps(node.reason):
+        return None
+    return goal
+
+
 def slurm_actions(
     node: NodeState, jobs: int, causes: list[Cause], certain: bool, has_pod: bool, on_demand: bool
 ) -> list[Action]:
@@ -256,6 +273,9 @@ def slurm_actions(
     kept = ours and node.cause is not None and node.cause.name in {c.word for c in causes}
     if not kept and (certain or not ours):  # unsure what holds: keep our reason as it is
         actions.append(Action(node.name, "drain", first.reason, why=first.detail))
+    elif kept and certain and (goal := restated_goal(node, causes)) is not None:
+        verb = "down" if node.state == "down" else "drain"  # it stays as it is, told anew
+        actions.append(Action(node.name, verb, goal.reason, why=f"goal reason now {goal.detail}"))
     goal_down = any(c.word == "goal" and c.detail.startswith("down:") for c in causes)
     if goal_down and node.drained and jobs == 0 and node.state != "down":
         actions.append(Action(node.name, "down", first.reason, why="goal down, and idle"))

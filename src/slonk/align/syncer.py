@@ -15,15 +15,14 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 from slonk import node_events, paths, power, slurm_nodes
-from slonk.align import lease, lending
+from slonk.align import lease, lending, topology
 from slonk.align import plan as planning
 from slonk.align.kube import BACKOFF_SECONDS, Cluster
 from slonk.align.stats import Stats
-from slonk.config import placement
-from slonk.config.spec import ClusterSpec, SpecError, load_spec
+from slonk.config.spec import ClusterSpec, SpecError
 from slonk.errors import SlonkError
 from slonk.health import reasons
 from slonk.health.kube import KubeError
@@ -115,10 +114,15 @@ EVENT_REASONS = {
 
 
 def apply(
-    result: planning.Plan, kube: Cluster, spec: ClusterSpec, stats: Stats | None = None
+    result: planning.Plan,
+    kube: Cluster,
+    spec: ClusterSpec,
+    stats: Stats | None = None,
+    gate: topology.Gate | None = None,
 ) -> list[str]:
     """Carry the plan out; one line per change or failure. A node Slurm or the API refuses
-    is tried again next pass: one never keeps the others waiting."""
+    is tried again next pass: one never keeps the others waiting. The topology goes through
+    the syncer's `gate` (slonk.align.topology), or at once without one."""
     said = []
     counts = stats or Stats()
     on_demand = spec.capacity.return_on_demand
@@ -152,29 +156,8 @@ def apply(
             said.append(f"could not show Slurm's view on pod {patch.pod}: {err}")
             counts.errors += 1
     if spec.syncer and spec.syncer.topology_labels:
-        said += place(result.placement, spec)
+        said += topology.place(result.placement, spec, gate)
     return said
-
-
-def place(found: Mapping[str, Mapping[str, str]], spec: ClusterSpec) -> list[str]:
-    """Save where pods landed and apply the topology when it changed. A node whose pod is
-    not running keeps its last place: lending a node must not reconfigure Slurm."""
-    old = placement.load()
-    new = {n: dict(w) for n, w in old.items() if n not in found}
-    new |= {n: dict(w) for n, w in found.items() if w}
-    new = placement.clean(new)
-    if new == old:
-        return []
-    placement.save(new)
-    from slonk.watch import Controller, NotApplied, NotNow  # the controller's alone
-
-    try:
-        return [f"placement changed: {Controller().apply(lambda: load_spec(paths.CLUSTER_SPEC))}"]
-    except NotNow as err:
-        placement.save(old)  # tried again next pass, as a change still
-        return [f"placement changed, topology waits for slurmctld: {err}"]
-    except (NotApplied, SpecError) as err:
-        return [f"placement changed, topology not applied: {err}"]
 
 
 def pass_once(
@@ -183,6 +166,7 @@ def pass_once(
     fix: bool = True,
     observer: node_events.Observer | None = None,
     stats: Stats | None = None,
+    gate: topology.Gate | None = None,
 ) -> planning.Plan:
     """One pass. The syncer's own (with an observer) records what changed on the nodes since
     its last pass, whoever changed it, before it acts."""
@@ -191,7 +175,7 @@ def pass_once(
         observer.observe(now.slurm, now.pods, kube, time.time())
     result = planning.plan(now, settings_of(spec))
     if fix:
-        for line in apply(result, kube, spec, stats):
+        for line in apply(result, kube, spec, stats, gate):
             log(line)
     return result
 
@@ -232,13 +216,14 @@ def run(load: Callable[[], ClusterSpec]) -> None:
 
     observer = node_events.Observer(spec.namespace, log)
     stats = Stats()
+    gate = topology.Gate()
 
     def work() -> None:
         current, refused = spec, ""
         kube.start()
         log(f"leading; watching Nodes, pods and StatefulSets of {spec.release}")
         while True:
-            kube.changed.wait(poll_seconds)
+            kube.changed.wait(next_pass(gate, poll_seconds))
             kube.changed.clear()
             try:
                 current, refused = load(), ""
@@ -250,7 +235,7 @@ def run(load: Callable[[], ClusterSpec]) -> None:
                 continue  # a list failed: its objects' absence would read as pods gone
             started = time.monotonic()
             try:
-                pass_once(current, kube, observer=observer, stats=stats)
+                pass_once(current, kube, observer=observer, stats=stats, gate=gate)
             except SlurmError as err:
                 log(f"pass skipped, Slurm cannot be read: {err}")
                 stats.errors += 1
@@ -266,6 +251,15 @@ def run(load: Callable[[], ClusterSpec]) -> None:
             time.sleep(MIN_PASS_SECONDS)
 
     lead(spec, kube, work)
+
+
+def next_pass(gate: topology.Gate, poll_seconds: float) -> float:
+    """Seconds until the next pass without a change: a held topology is decided on time. One
+    overdue (a pass skipped, the labels setting gone) waits for the usual poll, not a spin."""
+    due, now = gate.due(), gate.clock()
+    if due is None or due <= now:
+        return poll_seconds
+    return min(poll_seconds, due - now)
 
 
 def lead(spec: ClusterSpec, kube: Cluster, work: Callable[[], None]) -> None:
