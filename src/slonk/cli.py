@@ -10,12 +10,68 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from slonk import paths
+from slonk.config import accounts, patterns
 from slonk.errors import SlonkError
+
+# Arguments that name an account, a pod, a node or a path, checked as argparse reads them:
+# one that fails is refused naming the argument (exit 2), before anything runs. Each rule
+# has its one home in slonk.config (accounts, patterns); these only apply them.
+
+
+def _path(value: str) -> Path:
+    """A path a person names (a file to read, a folder to write): one line of text, so that
+    every message naming it stays one line."""
+    if not value or patterns.CONTROL_CHARACTERS.search(value):
+        raise argparse.ArgumentTypeError(f"{accounts.show(value)}: empty, or a control character")
+    return Path(value)
+
+
+def _state_dir(value: str) -> Path:
+    """Local mode's state dir, made absolute: plain characters only, as it reaches ssh's
+    command line (which reads `%` as a token, and a space as a second file)."""
+    try:
+        return Path(accounts.check_path(os.path.abspath(value), "state dir"))
+    except accounts.AccountError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _account(value: str) -> str:
+    """A user to log in as: an account name, never an option of ssh's (`-oProxyCommand=`)."""
+    try:
+        return accounts.check_name(value, "user name")
+    except accounts.AccountError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _named(pattern: str, what: str, most: int | None = None) -> Callable[[str], str]:
+    """An argparse type for a name of `what`, whole-matching `pattern`, at most `most`
+    characters (by default a DNS-1123 label's: pods, Slurm nodes and pools are named so)."""
+
+    def check(value: str) -> str:
+        from slonk.config.spec import DNS_LABEL_MAX
+
+        longest = most or DNS_LABEL_MAX
+        if len(value) > longest or not patterns.matches(pattern, value):
+            raise argparse.ArgumentTypeError(
+                f"{accounts.show(value)} is not {what} (at most {longest} characters: "
+                f"{pattern.strip('^$')})"
+            )
+        return value
+
+    return check
+
+
+_pod_name = _named(patterns.DNS_LABEL, "a pod name")
+_node_name = _named(patterns.DNS_LABEL, "a Slurm node's name")
+_pool_name = _named(patterns.DNS_LABEL, "a node pool's name")
+# `nodes history`: a Slurm node, a machine (a Kubernetes Node: a DNS name) or a GPU serial.
+_history_subject = _named(patterns.SLURM_NAME, "a node, machine or GPU serial", 253)
 
 
 def _chart_template(args: argparse.Namespace) -> int:
@@ -119,8 +175,10 @@ def _local(args: argparse.Namespace) -> int:
     from slonk.local import cluster
     from slonk.local.manifests import LocalModeError
     from slonk.local.nodes import printer
+    from slonk.local.state import check_state_dir
 
-    state = args.state_dir
+    # Root's alone, or no command reads or makes anything in it (slonk.local.state).
+    state = check_state_dir(args.state_dir)
     progress = printer(sys.stdout)
     if args.local_command == "up":
         local = cluster.up(
@@ -166,12 +224,12 @@ def _local(args: argparse.Namespace) -> int:
 def _add_chart(chart_cmd: argparse.ArgumentParser) -> None:
     chart_sub = chart_cmd.add_subparsers(dest="chart_command", required=True)
     template = chart_sub.add_parser("template", help="print the rendered manifests, as helm does")
-    template.add_argument("chart", nargs="?", type=Path, help="chart directory (default: slonk's)")
+    template.add_argument("chart", nargs="?", type=_path, help="chart directory (default: slonk's)")
     template.add_argument(
         "-f",
         "--values",
         action="append",
-        type=Path,
+        type=_path,
         default=[],
         help="a values file; later files win",
     )
@@ -195,8 +253,8 @@ def _add_chart(chart_cmd: argparse.ArgumentParser) -> None:
 
 
 def _add_render_config(render: argparse.ArgumentParser) -> None:
-    render.add_argument("--cluster", type=Path, required=True, help="the cluster.yaml spec")
-    render.add_argument("--out", type=Path, required=True, help="directory to write into")
+    render.add_argument("--cluster", type=_path, required=True, help="the cluster.yaml spec")
+    render.add_argument("--out", type=_path, required=True, help="directory to write into")
     render.set_defaults(run=_render_config)
 
 
@@ -209,14 +267,14 @@ def _add_init(init: argparse.ArgumentParser) -> None:
 
 def _add_agent(agent: argparse.ArgumentParser) -> None:
     agent.add_argument("--role", required=True, choices=("controller", "worker", "login"))
-    agent.add_argument("--cluster", type=Path, default=paths.CLUSTER_SPEC)
+    agent.add_argument("--cluster", type=_path, default=paths.CLUSTER_SPEC)
     agent.set_defaults(run=_agent)
 
 
 def _add_users(users: argparse.ArgumentParser) -> None:
     users_sub = users.add_subparsers(dest="users_command", required=True)
     users_sync = users_sub.add_parser("sync", help="write static and LDAP users into local files")
-    users_sync.add_argument("--cluster", type=Path, default=paths.CLUSTER_SPEC)
+    users_sync.add_argument("--cluster", type=_path, default=paths.CLUSTER_SPEC)
     users_sync.add_argument(
         "--force", action="store_true", help="accept a sync that removes more users than allowed"
     )
@@ -230,7 +288,7 @@ def _add_hooks(hooks: argparse.ArgumentParser) -> None:
     hooks_run = hooks_sub.add_parser("run", help="run the active revision's scripts for a phase")
     hooks_run.add_argument("phase", choices=HOOK_PHASES)
     hooks_sub.add_parser("status", help="the active revision, and the last refused one")
-    hooks.add_argument("--cluster", type=Path, default=paths.CLUSTER_SPEC)
+    hooks.add_argument("--cluster", type=_path, default=paths.CLUSTER_SPEC)
     hooks.set_defaults(run=_hooks)
 
 
@@ -246,7 +304,7 @@ def _add_health(health: argparse.ArgumentParser) -> None:
         action="store_true",
         help="drain the node on failure, resume what slonk drained once it passes",
     )
-    health.add_argument("--cluster", type=Path, default=paths.CLUSTER_SPEC)
+    health.add_argument("--cluster", type=_path, default=paths.CLUSTER_SPEC)
     health.set_defaults(run=_health)
 
 
@@ -259,7 +317,7 @@ def _syncer(args: argparse.Namespace) -> int:
 
 
 def _add_syncer(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--cluster", type=Path, default=paths.CLUSTER_SPEC)
+    parser.add_argument("--cluster", type=_path, default=paths.CLUSTER_SPEC)
     parser.set_defaults(run=_syncer)
 
 
@@ -274,7 +332,7 @@ def _add_metrics(metrics: argparse.ArgumentParser) -> None:
     metrics_sub = metrics.add_subparsers(dest="metrics_command", required=True)
     show = metrics_sub.add_parser("show", help="print one scrape's metrics")
     show.add_argument("--role", choices=("controller", "worker"), required=True)
-    show.add_argument("--cluster", type=Path, default=paths.CLUSTER_SPEC)
+    show.add_argument("--cluster", type=_path, default=paths.CLUSTER_SPEC)
     metrics.set_defaults(run=_metrics)
 
 
@@ -295,7 +353,7 @@ def _align(args: argparse.Namespace) -> int:
 
 
 def _add_align(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--cluster", type=Path, default=paths.CLUSTER_SPEC)
+    parser.add_argument("--cluster", type=_path, default=paths.CLUSTER_SPEC)
     parser.add_argument("--fix", action="store_true", help="apply the syncer's actions once")
     parser.set_defaults(run=_align)
 
@@ -317,7 +375,12 @@ def _nodes(args: argparse.Namespace) -> int:
 def _add_nodes(parser: argparse.ArgumentParser) -> None:
     nodes_sub = parser.add_subparsers(dest="nodes_command")
     past = nodes_sub.add_parser("history", help="drains, resumes, recycles and quarantines")
-    past.add_argument("node", nargs="?", help="a Slurm node, a machine or a GPU serial")
+    past.add_argument(
+        "node",
+        nargs="?",
+        type=_history_subject,
+        help="a Slurm node, a machine or a GPU serial",
+    )
     parser.set_defaults(run=_nodes)
 
 
@@ -326,7 +389,7 @@ def _add_pool(parser: argparse.ArgumentParser) -> None:
     scale = pool_sub.add_parser(
         "scale", help="lend a pool's highest nodes once idle, or return them"
     )
-    scale.add_argument("pool")
+    scale.add_argument("pool", type=_pool_name)
     scale.add_argument("replicas", type=int)
     scale.add_argument(
         "--timeout",
@@ -334,7 +397,7 @@ def _add_pool(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="give up after this many seconds (default: wait)",
     )
-    parser.add_argument("--cluster", type=Path, default=paths.CLUSTER_SPEC)
+    parser.add_argument("--cluster", type=_path, default=paths.CLUSTER_SPEC)
     parser.set_defaults(run=_pool)
 
 
@@ -351,7 +414,7 @@ def _add_worker(worker: argparse.ArgumentParser) -> None:
         "release", help="lift the pod-stop drain once a slurmd started after --since registers"
     )
     release.add_argument("--since", type=int, required=True, help="epoch seconds")
-    worker.add_argument("--node", help="the Slurm node (default: this pod's name)")
+    worker.add_argument("--node", type=_node_name, help="the Slurm node (default: this pod's name)")
     worker.set_defaults(run=_worker)
 
 
@@ -362,7 +425,7 @@ def _add_power(power: argparse.ArgumentParser) -> None:
     )
     power_sub.add_parser(
         "slurmd-flags", help="print the options a starting slurmd needs (its node powering up)"
-    ).add_argument("node")
+    ).add_argument("node", type=_node_name)
     power.set_defaults(run=_power)
 
 
@@ -375,7 +438,7 @@ def _add_local(local: argparse.ArgumentParser) -> None:
         parser = local_sub.add_parser(name, help=help_text)
         parser.add_argument(
             "--state-dir",
-            type=Path,
+            type=_state_dir,
             default=DEFAULT_STATE_DIR,
             help=f"where the cluster's state lives (default: {DEFAULT_STATE_DIR})",
         )
@@ -392,7 +455,7 @@ def _add_local(local: argparse.ArgumentParser) -> None:
             "-f",
             "--values",
             action="append",
-            type=Path,
+            type=_path,
             default=[],
             help="a values file over local mode's defaults; later files win",
         )
@@ -411,10 +474,15 @@ def _add_local(local: argparse.ArgumentParser) -> None:
         "--purge", action="store_true", help="remove the state directory too"
     )
     sub("status", "pods, their processes and Slurm's node states")
-    sub("restart", "stop a pod and start it again, as a new container").add_argument("pod")
-    sub("stop", "stop a pod (its preStop hook, SIGTERM, then SIGKILL)").add_argument("pod")
-    sub("exec", "run a command in a pod: exec POD -- CMD...").add_argument("pod")
-    sub("ssh", "ssh to the login pod as USER (-- CMD... runs a command)").add_argument("user")
+    restart = sub("restart", "stop a pod and start it again, as a new container")
+    restart.add_argument("pod", type=_pod_name)
+    sub("stop", "stop a pod (its preStop hook, SIGTERM, then SIGKILL)").add_argument(
+        "pod", type=_pod_name
+    )
+    sub("exec", "run a command in a pod: exec POD -- CMD...").add_argument("pod", type=_pod_name)
+    sub("ssh", "ssh to the login pod as USER (-- CMD... runs a command)").add_argument(
+        "user", type=_account
+    )
     sub("kubeconfig", "print an admin kubeconfig for the cluster's fake Kubernetes API (host only)")
 
 

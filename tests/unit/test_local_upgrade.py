@@ -13,6 +13,8 @@ from slonk.config.spec import SpecError
 from slonk.local import cluster as local
 from slonk.local import release, upgrade
 from slonk.local.manifests import LocalModeError, Plan
+from slonk.local.state import write_record
+from slonk.local.statefiles import StateFileError
 from slonk.local.upgrade import LogTail, verdict
 from slonk.slurm_state import parse_nodes
 
@@ -180,3 +182,55 @@ def test_a_value_only_slurm_can_refuse_renders(tmp_path):
     )
     assert spec.slurm_conf["SelectType"] == "select/bogus"  # Slurm's to refuse, not ours
     assert "slonk-controller-0" in [p.name for p in objects.pods]
+
+
+@pytest.mark.parametrize("stored", ["", "\n", "users: [\n", "- alice\n"])
+def test_upgrade_over_values_in_force_that_are_no_values_is_refused(tmp_path, monkeypatch, stored):
+    """An empty values.yaml read as no values would upgrade to the chart's defaults: every
+    earlier value (static users, hooks, the SSH CA) dropped, and `upgrade` says success."""
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    cluster = local.Cluster(state)
+    pods = {"slonk-controller-0": {"role": "controller", "address": "10.73.0.10"}}
+    write_record(cluster, {"pods": pods})
+    cluster.values_file.write_text(stored)
+    new = tmp_path / "new.yaml"
+    new.write_text("slurm:\n  slurmConf:\n    MaxJobCount: 20000\n")
+
+    def render(*args):
+        raise AssertionError("rendered: the upgrade went on")
+
+    monkeypatch.setattr(upgrade, "render", render)
+    with pytest.raises(StateFileError, match=rf"^{cluster.values_file}: .*; nothing done"):
+        upgrade.upgrade(state, [new])
+    assert cluster.values_file.read_text() == stored
+    assert sorted(p.name for p in state.iterdir()) == [
+        "cluster.json",
+        "upgrade.lock",
+        "values.yaml",
+    ]
+
+
+def test_upgrade_layers_each_new_file_over_the_values_in_force(tmp_path, monkeypatch):
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    cluster = local.Cluster(state)
+    write_record(cluster, {"pods": {"slonk-controller-0": {"role": "controller",
+                                                          "address": "10.73.0.10"}}})  # fmt: skip
+    cluster.values_file.write_text("users: [{name: alice}]\nslurm: {slurmConf: {A: '1'}}\n")
+    first, second = tmp_path / "1.yaml", tmp_path / "2.yaml"
+    first.write_text("slurm: {slurmConf: {B: '2'}}\nhooks: off\n")
+    second.write_text("hooks: {repo: x}\n")
+    seen = []
+
+    def render(cluster, user):
+        seen.append(user)
+        raise LocalModeError("stop here")
+
+    monkeypatch.setattr(upgrade, "render", render)
+    with pytest.raises(LocalModeError, match="stop here"):
+        upgrade.upgrade(state, [first, second])
+    assert seen == [
+        {"users": [{"name": "alice"}], "slurm": {"slurmConf": {"A": "1", "B": "2"}},
+         "hooks": {"repo": "x"}}
+    ]  # fmt: skip

@@ -32,7 +32,13 @@ from slonk.local.network import NETNS_DIR, is_mount_point, pod_addresses, proces
 from slonk.local.nodes import mark_down, node_states, wait_nodes_up
 from slonk.local.podspec import pod_spec
 from slonk.local.release import NAMESPACE, known_hosts, project_objects, render
-from slonk.local.state import DEFAULT_STATE_DIR, Cluster, save_values, write_record
+from slonk.local.state import (
+    DEFAULT_STATE_DIR,
+    Cluster,
+    check_state_dir,
+    save_values,
+    write_record,
+)
 
 # This module's API, and the names from its parts that callers outside slonk.local (the
 # CLI, bench/, tests) take from here.
@@ -67,11 +73,12 @@ def up(
     layered over, podman from the images the chart names (slonk.local.podman).
     `with_prometheus`: and Debian's Prometheus scraping them (slonk.local.prometheus)."""
     require_root()
-    cluster = Cluster(state_dir.resolve())
+    cluster = Cluster(check_state_dir(state_dir).resolve())
     if cluster.record_file.exists() and any(cluster.pid(n) for n in cluster.pod_names()):
         raise LocalModeError(f"a cluster is already up in {state_dir}: `slonk local down` first")
-    cluster.state_dir.mkdir(parents=True, exist_ok=True)
-    # It holds the controller's API token and the cluster's keys: root's alone.
+    # It holds the controller's API token and the cluster's keys: root's alone, as made.
+    cluster.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    check_state_dir(cluster.state_dir)
     cluster.state_dir.chmod(0o700)
     started = time.monotonic()
     user = chart.user_values(value_files)

@@ -15,12 +15,20 @@ Layout (everything local mode makes lives here or in /run/netns):
   prometheus/              with `up --prometheus`: its configuration, targets, log, pid and
                            host address (slonk.local.prometheus)
   prometheus-data/         its storage, kept across `down` like volumes
+  upgrade.lock             held by the one `upgrade` running
+
+It holds the controller's API token and the cluster's keys, and its Secrets are kept across
+`down`: a directory another user owns or can write (or a link they planted) would let them
+read those and plant a munge key. So every command refuses one (check_state_dir) rather than
+chmod or chown it. Its files are checked as read back (slonk.local.statefiles).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import pwd
+import stat
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -29,12 +37,23 @@ from typing import Any
 
 import yaml
 
+from slonk.config import accounts
 from slonk.files import write_atomically
 from slonk.local import pod as pods
 from slonk.local.manifests import LocalModeError, Mount
 from slonk.local.network import NETNS_DIR, Network
+from slonk.local.statefiles import is_pod_name, load_pod_spec, load_record, load_values
 
 DEFAULT_STATE_DIR = Path(os.environ.get("SLONK_STATE_DIR", "/var/lib/slonk/local"))
+# What a state directory may hold: the layout above. write_atomically's temporary files
+# (".cluster.json.XXXX") are what a crash mid-write leaves of the first two.
+LAYOUT = frozenset(
+    {"cluster.json", "values.yaml", "upgrade.lock", "ssh", "configmaps", "secrets", "volumes",
+     "pods", "apiserver", "serviceaccounts", "prometheus", "prometheus-data"}
+)  # fmt: skip
+ATOMIC_LEFTOVERS = (".cluster.json.", ".values.yaml.")
+# Kept across `down` and holding keys: every entry in them must be root's too.
+KEPT_KEYS = ("secrets", "ssh")
 
 
 @dataclass(frozen=True)
@@ -144,12 +163,24 @@ class Cluster:
             return ""
 
     def record(self) -> dict[str, Any]:
+        """cluster.json, checked whole and against the pods' templates (a StateFileError)."""
         try:
-            return json.loads(self.record_file.read_text())
+            return load_record(self.record_file, self.state_dir / "pods")
         except FileNotFoundError:
             raise LocalModeError(
                 f"no local cluster in {self.state_dir}: run `slonk local up`"
             ) from None
+
+    def values(self) -> dict[str, Any]:
+        """The values in force (values.yaml), checked: never an empty file read as none."""
+        return load_values(self.values_file)
+
+    def check_pod(self, name: str) -> str:
+        """`name`, refused unless it is one of the cluster's pods (names a person typed)."""
+        names = self.pod_names()
+        if not is_pod_name(name) or name not in names:
+            raise LocalModeError(f"no pod {accounts.show(name)}: pods are {', '.join(names)}")
+        return name
 
     def pod_names(self, role: str | None = None) -> list[str]:
         return [n for n, p in self.record()["pods"].items() if role in (None, p["role"])]
@@ -162,11 +193,10 @@ class Cluster:
 
     def enter(self, name: str, command: Sequence[str]) -> list[str]:
         """argv running `command` in pod `name`, with the pod's environment."""
-        pid = self.pid(name)
+        pid = self.pid(self.check_pod(name))
         if pid is None:
             raise LocalModeError(f"pod {name} is not running")
-        env = read_pod_spec(self, name)["env"]
-        return pods.enter(pid, command, env)
+        return pods.enter(pid, command, read_pod_spec(self, name))
 
     def run(self, name: str, command: Sequence[str]) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -174,7 +204,14 @@ class Cluster:
         )
 
     def ssh(self, user: str, command: Sequence[str] = ()) -> list[str]:
-        """argv for ssh to the first login pod as `user`, from the cluster's network."""
+        """argv for ssh to the first login pod as `user`, from the cluster's network. `user`
+        is an account name (never an ssh option), and `--` ends ssh's options: ssh reads
+        options again after the destination, so `command` could otherwise add one
+        (`-oProxyCommand=...` runs on the host, as root)."""
+        try:
+            accounts.check_name(user, "user name")
+        except accounts.AccountError as err:
+            raise LocalModeError(f"user: {err}") from None
         login = self.pod_names("login")
         if not login:
             raise LocalModeError("this cluster has no login pod (login.replicas is 0)")
@@ -193,6 +230,7 @@ class Cluster:
             f"UserKnownHostsFile={self.known_hosts}",
             "-o",
             "LogLevel=ERROR",
+            "--",
             f"{user}@{self.address(login[0])}",
             *command,
         ]
@@ -204,7 +242,7 @@ def write_pod_spec(cluster: Cluster, name: str, spec: Mapping[str, Any]) -> None
 
 
 def read_pod_spec(cluster: Cluster, name: str) -> dict[str, Any]:
-    return json.loads((cluster.pod_dir(name) / "pod.json").read_text())
+    return load_pod_spec(cluster.pod_dir(name) / "pod.json", name)
 
 
 def save_values(cluster: Cluster, user: Mapping[str, Any]) -> None:
@@ -213,3 +251,100 @@ def save_values(cluster: Cluster, user: Mapping[str, Any]) -> None:
 
 def write_record(cluster: Cluster, record: Mapping[str, Any]) -> None:
     write_atomically(cluster.record_file, json.dumps(record, indent=1))
+
+
+class StateDirError(LocalModeError):
+    """A state directory root does not hold alone: refused, nothing done in it."""
+
+
+def check_state_dir(state_dir: Path) -> Path:
+    """`state_dir` as an absolute path, refused (StateDirError) unless root's alone: not a
+    symbolic link; it, or the nearest directory above it where `up` would make it, owned by
+    root and writable by nobody else; every directory above owned by root and writable by
+    others only with the sticky bit (as /tmp); holding nothing but a state dir's entries,
+    each root's (and so every entry of the kept secrets/ and ssh/). Links are never followed
+    (lstat); a root-owned link above it is checked where it leads as well."""
+    path = Path(os.path.abspath(state_dir))
+    try:
+        accounts.check_path(str(path), "state dir")  # it reaches ssh's command line
+    except accounts.AccountError as err:
+        raise StateDirError(str(err)) from None
+    own = _lstat(path)
+    if own is not None and stat.S_ISLNK(own.st_mode):
+        raise StateDirError(
+            f"state dir {path} is a symbolic link (to {os.readlink(path)}), which its owner "
+            "could point anywhere: give the directory itself"
+        )
+    if own is not None and not stat.S_ISDIR(own.st_mode):
+        raise StateDirError(f"state dir {path} is not a directory")
+    for chain in dict.fromkeys((path, Path(os.path.realpath(path)))):
+        _check_chain(path, chain)
+    if own is not None:
+        _check_entries(path)
+    return path
+
+
+def _lstat(path: Path) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        return None
+
+
+def _owner(uid: int) -> str:
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _check_chain(state_dir: Path, path: Path) -> None:
+    """Every existing directory from / down to `path`; the last is where `up` makes
+    things (the state dir, or the one it is made in), and must be writable by root alone."""
+    found = [(p, st) for p in (*reversed(path.parents), path) if (st := _lstat(p))]
+    for i, (folder, st) in enumerate(found):
+        _check_owned(state_dir, folder, st, sticky_ok=i < len(found) - 1)
+
+
+def _check_owned(state_dir: Path, path: Path, st: os.stat_result, sticky_ok: bool) -> None:
+    where = f"state dir {state_dir}" + ("" if path == state_dir else f": {path}")
+    if st.st_uid != 0:
+        raise StateDirError(
+            f"{where} is owned by {_owner(st.st_uid)}, not root: that user could read the "
+            "cluster's API token and keys, or plant its munge key. Nothing done; remove it "
+            "or choose a directory root made (install -d -m 0700 DIR)"
+        )
+    if stat.S_ISLNK(st.st_mode):
+        return  # root's own link: check_state_dir checks where it leads
+    writable = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    if writable and not (sticky_ok and st.st_mode & stat.S_ISVTX):
+        raise StateDirError(
+            f"{where} is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o}): "
+            f"they could replace what root makes there. Nothing done; `chmod go-w {path}` "
+            "or choose another"
+        )
+
+
+def _check_entries(state_dir: Path) -> None:
+    """Only a state dir's entries (`--state-dir /etc` must not be chmod 0700 by `up`, nor
+    removed by `down --purge`), each root's, as is everything in the kept key folders."""
+    for entry in os.scandir(state_dir):
+        if entry.name not in LAYOUT and not entry.name.startswith(ATOMIC_LEFTOVERS):
+            raise StateDirError(
+                f"state dir {state_dir} holds {accounts.show(entry.name)}, which no state dir "
+                "holds: is it one? Nothing done; choose a new or empty directory"
+            )
+        _check_root_entry(state_dir, Path(entry.path))
+        if entry.name in KEPT_KEYS and entry.is_dir(follow_symlinks=False):
+            for folder, dirs, files in os.walk(entry.path):
+                for name in (*dirs, *files):
+                    _check_root_entry(state_dir, Path(folder, name))
+
+
+def _check_root_entry(state_dir: Path, path: Path) -> None:
+    uid = os.lstat(path).st_uid
+    if uid != 0:
+        raise StateDirError(
+            f"state dir {state_dir}: {path} is owned by {_owner(uid)}, not root: it may have "
+            "been planted. Nothing done; remove it (what it held is not to be trusted)"
+        )

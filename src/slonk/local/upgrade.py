@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import re
 import shutil
 import time
@@ -37,7 +38,14 @@ from slonk.local.nodes import node_states, wait_nodes_up
 from slonk.local.podspec import pod_spec
 from slonk.local.projection import DATA_LINK, project, read
 from slonk.local.release import SPEC_CONFIGMAP, known_hosts, project_secrets, render
-from slonk.local.state import Cluster, read_pod_spec, save_values, write_pod_spec, write_record
+from slonk.local.state import (
+    Cluster,
+    check_state_dir,
+    read_pod_spec,
+    save_values,
+    write_pod_spec,
+    write_record,
+)
 from slonk.slurm_state import QUEUE, SlurmError, parse_jobs
 
 VERDICT_TIMEOUT_SECONDS = 60.0
@@ -275,10 +283,13 @@ def upgrade(
     state_dir: Path, value_files: Sequence[Path] = (), progress: Callable[[str], None] = print
 ) -> None:
     require_root()
-    cluster = Cluster(state_dir.resolve())
+    cluster = Cluster(check_state_dir(state_dir).resolve())
     with _exclusive(cluster):
         record = cluster.record()
-        user = chart.user_values([cluster.values_file, *value_files])
+        # The values in force, checked (an empty file is refused, never read as no values),
+        # then each new file over them in turn, as `helm upgrade --reuse-values -f`.
+        new = (chart.user_values([path]) for path in value_files)
+        user = functools.reduce(chart.deep_merge, new, cluster.values())
         objects, spec = render(cluster, user)
         new_names = [p.name for p in objects.pods]
         joining = [p for p in objects.pods if p.name not in record["pods"]]
