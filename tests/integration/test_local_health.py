@@ -17,6 +17,7 @@ from slonk.config.spec import HEALTH_CHECKS
 from slonk.health.drains import LOG as HEALTH_LOG
 from slonk.health.recycle import HISTORY
 from slonk.local.cluster import Cluster
+from slonk.paths import HEALTH_PLAN
 
 from ..support.cluster import SCRATCH, LocalCluster, slonk, wait_for
 from ..support.directory import ldapadd, person, wait_on_every_pod
@@ -338,9 +339,22 @@ def test_a_user_filling_a_shared_file_system_drains_one_node_and_recycles_none(f
     # Another user's job runs on the node left in service.
     ran = cluster.user(VICTIM).check_output(f"srun --nodelist={spared} hostname").strip()
     assert ran == spared
-    # demo deletes the files: storage passes, and the node comes back (nothing outlasts it).
-    cluster.user("demo").check_output(f"srun -N2 --nodelist={GOOD},{BAD} rm -f -r {SHARED}/*")
-    wait_for(f"{drained} back in service", lambda: cluster.nodes()[drained][0] in ("idle", "mixed"))
+    # The files go (here each pod has its own file system, and no job lands on the drained
+    # node: root deletes them, as demo would on a shared one): storage passes, and the node
+    # comes back. Nothing outlasts the files.
+    for pod in workers:
+        cluster.pod(pod).check_output(f"find {SHARED} -mindepth 1 -delete")
+    _wait_health_logged(
+        cluster, drained, offsets[drained], f"{drained}'s resume", "resumed (was: slonk:storage"
+    )
+    assert cluster.nodes()[drained][0] == "idle"
+    cluster.slonk("upgrade")  # storage looks at /home alone again before the mounts go
+    wait_for(
+        "every worker's health plan without the small file system",
+        lambda: all(
+            SHARED not in cluster.pod(pod).check_output(f"cat {HEALTH_PLAN}") for pod in workers
+        ),
+    )
 
 
 def _recycle_fast(cluster: LocalCluster) -> None:
