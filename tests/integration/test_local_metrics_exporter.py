@@ -5,10 +5,11 @@ results."""
 from __future__ import annotations
 
 import shlex
+import time
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from ..support.cluster import LocalCluster, wait_for
+from ..support.cluster import LocalCluster, service_pid, wait_for
 
 PORT = 9341  # cluster.yaml's metrics.port when the chart leaves it out
 
@@ -77,3 +78,67 @@ def test_a_worker_serves_its_health_checks(healthy: LocalCluster):
     assert set(ok.values()) == {1.0}, ok  # the node is healthy (idle, undrained)
     assert {s.labels["node"] for s in families["slonk_health_check_ok"]} == {"slonk-cpu-0"}
     assert values(families, "slonk_exporter_scrape_errors_total", source="health") == [0]
+
+
+# A job that floods its node's agent with idle connections (issue 28). It holds them until
+# cancelled; its output says how many it opened.
+FLOOD_JOB = """#!/usr/bin/env python3
+import resource, socket, sys, time
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+held = [socket.create_connection(("127.0.0.1", %d), timeout=30)
+        for _ in range(min(2000, hard - 64))]
+print("holding", len(held), flush=True)
+time.sleep(3600)
+"""
+
+
+def agent_usage(cluster: LocalCluster, pod: str) -> tuple[int, int]:
+    """The worker agent's (threads, open descriptors), read from /proc in its pod."""
+    pid = service_pid(cluster.pod(pod), "agent")
+    out = cluster.pod(pod).check_output(
+        f"grep '^Threads:' /proc/{pid}/status | cut -f2; ls /proc/{pid}/fd | wc -l"
+    )
+    threads, fds = out.split()
+    return int(threads), int(fds)
+
+
+def test_an_idle_connection_flood_from_a_job_leaves_the_agent_bounded_and_its_loops_running(
+    healthy: LocalCluster,
+):
+    node = "slonk-cpu-0"
+    scrape(healthy, node)  # the metrics task is up
+    threads_before, fds_before = agent_usage(healthy, node)
+    out = f"/home/demo/flood-{time.time_ns()}.out"
+    job = healthy.submit(f"--nodelist={node}", f"--output={out}", "--wrap",
+                         f"python3 -c {shlex.quote(FLOOD_JOB % PORT)}")  # fmt: skip
+    try:
+        held = wait_for(
+            "the job's connections",
+            lambda: healthy.pod("slonk-login-0").run(f"cat {out}").stdout.split()[1:],
+        )
+        flooded = time.time()
+        threads, fds = agent_usage(healthy, node)
+        # Its own port's share from loopback (8), whatever the job holds; a scrape from
+        # elsewhere answers meanwhile, and the agent's loops go on.
+        families = wait_for(
+            "a watch round after the flood",
+            lambda: (
+                (found := scrape(healthy, node))
+                and min(values(found, "slonk_health_check_last_run_timestamp_seconds",
+                               phase="watch") or [0]) > flooded
+                and found
+            ),
+        )  # fmt: skip
+    finally:
+        healthy.pod("slonk-controller-0").run(f"scancel {job}")
+    assert int(held[0]) > 100, held
+    assert threads <= threads_before + 3, (threads_before, threads)
+    assert fds <= fds_before + 8 + 2, (fds_before, fds)
+    assert values(families, "slonk_exporter_connections_refused_total", reason="busy")[0] >= (
+        int(held[0]) - 8
+    )
+    up = {s.labels["task"]: s.value for s in families["slonk_agent_task_up"]}
+    assert {"health-watch", "users-sync", "metrics", "config-watch"} <= set(up), up
+    assert set(up.values()) == {1.0}, up
+    assert set(values(families, "slonk_agent_task_failures_total")) == {0.0}

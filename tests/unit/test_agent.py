@@ -20,7 +20,7 @@ from slonk.agent import inotify
 from slonk.agent.changes import Changes
 from slonk.agent.lines import LineWriter
 from slonk.agent.main import tasks_for
-from slonk.agent.runner import Runner, Task
+from slonk.agent.runner import Board, Runner, Task
 from slonk.config.spec import parse_spec
 from slonk.local.projection import project
 
@@ -40,8 +40,8 @@ def _no_inotify() -> inotify.Inotify:
 # The task runner
 
 
-def test_a_failing_task_is_restarted_with_back_off_and_the_others_keep_running():
-    stop, lines = threading.Event(), []
+def test_a_failing_task_is_logged_counted_and_restarted_with_back_off_while_the_others_run():
+    stop, lines, board = threading.Event(), [], Board()
     starts, third_start, steady_ran = [], threading.Event(), threading.Event()
 
     def flaky(stop: threading.Event) -> None:
@@ -50,35 +50,84 @@ def test_a_failing_task_is_restarted_with_back_off_and_the_others_keep_running()
             third_start.set()
             stop.wait()
             return
-        raise RuntimeError(f"broken {len(starts)}")
+        raise RuntimeError(f"broken {len(starts)}\nsecond line")
 
     def steady(stop: threading.Event) -> None:
         steady_ran.set()
         stop.wait()
 
-    runner = Runner(
-        [Task("flaky", flaky), Task("steady", steady)], stop, lines.append, first_backoff=0.001
-    )
+    tasks = [Task("flaky", flaky), Task("steady", steady)]
+    runner = Runner(tasks, stop, lines.append, first_backoff=0.001, board=board)
     runner.start()
     assert third_start.wait(LONG) and steady_ran.wait(LONG)
     assert runner.failures == {"flaky": 2}
-    said = "\n".join(lines)
-    assert "task flaky failed:\nTraceback" in said and "RuntimeError: broken 2" in said
-    # The delay doubles: 1 ms, then 2 ms.
-    assert [line for line in lines if "starts again" in line] == [
-        "task flaky starts again in 0.001 s",
-        "task flaky starts again in 0.002 s",
-    ]
+    states = board.snapshot()
+    assert states["flaky"].running and states["flaky"].failures == 2
+    assert 0 < states["flaky"].failed <= states["flaky"].started  # running again since
+    assert states["steady"].running and states["steady"].failures == 0
+    # Each failure is one line: the task, the error (its own line ends folded), where it was
+    # raised, and the back-off, which doubles: 1 ms, then 2 ms.
+    here = Path(__file__).name
+    assert len(lines) == 2 and all("\n" not in line for line in lines)
+    for count, (line, wait) in enumerate(zip(lines, ("0.001", "0.002"), strict=True), 1):
+        assert line.startswith(
+            f"task flaky failed ({count} so far): RuntimeError: broken {count} second line "
+            f"(at {here}:"
+        ), line
+        assert line.endswith(f" in flaky); starts again in {wait} s"), line
     stop.set()
     assert runner.join(LONG) == []
+    assert not any(s.running for s in board.snapshot().values())
+
+
+def test_a_task_that_exits_is_a_failure_too():
+    """sys.exit in a task's thread would end that thread unseen: it is counted and restarted."""
+    stop, lines, again = threading.Event(), [], threading.Event()
+
+    def exits(stop: threading.Event) -> None:
+        if lines:
+            again.set()
+            stop.wait()
+            return
+        sys.exit(3)
+
+    runner = Runner([Task("exits", exits)], stop, lines.append, first_backoff=0.001)
+    runner.start()
+    assert again.wait(LONG)
+    stop.set()
+    assert runner.join(LONG) == []
+    assert runner.failures == {"exits": 1}
+    assert lines[0].startswith("task exits failed (1 so far): SystemExit: 3 (at ")
+
+
+def test_the_agents_task_metrics(tmp_path):
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from slonk.metrics.collector import SourcesCollector
+    from slonk.metrics.tasks import task_families
+
+    board = Board()
+    board.set("hooks", running=True, started=100.0)
+    board.failed("users-sync")
+    registry = CollectorRegistry()
+    registry.register(SourcesCollector({"agent": lambda: task_families(board)}))
+    out = generate_latest(registry).decode()
+    assert 'slonk_agent_task_up{task="hooks"} 1.0' in out
+    assert 'slonk_agent_task_up{task="users-sync"} 0.0' in out
+    assert 'slonk_agent_task_failures_total{task="users-sync"} 1.0' in out
+    assert 'slonk_agent_task_failures_total{task="hooks"} 0.0' in out
+    assert 'slonk_agent_task_start_timestamp_seconds{task="hooks"} 100.0' in out
 
 
 def test_a_task_that_returns_is_not_started_again():
-    stop, runs = threading.Event(), []
-    runner = Runner([Task("off", lambda stop: runs.append(1))], stop, print, first_backoff=0.001)
+    stop, runs, lines = threading.Event(), [], []
+    task = Task("off", lambda stop: runs.append(1))
+    runner = Runner([task], stop, lines.append, first_backoff=0.001)
     runner.start()
     assert runner.join(LONG) == []
     assert runs == [1] and not stop.is_set()
+    assert lines == ["task off ended: nothing left to do"]
+    assert not runner.board.snapshot()["off"].running
 
 
 def test_the_back_off_is_capped_and_a_stop_during_it_ends_the_task():
@@ -89,7 +138,7 @@ def test_the_back_off_is_capped_and_a_stop_during_it_ends_the_task():
         lines.append(line)
         if line.endswith("in 0.004 s"):
             capped.set()
-        if sum("starts again" in x for x in lines) == 5:
+        if len(lines) == 5:
             stop.set()
 
     def broken(stop: threading.Event) -> None:

@@ -29,7 +29,7 @@ from types import FrameType
 from slonk import paths
 from slonk.agent.changes import Changes, Waiter
 from slonk.agent.lines import LineWriter
-from slonk.agent.runner import Runner, Task
+from slonk.agent.runner import Board, Runner, Task
 from slonk.config.spec import ClusterSpec, SpecError, load_spec
 from slonk.identity import pod_name
 
@@ -44,9 +44,15 @@ def log(message: str) -> None:
 
 
 def tasks_for(
-    spec: ClusterSpec, role: str, pod: str, changes: Changes, spec_path: Path
+    spec: ClusterSpec,
+    role: str,
+    pod: str,
+    changes: Changes,
+    spec_path: Path,
+    board: Board | None = None,
 ) -> list[Task]:
-    """The role's tasks as cluster.yaml asks for them. Each imports its module when it starts."""
+    """The role's tasks as cluster.yaml asks for them. Each imports its module when it starts.
+    `board`: the runner's, served by the metrics task."""
 
     def load() -> ClusterSpec:
         return load_spec(spec_path)
@@ -68,7 +74,8 @@ def tasks_for(
         tasks.append(Task("health-recycle", lambda stop: _recycle(load, stop)))
     if role in ("controller", "worker") and spec.metrics:
         port = spec.metrics.port
-        tasks.append(Task("metrics", lambda stop: _metrics(role, port, stop, spec_path)))
+        serve = lambda stop: _metrics(role, port, stop, spec_path, board)  # noqa: E731
+        tasks.append(Task("metrics", serve))
     if role == "worker" and spec.health:
         tasks.append(Task("health-watch", _health_watch))
     return tasks
@@ -99,10 +106,12 @@ def _recycle(load: Callable[[], ClusterSpec], stop: threading.Event) -> None:
     recycle.run_forever(load, kube.KubeApi, stop)
 
 
-def _metrics(role: str, port: int, stop: threading.Event, spec_path: Path) -> None:
+def _metrics(
+    role: str, port: int, stop: threading.Event, spec_path: Path, board: Board | None
+) -> None:
     from slonk.metrics import serve
 
-    serve.serve(role, port, stop, spec_path)
+    serve.serve(role, port, stop, spec_path, board=board)
 
 
 def _health_watch(stop: threading.Event) -> None:
@@ -141,7 +150,10 @@ def run(role: str, spec_path: Path = paths.CLUSTER_SPEC) -> int:
     runner = None
     if spec is not None:
         pod = pod_name()
-        runner = Runner(tasks_for(spec, role, pod, changes, spec_path), stop, log)
+        board = Board()
+        runner = Runner(
+            tasks_for(spec, role, pod, changes, spec_path, board), stop, log, board=board
+        )
         log(f"{role} {pod}: {', '.join(t.name for t in runner.tasks) or 'no tasks'}")
         runner.start()
         while not stop.wait(3600):
