@@ -77,9 +77,11 @@ _history_subject = _named(patterns.SLURM_NAME, "a node, machine or GPU serial", 
 def _chart_template(args: argparse.Namespace) -> int:
     from slonk import chart
 
-    values = chart.user_values(args.values, args.set, args.set_string)
-    rendered = chart.render(args.chart or chart.default_chart(), values, args.name, args.namespace)
-    sys.stdout.write(chart.manifest(rendered))
+    sys.stdout.write(
+        chart.template(
+            args.chart, args.values, args.set, args.set_string, args.name, args.namespace
+        )
+    )
     return 0
 
 

@@ -182,6 +182,61 @@ showing the map to write: the same text as slonk.config.spec._old_list_form. Cal
 {{- end }}
 
 {{/*
+How many node pools and Slurm nodes the chart renders. Pools and replicas are the schema's
+maxProperties and maximum too (a test holds them equal; replicas is spec.MAX_REPLICAS); the
+total is the chart's alone, as a schema cannot sum. 20,000 nodes: bench/render_scale.py's
+15,000 with a third more; in 100 pools they render in about 115 MiB (test_render_bounds.py).
+*/}}
+{{- define "slonk.scaleBounds" -}}
+{"pools": 100, "replicas": 10000, "nodes": 20000}
+{{- end }}
+
+{{/*
+"true" when the node pools are within the chart's bounds, whatever form the values take
+(`helm --skip-schema-validation` too): a map of at most 100 pools, each replicas an integer in
+0..10000, 20,000 in all; otherwise it fails naming the key, and a list (the form before chart
+0.4.0) shows the map to write. The templates that make objects per pool or per node
+(workers.yaml, services.yaml, which Helm renders first) loop only inside `if` it: `helm lint`
+turns `fail` into a log line and goes on, and would then loop over whatever it was given.
+Each check runs only if those before it passed. Linear in the pools.
+*/}}
+{{- define "slonk.boundNodes" -}}
+{{- $bounds := include "slonk.scaleBounds" . | fromJson -}}
+{{- include "slonk.refuseList" (dict "key" "nodepools" "value" .Values.nodepools) -}}
+{{- include "slonk.refuseList" (dict "key" "partitions" "value" .Values.partitions) -}}
+{{- $pools := .Values.nodepools | default dict -}}
+{{- $error := "" -}}
+{{- if not (kindIs "map" $pools) -}}
+{{- $error = printf "nodepools: a map keyed by pool name is wanted, got %s" (kindOf $pools) -}}
+{{- else if gt (len $pools) (int $bounds.pools) -}}
+{{- $error = printf "nodepools: %d pools; at most %d" (len $pools) (int $bounds.pools) -}}
+{{- end -}}
+{{- $nodes := 0 -}}
+{{- range $name, $pool := ternary $pools dict (empty $error) -}}
+{{- $replicas := 0 -}}
+{{- if $error -}}
+{{- else if not (or (kindIs "invalid" $pool) (kindIs "map" $pool)) -}}
+{{- $error = printf "nodepools.%s: a map is wanted (or null), got %s" $name (kindOf $pool) -}}
+{{- else -}}
+{{- $replicas = dig "replicas" 0 ($pool | default dict) -}}
+{{- end -}}
+{{- if $error -}}
+{{- else if not (or (kindIs "float64" $replicas) (kindIs "int64" $replicas) (kindIs "int" $replicas)) -}}
+{{- $error = printf "nodepools.%s.replicas: an integer is wanted, got %s" $name (kindOf $replicas) -}}
+{{- /* Written so that NaN fails too: no comparison with it is true. */ -}}
+{{- else if not (and (ge (float64 $replicas) 0.0) (le (float64 $replicas) (float64 $bounds.replicas))) -}}
+{{- $error = printf "nodepools.%s.replicas: %v is outside 0..%d" $name $replicas (int $bounds.replicas) -}}
+{{- else -}}
+{{- $nodes = add $nodes (int $replicas) -}}
+{{- end -}}
+{{- end -}}
+{{- if and (not $error) (gt $nodes (int $bounds.nodes)) -}}
+{{- $error = printf "nodepools: %d Slurm nodes in all; at most %d (each is a pod and a Service)" $nodes (int $bounds.nodes) -}}
+{{- end -}}
+{{- if $error }}{{ fail $error }}{{ else }}true{{ end -}}
+{{- end }}
+
+{{/*
 Checks the schema cannot express. Each failure names the values key, as the schema does.
 */}}
 {{- define "slonk.validate" -}}
