@@ -348,7 +348,14 @@ def test_a_user_filling_a_shared_file_system_drains_one_node_and_recycles_none(f
         cluster, drained, offsets[drained], f"{drained}'s resume", "resumed (was: slonk:storage"
     )
     assert cluster.nodes()[drained][0] == "idle"
-    cluster.slonk("upgrade")  # storage looks at /home alone again before the mounts go
+    # Back to the cluster's settings (upgrades add up) before the mounts go.
+    storage = HEALTH_CHECKS["storage"]
+    values.write_text(json.dumps({"health": {
+        "watchSeconds": default_of(HealthSettings, "watch_seconds"),
+        "checks": {"storage": {"phases": list(storage.phases), **storage.options}},
+        "recycle": {"idleSeconds": 3600, "periodSeconds": 1},
+    }}))  # fmt: skip
+    cluster.slonk("upgrade", "-f", str(values))
     wait_for(
         "every worker's health plan without the small file system",
         lambda: all(

@@ -149,6 +149,15 @@ def test_a_broken_plan_is_said_and_looked_at_again(node, capsys):
     assert "slonk health watch: JSONDecodeError" in capsys.readouterr().err
 
 
+def test_a_watch_whose_rounds_keep_failing_gives_up_to_the_agent(node, capsys):
+    """Said each time; the third in a row raises, for the agent to count and restart (a
+    watch that cannot run must not look like one that finds nothing)."""
+    node.plan.write_text("{")
+    with pytest.raises(watch.WatchFailing, match="3 rounds in a row failed: JSONDecodeError"):
+        _watch(node, ["healthy"] * 5)
+    assert capsys.readouterr().err.count("slonk health watch: JSONDecodeError") == 3
+
+
 def test_a_job_phase_runs_only_the_checks_a_site_put_there(node):
     node.gpu.write_text("ecc")
     assert jobphase.check("prolog", str(node.plan)) == 0  # gpu watches, it is not per job

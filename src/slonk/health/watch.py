@@ -29,12 +29,21 @@ from slonk.health import drains, runner
 from slonk.paths import HEALTH_PLAN
 
 NO_PLAN_WAIT_SECONDS = 10.0  # health turned off, or a plan that does not load: look again
+# Rounds in a row that may fail (Slurm restarting, a plan half written) before the watch
+# gives up to the agent, which counts the failure where metrics show it, and starts it again.
+FAILED_ROUNDS_LIMIT = 3
+
+
+class WatchFailing(RuntimeError):
+    """The watch's rounds keep failing: for the agent to count and restart."""
 
 
 def run(stop: threading.Event, plan_path: Path = HEALTH_PLAN) -> None:
-    """Watch until `stop` is set. Never raises for a failing check or a bad plan: it says so
-    on stderr and tries again later."""
+    """Watch until `stop` is set. A failing check is no error; a round that fails (a bad plan,
+    a bug) says so on stderr and tries again later, and FAILED_ROUNDS_LIMIT in a row raise
+    WatchFailing: a watch that cannot run must not look like one that finds nothing."""
     told: tuple[str, ...] | None = None  # what failed when Slurm was last asked; None: never
+    failed_rounds = 0
     while not stop.is_set():
         period = NO_PLAN_WAIT_SECONDS
         try:
@@ -48,8 +57,12 @@ def run(stop: threading.Event, plan_path: Path = HEALTH_PLAN) -> None:
             untold = not failing and not watched <= {r.check for r in results}
             if failing != told and not untold and drains.act(plan, "watch", results)[1]:
                 told = failing
+            failed_rounds = 0
         except FileNotFoundError:
-            pass
+            failed_rounds = 0  # health checks are off on this node
         except Exception as err:
+            failed_rounds += 1
             print(f"slonk health watch: {err!r}", file=sys.stderr, flush=True)
+            if failed_rounds >= FAILED_ROUNDS_LIMIT:
+                raise WatchFailing(f"{failed_rounds} rounds in a row failed: {err!r}") from err
         stop.wait(period)
