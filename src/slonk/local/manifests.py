@@ -55,6 +55,8 @@ class Pod:
     capabilities: tuple[str, ...] = ()
     drop_capabilities: tuple[str, ...] = ()
     no_new_privileges: bool = False
+    privileged: bool = False
+    seccomp_profile: str = ""  # seccompProfile.type, the container's or else the pod's
     # What kubelet does as the pod is deleted: the container's lifecycle.preStop.exec command,
     # then SIGTERM; the pod's terminationGracePeriodSeconds bounds both (Kubernetes' default 30).
     pre_stop: tuple[str, ...] = ()
@@ -76,6 +78,8 @@ class Plan:
     # The rendered StatefulSets and PodDisruptionBudgets, as the API serves them.
     statefulsets: list[dict[str, Any]] = field(default_factory=list)
     disruption_budgets: list[dict[str, Any]] = field(default_factory=list)
+    # The rendered NetworkPolicies, which local mode's firewall enforces (slonk.local.firewall).
+    network_policies: list[dict[str, Any]] = field(default_factory=list)
 
     def permissions(self) -> dict[str, list[dict[str, Any]]]:
         """What each ServiceAccount may do, from the Roles and bindings: its rules (apiGroups,
@@ -170,6 +174,8 @@ def plan(documents: Iterable[Mapping[str, Any]], namespace: str) -> Plan:
                 for s in doc.get("subjects", [])
                 if s["kind"] == "ServiceAccount" and s.get("namespace", namespace) == namespace
             ]
+        elif kind == "NetworkPolicy":
+            result.network_policies.append(dict(doc))
         elif kind == "PodDisruptionBudget":
             result.disruption_budgets.append(dict(doc))
         elif kind == "StatefulSet":
@@ -207,11 +213,21 @@ def plan(documents: Iterable[Mapping[str, Any]], namespace: str) -> Plan:
                         capabilities=tuple(security.get("capabilities", {}).get("add", [])),
                         drop_capabilities=tuple(security.get("capabilities", {}).get("drop", [])),
                         no_new_privileges=security.get("allowPrivilegeEscalation") is False,
+                        privileged=security.get("privileged") is True,
+                        seccomp_profile=_seccomp_profile(pod_spec, security),
                         pre_stop=_pre_stop(meta["name"], container),
                         grace_seconds=int(pod_spec.get("terminationGracePeriodSeconds", 30)),
                     )
                 )
     return result
+
+
+def _seccomp_profile(pod_spec: Mapping[str, Any], security: Mapping[str, Any]) -> str:
+    """seccompProfile.type: the container's, else the pod's ("": none, Unconfined)."""
+    profile = security.get("seccompProfile") or pod_spec.get("securityContext", {}).get(
+        "seccompProfile"
+    )
+    return str((profile or {}).get("type", ""))
 
 
 def _pre_stop(statefulset: str, container: Mapping[str, Any]) -> tuple[str, ...]:

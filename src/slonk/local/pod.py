@@ -9,9 +9,11 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from slonk.errors import SlonkError
 from slonk.local.network import NETNS_DIR, netns_inode
+from slonk.local.podinit import confined
 
 # The PATH a pod's processes and its sidecars start with, as a container runtime's default.
 POD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -130,8 +132,38 @@ def stop(pid: int, grace: float) -> None:
         pass
 
 
-def enter(pid: int, command: Sequence[str], env: Mapping[str, str]) -> list[str]:
-    """The argv that runs `command` inside a running pod."""
+def _user_namespace(pid: int | str) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}/ns/user").st_ino
+    except OSError:
+        return None
+
+
+def _wait_own_user_namespace(pid: int, timeout: float = LAUNCH_TIMEOUT_SECONDS) -> None:
+    """Wait until the pod's PID 1 is in its own user namespace, mapped (podinit moves there
+    last): whatever enters it before would be the host's root in the host's namespaces."""
+    deadline = time.monotonic() + timeout
+    host = _user_namespace("self")
+    while True:
+        try:
+            mapped = Path(f"/proc/{pid}/uid_map").read_text().strip()
+        except OSError:
+            raise PodError(f"pod process {pid} is gone") from None
+        if mapped and _user_namespace(pid) not in (host, None):
+            return
+        if time.monotonic() >= deadline:
+            raise PodError(f"pod process {pid} did not leave the host's user namespace")
+        time.sleep(0.005)
+
+
+def enter(pid: int, command: Sequence[str], spec: Mapping[str, Any]) -> list[str]:
+    """The argv that runs `command` inside a running pod, with the pod's environment, as a
+    runtime's exec does: in every namespace of the pod (its user namespace too, where the
+    host runtime gives it one) and under its container's securityContext."""
+    own = spec.get("userNamespace", False)
+    if own:
+        _wait_own_user_namespace(pid)
+    env = ["env", "-i", *(f"{k}={v}" for k, v in spec["env"].items()), *command]
     return [
         "nsenter",
         "-t",
@@ -141,9 +173,7 @@ def enter(pid: int, command: Sequence[str], env: Mapping[str, str]) -> list[str]
         "--ipc",
         "--net",
         "--pid",
+        *(["--user"] if own else []),
         "--",
-        "env",
-        "-i",
-        *(f"{k}={v}" for k, v in env.items()),
-        *command,
+        *confined(env, spec),
     ]

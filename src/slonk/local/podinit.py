@@ -4,9 +4,19 @@ Run by `slonk local` (host runtime) as PID 1 of a fresh PID, mount, UTS and IPC 
 already joined to the pod's network namespace, as a container runtime would start a
 container: the root is an overlay whose lower layers are the image's own (as the container
 store keeps them) and whose upper layer is the pod's, thrown away with it. Into it go a
-fresh /proc, a read-only /sys, a minimal /dev, tmpfs /run and /tmp, and the pod's volumes;
-then the pod pivots into it and the host's root is detached. Nothing of the host is left
-in the pod but what was bound in: its volumes (and, from a checkout, the checkout itself).
+fresh /proc (the kernel's settings and triggers in it read-only or hidden, as runc does), a
+read-only /sys, a /dev of its own, tmpfs /run and /tmp, and the pod's volumes; then the pod
+pivots into it and the host's root is detached. Nothing of the host is left in the pod but
+what was bound in: its volumes (and, from a checkout, the checkout itself).
+
+Last, the pod moves into a user namespace of its own (uids mapped one to one: files keep
+their owners) with a new mount namespace in it, and execs its command under the container's
+securityContext. Its root's capabilities then act on what that namespace owns, not on the
+host (no module, no kernel setting, no cgroup), and every mount it was given is locked, as
+the kernel locks mounts it hands to a less privileged namespace: a read-only one stays
+read-only, and none can be unmounted to reveal what lies under it. Even a pod the chart
+makes privileged, or that keeps SYS_ADMIN (workers, for cgroups), cannot write the host's
+checkout or the state directory the host's root runs `slonk local` from.
 """
 
 from __future__ import annotations
@@ -15,18 +25,44 @@ import ctypes
 import json
 import os
 import socket
+import stat
 import subprocess
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from slonk.local import seccomp
 
 # mount(2) flags (linux/mount.h).
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
 MS_REMOUNT, MS_BIND = 0x20, 0x1000
 MNT_DETACH = 2
+CLONE_NEWNS, CLONE_NEWUSER = 0x20000, 0x10000000
 OLD_ROOT = "/run/.host"
-# What a container's /dev holds (as OCI runtimes make it): bound from the host's.
-DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
+# uid 0 of the pod is the host's (every uid is mapped to itself) so that the images' and the
+# volumes' files keep their owners: 2^32 - 1 ids, all but the invalid (uid_t)-1.
+ID_MAP = "0 0 4294967295\n"
+# What a container's /dev holds (as OCI runtimes make it), each the pod's own node: a bind
+# of the host's would let the pod's root chmod or chown the host's /dev/null.
+DEVICES = {"null": (1, 3), "zero": (1, 5), "full": (1, 7), "random": (1, 8),
+           "urandom": (1, 9), "tty": (5, 0)}  # fmt: skip
+# runc's defaults: /proc/sys and the triggers are the machine's (sysctl checks only that the
+# writer's uid is 0, and the pod's uid 0 is the host's), made read-only; what shows the
+# kernel's memory, keys or devices is hidden. Paths a kernel lacks are skipped.
+PROC_READ_ONLY = ("bus", "fs", "irq", "sys", "sysrq-trigger")
+PROC_MASKED = ("acpi", "asound", "kcore", "keys", "latency_stats", "timer_list",
+               "timer_stats", "sched_debug", "scsi")  # fmt: skip
+SYS_MASKED = ("firmware", "devices/virtual/powercap")
+# The per-network-namespace sysctl a runtime sets for a container allowed to bind low ports
+# (NET_BIND_SERVICE): the pod's network namespace is not its user namespace's, so the
+# capability would not reach it.
+# What containerd and CRI-O give a container that neither drops ALL nor is privileged.
+RUNTIME_DEFAULT_CAPABILITIES = (
+    "AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
+    "NET_BIND_SERVICE", "NET_RAW", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT",
+)  # fmt: skip
+UNPRIVILEGED_PORT_START = "/proc/sys/net/ipv4/ip_unprivileged_port_start"
 DEV_LINKS = {
     "fd": "/proc/self/fd",
     "stdin": "/proc/self/fd/0",
@@ -60,11 +96,12 @@ def make_root(spec: dict[str, Any]) -> str:
           f"lowerdir={lower},upperdir={layer['upper']},workdir={layer['work']}")  # fmt: skip
     mount("proc", f"{root}/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     mount("sysfs", f"{root}/sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    hide_kernel(root)
     dev = f"{root}/dev"
     mount("tmpfs", dev, "tmpfs", MS_NOSUID, "mode=0755,size=64k")
-    for name in DEVICES:
-        Path(dev, name).touch()
-        bind(f"/dev/{name}", f"{dev}/{name}", read_only=False)
+    for name, (major, minor) in DEVICES.items():
+        os.mknod(f"{dev}/{name}", stat.S_IFCHR, os.makedev(major, minor))
+        os.chmod(f"{dev}/{name}", 0o666)
     for name in ("pts", "shm"):
         Path(dev, name).mkdir()
     mount("devpts", f"{dev}/pts", "devpts", MS_NOSUID | MS_NOEXEC,
@@ -75,6 +112,20 @@ def make_root(spec: dict[str, Any]) -> str:
     for target, mode in spec["tmpfs"].items():  # /run among them, for OLD_ROOT
         mount("tmpfs", f"{root}{target}", "tmpfs", MS_NOSUID | MS_NODEV, f"mode={mode}")
     return root
+
+
+def hide_kernel(root: str) -> None:
+    """/proc's and /sys's machine-wide parts: read-only or hidden (PROC_READ_ONLY...)."""
+    for name in PROC_READ_ONLY:
+        if os.path.lexists(path := f"{root}/proc/{name}"):
+            bind(path, path, read_only=True)
+    for path in [f"{root}/proc/{n}" for n in PROC_MASKED] + [f"{root}/sys/{n}" for n in SYS_MASKED]:
+        if not os.path.lexists(path):
+            continue
+        if os.path.isdir(path):
+            mount("tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=0")
+        else:
+            bind("/dev/null", path, read_only=True)
 
 
 def pivot(root: str) -> None:
@@ -102,21 +153,70 @@ def add_volumes(spec: dict[str, Any], sources: list[int]) -> None:
         os.close(fd)
 
 
-def confined(command: list[str], spec: dict[str, Any]) -> list[str]:
-    """The command under the container's securityContext, as a runtime would start it: with
-    `drop: [ALL]`, root keeps only the added capabilities (and so does everything it starts);
-    without, the pod keeps all of root's. allowPrivilegeEscalation false sets no_new_privs."""
+def open_low_ports(spec: dict[str, Any]) -> None:
+    """Let the pod bind ports below 1024 when its container may (NET_BIND_SERVICE)."""
+    if (caps := capabilities(spec)) is None or "NET_BIND_SERVICE" in caps:
+        Path(UNPRIVILEGED_PORT_START).write_text("0\n")
+
+
+def own_user_namespace() -> None:
+    """Move into a new user namespace, uids and gids mapped to themselves, and a new mount
+    namespace owned by it: every mount made so far is now locked (see the module's doc). A
+    process left in the host's namespace writes the maps (one cannot write its own)."""
+    ready, go = os.pipe()
+    helper = os.fork()
+    if helper == 0:
+        os.close(go)
+        os.read(ready, 1)
+        for name in ("uid_map", "gid_map"):
+            Path(f"/proc/{os.getppid()}/{name}").write_text(ID_MAP)
+        os._exit(0)
+    os.close(ready)
+    failed = _libc.unshare(CLONE_NEWUSER | CLONE_NEWNS)
+    os.write(go, b"!")  # the helper exits either way
+    _, status = os.waitpid(helper, 0)
+    if failed:
+        raise OSError(ctypes.get_errno(), "cannot make the pod's user namespace")
+    if status:
+        raise OSError(f"cannot map the pod's user namespace (helper status {status})")
+
+
+def capabilities(spec: Mapping[str, Any]) -> list[str] | None:
+    """The container's capabilities as Kubernetes gives them: all (None) when privileged;
+    else the runtime's default set (none after `drop: [ALL]`) less what it drops, with what
+    it adds. A spec from before `privileged` was kept is privileged when it names none."""
+    added, dropped = set(spec["capabilities"]), set(spec.get("dropCapabilities", []))
+    if spec.get("privileged", not (added or dropped)):
+        return None
+    kept = set() if "ALL" in dropped else set(RUNTIME_DEFAULT_CAPABILITIES) - dropped
+    return sorted(kept | added)
+
+
+def filter_system_calls(spec: Mapping[str, Any]) -> None:
+    """The runtime's default seccomp profile, where the chart asks for it (RuntimeDefault;
+    a Localhost profile local mode cannot load gets the same) and the filter knows the
+    machine (slonk.local.seccomp)."""
+    if spec.get("seccomp") in ("RuntimeDefault", "Localhost") and seccomp.supported():
+        seccomp.install(capabilities(spec))
+
+
+def confined(command: Sequence[str], spec: Mapping[str, Any]) -> list[str]:
+    """The command under the container's securityContext, as a runtime would start it: root
+    keeps only the container's capabilities (and so does everything it starts; in the pod's
+    own user namespace, see `own_user_namespace`). allowPrivilegeEscalation false sets
+    no_new_privs."""
     options = []
-    if "ALL" in spec.get("dropCapabilities", []):
-        keep = "".join(f",+{c.lower()}" for c in spec["capabilities"])
+    if (caps := capabilities(spec)) is not None:
+        keep = "".join(f",+{c.lower()}" for c in caps)
         options += ["--bounding-set", f"-all{keep}", "--inh-caps", "-all"]
     if spec.get("noNewPrivileges"):
         options.append("--no-new-privs")
-    return ["setpriv", *options, "--", *command] if options else command
+    return ["setpriv", *options, "--", *command] if options else list(command)
 
 
 def main(spec_path: str) -> None:
     spec = json.loads(Path(spec_path).read_text())
+    open_low_ports(spec)
     sources = [os.open(v["source"], os.O_PATH | os.O_DIRECTORY) for v in spec["binds"]]
     pivot(make_root(spec))
     add_volumes(spec, sources)
@@ -124,6 +224,8 @@ def main(spec_path: str) -> None:
     for path, text in spec["files"].items():
         Path(path).write_text(text)
     socket.sethostname(spec["hostname"])
+    own_user_namespace()
+    filter_system_calls(spec)
     command = confined(spec["command"], spec)
     os.execvpe(command[0], command, spec["env"])
 
