@@ -4,6 +4,7 @@ fault, the job goes elsewhere, and the recycle loop leaves the machine alone."""
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterator
 
 import pytest
@@ -85,7 +86,9 @@ def test_a_failing_prolog_drains_its_node_and_the_job_is_requeued(hooks: LocalCl
     _active_everywhere(hooks, failing)
     job = hooks.submit("--nodelist=slonk-cpu-0", "--output=/dev/null", "--wrap", "true")
     wait_for("slonk-cpu-0 drained", lambda: hooks.nodes()["slonk-cpu-0"][0] == "idle+drain")
-    assert hooks.nodes()["slonk-cpu-0"][1] == "slonk:hook:prolog:10-gpu-check: exit 1"
+    assert hooks.nodes()["slonk-cpu-0"][1] == (
+        f"slonk:hook:prolog:10-gpu-check: exit 1 (revision {failing[:12]})"
+    )
     assert "no GPU" in _hook_log(hooks, "slonk-cpu-0", job)
     # Requeued, not held (nohold_on_prolog_fail): Slurm starts it again after its requeue delay.
     wait_for(f"job {job} requeued", lambda: hooks.jobs().get(job) == "PENDING")
@@ -172,7 +175,7 @@ def test_a_node_a_hook_drained_is_not_recycled(recycling: LocalCluster):
     failing = cluster.hooks.push({"prolog.d/10-broken": "#!/bin/sh\nexit 1\n"})
     _active_everywhere(cluster, failing)
     cluster.submit("--nodelist=slonk-cpu-0", "--output=/dev/null", "--wrap", "true")
-    reason = "slonk:hook:prolog:10-broken: exit 1"
+    reason = f"slonk:hook:prolog:10-broken: exit 1 (revision {failing[:12]})"
     wait_for(
         "slonk-cpu-0 drained by the hook",
         lambda: cluster.nodes()["slonk-cpu-0"] == ("idle+drain", reason),
@@ -186,3 +189,77 @@ def test_a_node_a_hook_drained_is_not_recycled(recycling: LocalCluster):
     wait_for("slonk-cpu-1 recycled", lambda: _deletes(cluster, "slonk-cpu-1") > recycled)
     assert _deletes(cluster, "slonk-cpu-0") == before
     assert cluster.nodes()["slonk-cpu-0"] == ("idle+drain", reason)
+
+
+SECRET = "site-token-" + "7f3a9c"  # in the repository; never in a command line as one word
+READS = [
+    "/var/lib/slonk/git/hooks/site/token",
+    "/var/lib/slonk/git/hooks/prolog.d/10-token",
+    "/var/lib/slonk/git/.git/config",
+    "/var/lib/slonk/hooks/active/prolog/10-token",
+]
+
+
+def test_job_users_cannot_read_the_hooks_repository(hooks: LocalCluster):
+    """Hooks may carry a site's secrets: a job, as its user, reaches nothing of the
+    repository on its node (git-sync's tree, `.git` included, nor slonk's copy of the prolog),
+    whatever modes the pusher gave the files."""
+    commit = hooks.hooks.push(
+        {
+            "prolog.d/10-token": f"#!/bin/sh\n# {SECRET}\ntrue\n",
+            "site/token": f"{SECRET}\n",
+        }
+    )
+    _active_everywhere(hooks, commit)
+    pattern = SECRET.replace("-", "[-]")  # the pattern does not match its own command line
+    attempt = (
+        f"grep -rs '{pattern}' /var/lib/slonk; "
+        f"ls -A /var/lib/slonk/git; cat {' '.join(READS)}; echo done"
+    )
+    for worker in WORKERS:
+        assert SECRET in hooks.pod(worker).check_output(f"cat {READS[0]}")  # root reads it
+        out = hooks.user().run(f"srun --nodelist={worker} sh -c {shlex.quote(attempt)}")
+        seen = out.stdout + out.stderr
+        assert "done" in seen, seen  # the job ran
+        assert SECRET not in seen
+        for path in ["/var/lib/slonk/git", *READS]:
+            assert f"{path}': Permission denied" in seen or f"{path}: Permission denied" in seen
+
+
+def _job_fields(cluster: LocalCluster, job: str) -> str:
+    return cluster.pod("slonk-controller-0").run(f"scontrol show job {job}").stdout
+
+
+def test_a_prolog_failing_on_every_node_drains_only_the_first(hooks: LocalCluster):
+    """A prolog calls a tool no image has (exit 127). The job fails on the first node, which
+    drains, and is requeued; on the next node it fails the same way. That node stays in
+    service and the job is held, saying why: the failure does not walk the partition."""
+    broken = hooks.hooks.push({"prolog.d/10-tool": "#!/bin/sh\nno-such-tool --check\n"})
+    _active_everywhere(hooks, broken)
+    job = hooks.submit("--output=/dev/null", "--wrap", "touch /home/demo/ran-$SLURM_JOB_ID")
+
+    def drained() -> list[str]:
+        return [n for n, (state, _) in hooks.nodes().items() if "drain" in state]
+
+    first = wait_for("the first node drained", drained)[0]
+    reason = hooks.nodes()[first][1]
+    assert reason == f"slonk:hook:prolog:10-tool: exit 127 (revision {broken[:12]})"
+    # Requeued (nohold_on_prolog_fail), it lands on the other node at once; should Slurm
+    # delay it (BeginTime), it is started now.
+    if "Reason=BeginTime" in _job_fields(hooks, job):
+        hooks.pod("slonk-controller-0").run(f"scontrol update jobid={job} starttime=now")
+    (other,) = set(WORKERS) - {first}
+    held = "JobState=PENDING Reason=job_requeued_in_held_state"
+    wait_for(f"job {job} held", lambda: held in _job_fields(hooks, job))
+    fields = _job_fields(hooks, job)
+    assert f"failed on {other} (exit 127" in fields and f"as on {first} which it drained" in fields
+    assert "not drained" in _hook_log(hooks, other, job)
+    assert drained() == [first]
+    assert hooks.nodes()[other][0] == "idle"
+    assert hooks.pod(other).run(f"ls /home/demo/ran-{job}").rc != 0  # the job never ran
+    # In service all along: once the script is fixed, jobs run there, no one resuming it.
+    fixed = hooks.hooks.push({"prolog.d/10-tool": "#!/bin/sh\ntrue\n"})
+    _active_everywhere(hooks, fixed)
+    after = hooks.submit(f"--nodelist={other}", "--output=/dev/null", "--wrap", "true")
+    wait_for(f"job {after} to finish", lambda: after not in hooks.jobs())
+    assert hooks.nodes()[other] == ("idle", "")

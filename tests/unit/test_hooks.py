@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
 import socket
 import stat
 import subprocess
+import time
 
 import pytest
 
@@ -504,6 +506,45 @@ def test_the_store_copy_is_roots_whatever_the_checkout_modes(tmp_path):
     assert os.readlink(active / ".common") == ".lib/common.sh"
 
 
+def test_the_prolog_and_epilog_copies_are_roots_alone(tmp_path):
+    """Hooks may carry a site's secrets: what runs as root is root's alone; task scripts run
+    as the job's user, who must read them."""
+    tree, state = tmp_path / "tree", tmp_path / "state"
+    settings = dataclasses.replace(
+        SETTINGS, phases={**SETTINGS.phases, "task-prolog": "task-prolog.d"}
+    )
+    for folder in ("prolog.d", "epilog.d", "task-prolog.d"):
+        _script(tree / folder, "10-x", "#!/bin/sh\n", 0o755)
+    assert consider(tree, GOOD, settings, state)
+    active = state / "active"
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in active.resolve().iterdir()}
+    assert modes == {"prolog": 0o700, "epilog": 0o700, "task-prolog": 0o755}
+    (active / "prolog").chmod(0o755)  # as an older slonk left it
+    assert consider(tree, GOOD, settings, state)
+    assert stat.S_IMODE((active / "prolog").stat().st_mode) == 0o700
+
+
+def test_a_revision_too_large_on_disk_is_refused(tmp_path):
+    """A large file anywhere in the repository, not only in the hook directories, costs every
+    worker its size twice (objects and checkout): past 16 x maxFileBytes the revision is
+    refused and the last good one stays; the next one without it passes."""
+    good, big, state = tmp_path / "good", tmp_path / "big", tmp_path / "state"
+    _script(good / "prolog.d", "10-ok", "#!/bin/sh\n")
+    assert consider(good, GOOD, SETTINGS, state)
+    _script(big / "prolog.d", "10-ok", "#!/bin/sh\n")
+    (big / "data").mkdir()
+    (big / "data" / "blob").write_bytes(b"x" * (16 * SETTINGS.max_file_bytes))
+    assert not consider(big, BAD, SETTINGS, state)
+    status = read_status(state)
+    assert status["active"]["revision"] == GOOD
+    assert status["refused"]["reason"] == (
+        f"the checkout is larger than {16 * SETTINGS.max_file_bytes} bytes (16 x maxFileBytes; "
+        "every worker keeps it twice): keep only hooks in the repository"
+    )
+    (big / "data" / "blob").unlink()
+    assert consider(big, BAD, SETTINGS, state)
+
+
 def test_many_problems_are_counted_not_all_listed(tmp_path):
     for i in range(30):
         _script(tmp_path / "tree" / "prolog.d", f"{i:02}", "no interpreter\n")
@@ -532,15 +573,19 @@ def test_a_revision_name_is_a_commit_id(tmp_path):
     assert not (tmp_path / "state" / "active").exists()
 
 
-def _run(tmp_path, monkeypatch, scripts, phase="prolog", job="42"):
+def _run(tmp_path, monkeypatch, scripts, phase="prolog", job="42", settings=SETTINGS, nodes=()):
+    """The dispatcher over these scripts, Slurm showing `nodes`: its exit code and the drain
+    reasons it wrote."""
     state, logs, tree = tmp_path / "state", tmp_path / "logs", tmp_path / "tree"
     for name, text in scripts.items():
         _script(tree / f"{phase}.d", name, text)
-    assert consider(tree, GOOD, SETTINGS, state)
-    write_settings(SETTINGS, state)
+    assert consider(tree, GOOD, settings, state)
+    write_settings(settings, state)
     drained = []
     monkeypatch.setattr(slurm_nodes, "drain", lambda name, reason: drained.append(reason))
+    monkeypatch.setattr(slurm_nodes, "read_nodes", lambda: list(nodes))
     monkeypatch.setenv("SLURM_JOB_ID", job)
+    monkeypatch.setenv("SLURMD_NODENAME", "slonk-cpu-1")
     return dispatch.run(phase, state, logs), drained
 
 
@@ -557,7 +602,8 @@ def test_dispatcher_runs_in_order_logs_and_fails_on_the_first_error(tmp_path, mo
     assert code == 1
     log = (tmp_path / "logs" / "42.log").read_text()
     assert "first 42" in log and "oops" in log and "never" not in log
-    assert drained == ["slonk:hook:prolog:20-fails: exit 3"]  # a hook's drain, not health's
+    # A hook's drain, not health's; naming the revision, so a failure elsewhere is told apart.
+    assert drained == [f"slonk:hook:prolog:20-fails: exit 3 (revision {GOOD[:12]})"]
     assert slurm_nodes.NodeState("n", "idle", frozenset({"DRAIN"}), drained[0]).cause.kind == "hook"
     assert dispatch.run("epilog", tmp_path / "state", tmp_path / "logs") == 0  # nothing to do
 
@@ -583,8 +629,122 @@ def test_a_strange_job_id_names_no_log_path(tmp_path, monkeypatch, job):
 def test_dispatcher_times_out_a_script(tmp_path, monkeypatch):
     code, drained = _run(tmp_path, monkeypatch, {"10-slow": "#!/bin/sh\nsleep 30\n"}, "epilog")
     assert code == 1
-    assert drained == ["slonk:hook:epilog:10-slow: timed out after 2 s"]
-    assert json.loads((tmp_path / "state" / "settings.json").read_text()) == {"timeoutSeconds": 2}
+    assert drained == [f"slonk:hook:epilog:10-slow: timed out after 2 s (revision {GOOD[:12]})"]
+    settings = json.loads((tmp_path / "state" / "settings.json").read_text())
+    assert settings == {"timeoutSeconds": 2, "phaseTimeoutSeconds": 30}
+
+
+def test_a_phase_of_slow_scripts_times_out_as_a_whole(tmp_path, monkeypatch):
+    """Three scripts each within its own timeout, but not together: the phase fails when its
+    time is out, naming the phase's timeout, and what the script started is killed too."""
+    slow = "#!/bin/sh\nsleep 0.8\n"
+    scripts = {
+        "10-a": slow,
+        "20-b": slow,
+        "30-c": f"#!/bin/sh\nsleep 30 &\necho $! > {tmp_path}/pid\nwait\n",
+    }
+    settings = dataclasses.replace(SETTINGS, phase_timeout_seconds=2)
+    started = time.monotonic()
+    code, drained = _run(tmp_path, monkeypatch, scripts, settings=settings)
+    assert code == 1
+    assert time.monotonic() - started < 2 + 1.5
+    assert drained == [
+        f"slonk:hook:prolog:30-c: the prolog phase timed out after 2 s (revision {GOOD[:12]})"
+    ]
+    pid = int((tmp_path / "pid").read_text())
+    deadline = time.monotonic() + 5  # SIGKILL lands at once, though not synchronously
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not _alive(pid)
+
+
+def _alive(pid):
+    """Running, not gone nor a zombie waiting for its new parent to reap it."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat_file:
+            return stat_file.read().rpartition(") ")[2][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _drained_node(name, reason):
+    return slurm_nodes.NodeState(name, "idle", frozenset({"DRAIN"}), reason)
+
+
+BROKEN = {"10-tool": "#!/bin/sh\nno-such-tool\n"}  # exit 127: what no image has
+
+
+def test_a_script_that_drained_another_node_holds_the_job_and_spares_this_node(
+    tmp_path, monkeypatch
+):
+    """The walk: the job requeued off the node the script drained lands here and fails the
+    same way. This node stays in service (the prolog succeeds in Slurm's eyes), and the job
+    is held with a comment saying why."""
+    calls = []
+    monkeypatch.setattr(slurm_nodes, "scontrol", lambda *args: calls.append(args) or "")
+    first = f"slonk:hook:prolog:10-tool: exit 127 (revision {GOOD[:12]})"
+    code, drained = _run(tmp_path, monkeypatch, BROKEN, nodes=[_drained_node("slonk-cpu-0", first)])
+    assert (code, drained) == (0, [])
+    assert calls[-1] == ("requeuehold", "42")
+    assert calls[0][:2] == ("update", "jobid=42")
+    assert "failed on slonk-cpu-1 (exit 127" in calls[0][2]
+    assert "as on slonk-cpu-0 which it drained" in calls[0][2]
+    log = (tmp_path / "logs" / "42.log").read_text()
+    assert "not drained" in log and "job 42 held" in log
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        f"slonk:hook:prolog:10-tool: exit 127 (revision {BAD[:12]})",  # another revision
+        f"slonk:hook:prolog:10-other: exit 127 (revision {GOOD[:12]})",  # another script
+        f"slonk:hook:epilog:10-tool: exit 127 (revision {GOOD[:12]})",  # another phase
+        "slonk:hook:prolog:10-tool: exit 127",  # an older slonk's: no revision
+    ],
+)
+def test_a_failure_of_its_own_drains_the_node(tmp_path, monkeypatch, other):
+    code, drained = _run(tmp_path, monkeypatch, BROKEN, nodes=[_drained_node("slonk-cpu-0", other)])
+    assert code == 1
+    assert drained == [f"slonk:hook:prolog:10-tool: exit 127 (revision {GOOD[:12]})"]
+
+
+def test_the_node_a_script_drained_is_not_counted_as_another(tmp_path, monkeypatch):
+    same = f"slonk:hook:prolog:10-tool: exit 127 (revision {GOOD[:12]})"
+    code, drained = _run(tmp_path, monkeypatch, BROKEN, nodes=[_drained_node("slonk-cpu-1", same)])
+    assert code == 1 and drained == [same]
+
+
+def test_when_slurm_cannot_say_the_node_drains(tmp_path, monkeypatch):
+    def unreadable():
+        raise slurm_nodes.SlurmError("scontrol timed out")
+
+    code, drained = _run(tmp_path, monkeypatch, BROKEN)
+    monkeypatch.setattr(slurm_nodes, "read_nodes", unreadable)
+    assert code == 1 and len(drained) == 1
+    assert dispatch.drained_elsewhere("prolog", "10-tool", GOOD) is None
+
+
+def test_a_job_slurm_cannot_requeue_is_cancelled(tmp_path, monkeypatch):
+    def scontrol(*args):
+        if args[0] == "requeuehold":
+            raise slurm_nodes.SlurmError("Requested operation is presently disabled")
+        return ""
+
+    cancelled = []
+    monkeypatch.setattr(slurm_nodes, "scontrol", scontrol)
+    monkeypatch.setattr(slurm_nodes, "run", lambda argv, **_: cancelled.append(argv) or "")
+    assert dispatch.hold_job("42", "why") == "job 42 cancelled"
+    assert cancelled == [["scancel", "42"]]
+    assert dispatch.hold_job("42;x", "why") == "no job to hold"
+
+
+def test_an_epilog_that_drained_another_node_spares_this_one(tmp_path, monkeypatch):
+    first = f"slonk:hook:epilog:10-tool: exit 127 (revision {GOOD[:12]})"
+    monkeypatch.setattr(slurm_nodes, "scontrol", lambda *args: pytest.fail("no job to hold"))
+    code, drained = _run(
+        tmp_path, monkeypatch, BROKEN, "epilog", nodes=[_drained_node("slonk-cpu-0", first)]
+    )
+    assert (code, drained) == (0, [])
 
 
 def _commit(repo, name, text):
@@ -622,6 +782,32 @@ def test_local_git_sync_keeps_git_syncs_contract(tmp_path):
     assert (root / "hooks" / "b").read_text() == "2"
     assert not (root / ".worktrees" / first).exists()
     assert sync_once(str(repo), first, root, "hooks", 0) == first  # a path, a commit, no depth
+
+
+def test_local_git_sync_keeps_its_tree_from_every_other_user(tmp_path):
+    """Jobs run as their users in the pod that mounts git-sync's root: nothing under it may
+    be theirs to read, whatever modes the pusher gave the files or an older stand-in left."""
+    repo, root = tmp_path / "repo", tmp_path / "root"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    root.mkdir(mode=0o777)
+    root.chmod(0o777)
+    _commit(repo, "prolog", "#!/bin/sh\n")
+    sync_once(f"file://{repo}", "HEAD", root, "hooks", 1)
+    assert stat.S_IMODE(root.stat().st_mode) == 0o700
+    for path in [root, *root.rglob("*")]:
+        if not path.is_symlink():
+            assert not path.lstat().st_mode & 0o077, path
+
+
+def test_local_git_sync_keeps_only_the_current_revisions_objects(tmp_path):
+    repo, root = tmp_path / "repo", tmp_path / "root"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    _commit(repo, "blob", os.urandom(1 << 20).hex())
+    sync_once(f"file://{repo}", "HEAD", root, "hooks", 1)
+    (repo / "blob").unlink()
+    _commit(repo, "prolog", "#!/bin/sh\n")
+    sync_once(f"file://{repo}", "HEAD", root, "hooks", 1)
+    assert sum(p.stat().st_size for p in (root / ".git").rglob("*") if p.is_file()) < 1 << 18
 
 
 @pytest.mark.parametrize(

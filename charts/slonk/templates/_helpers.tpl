@@ -489,7 +489,7 @@ resources, placement) are checked by the API server and are left to it. */}}
 {{- end -}}
 {{- $hooks := .Values.hooks -}}
 {{- if $hooks.enabled -}}
-{{- $_ := set $spec "hooks" (dict "link" "hooks" "prolog" $hooks.prolog "epilog" $hooks.epilog "taskProlog" $hooks.taskProlog "taskEpilog" $hooks.taskEpilog "timeoutSeconds" (int $hooks.timeoutSeconds) "maxFileBytes" (int $hooks.maxFileBytes)) -}}
+{{- $_ := set $spec "hooks" (dict "link" "hooks" "prolog" $hooks.prolog "epilog" $hooks.epilog "taskProlog" $hooks.taskProlog "taskEpilog" $hooks.taskEpilog "timeoutSeconds" (int $hooks.timeoutSeconds) "phaseTimeoutSeconds" (int $hooks.phaseTimeoutSeconds) "maxFileBytes" (int $hooks.maxFileBytes)) -}}
 {{- end -}}
 {{- if $ldap.dev.enabled -}}
 {{- $_ := set $spec "ldapServer" (dict "suffix" $ldap.dev.suffix "users" $ldap.dev.users "groups" $ldap.dev.groups) -}}

@@ -131,7 +131,9 @@ class HookSettings:
 
     link: str = "hooks"
     phases: Mapping[str, str] = field(default_factory=dict)  # phase -> directory in the repo
-    timeout_seconds: int = 30
+    timeout_seconds: int = 30  # each script
+    # The whole phase, all its scripts together: a job waits at most this for its prolog.
+    phase_timeout_seconds: int = 30
     max_file_bytes: int = 1024 * 1024
 
 

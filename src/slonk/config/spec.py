@@ -533,6 +533,7 @@ def _hooks(data: Any, path: str) -> HookSettings | None:
     keys = {
         "link",
         "timeoutSeconds",
+        "phaseTimeoutSeconds",
         "maxFileBytes",
         "prolog",
         "epilog",
@@ -557,6 +558,11 @@ def _hooks(data: Any, path: str) -> HookSettings | None:
         phases=phases,
         timeout_seconds=r.count(
             "timeoutSeconds", default=default_of(HookSettings, "timeout_seconds"), minimum=1
+        ),
+        phase_timeout_seconds=r.count(
+            "phaseTimeoutSeconds",
+            default=default_of(HookSettings, "phase_timeout_seconds"),
+            minimum=1,
         ),
         max_file_bytes=r.count(
             "maxFileBytes", default=default_of(HookSettings, "max_file_bytes"), minimum=1

@@ -3,11 +3,19 @@ scripts, in order.
 
 Runs for every job on every node, so it imports slonk's health code only where the phase has
 checks, and its drain code only on a failure, and does no work when a phase has nothing to
-run. Each prolog/epilog script's output goes to the
-job's hook log, readable by root only (it holds the job's environment); the first failure
-drains the node with a `slonk:hook:<phase>:<script>` reason (a script's fault, not the
-machine's: never recycled, see slonk.health.reasons) and fails the phase, so Slurm requeues
-the job (SchedulerParameters=nohold_on_prolog_fail).
+run. Each prolog/epilog script's output goes to the job's hook log, readable by root only
+(it holds the job's environment). Each script has its timeout, and the phase one for all of
+them together (phaseTimeoutSeconds): running out fails the phase as a script's failure would.
+
+The first failure drains the node with a `slonk:hook:<phase>:<script>: <detail> (revision R)`
+reason (a script's fault, not the machine's: never recycled, see slonk.health.reasons) and
+fails the phase, so Slurm requeues the job (SchedulerParameters=nohold_on_prolog_fail) and it
+lands on another node. A script that fails there too (a tool no image has) must not walk
+across the partition draining every node: when Slurm shows another node drained by the same
+script of the same revision, this node stays in service. The phase then succeeds in Slurm's
+eyes (any failure of a Prolog or Epilog makes Slurm drain the node itself, as "Prolog error"),
+and a prolog holds its job instead, with `scontrol requeuehold` and a comment saying why;
+a job Slurm cannot requeue (srun, salloc) is cancelled.
 Task prolog/epilog scripts run as the job's user with Slurm's stdout (it reads `export`
 lines from it), so they neither log here nor drain.
 """
@@ -59,6 +67,83 @@ def drain(phase: str, script: str, detail: str) -> None:
         print(f"slonk hooks: could not drain {name}: {err}", file=sys.stderr)
 
 
+def active_revision(state: Path | str) -> str:
+    """The active revision's commit id ("" when none is active)."""
+    try:
+        return os.path.basename(os.readlink(f"{state}/active"))
+    except OSError:
+        return ""
+
+
+def revision_note(revision: str) -> str:
+    """How a drain reason names the revision: what `drained_elsewhere` looks for."""
+    return f"(revision {revision[:12]})"
+
+
+def drained_elsewhere(phase: str, script: str, revision: str) -> str | None:
+    """Another node this script of this revision drained, as Slurm says (one call); None
+    when there is none, or when Slurm cannot say (then this node drains, as before)."""
+    from slonk import slurm_nodes
+    from slonk.health import reasons
+
+    if not revision:
+        return None
+    here = os.environ.get("SLURMD_NODENAME", "")
+    head = reasons.hook(phase, script, "")  # `slonk:hook:<phase>:<script>: `, as written
+    note = revision_note(revision)
+    try:
+        nodes = slurm_nodes.read_nodes()
+    except slurm_nodes.SlurmError as err:
+        print(f"slonk hooks: could not read the nodes: {err}", file=sys.stderr)
+        return None
+    found = (n.name for n in nodes if n.drained and n.reason.startswith(head) and note in n.reason)
+    return next((name for name in found if name != here), None)
+
+
+def hold_job(job: str, why: str) -> str:
+    """Keep the job from running here and from walking on: requeued and held, with `why` as
+    its comment (`scontrol show job`, `squeue -O comment`); cancelled when Slurm cannot
+    requeue it. Returns what was done."""
+    from slonk import slurm_nodes
+
+    if not (job.isascii() and job.isdigit()):
+        return "no job to hold"
+    try:
+        slurm_nodes.scontrol("update", f"jobid={job}", f"comment={why}")
+    except slurm_nodes.SlurmError as err:
+        print(f"slonk hooks: could not comment job {job}: {err}", file=sys.stderr)
+    try:
+        slurm_nodes.scontrol("requeuehold", job)
+        return f"job {job} held"
+    except slurm_nodes.SlurmError as err:
+        print(f"slonk hooks: could not hold job {job}: {err}", file=sys.stderr)
+    try:
+        slurm_nodes.run(["scancel", job])
+        return f"job {job} cancelled"
+    except slurm_nodes.SlurmError as err:
+        print(f"slonk hooks: could not cancel job {job}: {err}", file=sys.stderr)
+        return f"job {job} neither held nor cancelled"
+
+
+def contain(phase: str, script: str, detail: str, state: Path | str) -> tuple[int, str]:
+    """A draining phase's script failed: drain this node, unless the same script of the same
+    revision drained another already. The phase's exit code, and what was done."""
+    revision = active_revision(state)
+    detail = f"{detail} {revision_note(revision)}" if revision else detail
+    other = drained_elsewhere(phase, script, revision)
+    if other is None:
+        drain(phase, script, detail)
+        return 1, f"drained this node: {detail}"
+    here = os.environ.get("SLURMD_NODENAME", "")
+    why = (
+        f"slonk: {phase} script {script} failed on {here} ({detail}), as on {other} which it "
+        f"drained; {here} stays in service until the script is fixed"
+    )
+    done = hold_job(os.environ.get("SLURM_JOB_ID", ""), why) if phase == "prolog" else ""
+    print(f"slonk hooks: {why}{'; ' + done if done else ''}", file=sys.stderr)
+    return 0, f"not drained: {why}{'; ' + done if done else ''}"
+
+
 def health_checks(phase: str) -> int:
     """The node's health checks for this phase, if a site put any there, before any script:
     a bad node drains and the job goes elsewhere (slonk.health.jobphase)."""
@@ -92,12 +177,14 @@ def run(
     if not todo:
         return 0
     import json
-    import subprocess
     import time
     from pathlib import Path
 
     state, logs = Path(state), Path(logs)
-    timeout = json.loads((state / "settings.json").read_text())["timeoutSeconds"]
+    settings = json.loads((state / "settings.json").read_text())
+    timeout = settings["timeoutSeconds"]
+    phase_timeout = settings.get("phaseTimeoutSeconds", timeout)  # an older watcher's file
+    deadline = time.monotonic() + phase_timeout
     draining = phase in DRAINING_PHASES
     out = open_log(logs, os.environ.get("SLURM_JOB_ID", "")) if draining else None
     try:
@@ -105,30 +192,48 @@ def run(
             if out:
                 out.write(f"== {time.strftime('%H:%M:%S')} {phase} {script.name}\n")
                 out.flush()
-            try:
-                code = subprocess.run(
-                    [str(script)],
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=out,
-                    timeout=timeout,
-                    check=False,
-                ).returncode
-                detail = f"exit {code}"
-            except subprocess.TimeoutExpired:
-                code, detail = -1, f"timed out after {timeout} s"
-            except OSError as err:
-                code, detail = -1, err.strerror or str(err)
+            left = deadline - time.monotonic()
+            code, detail = run_script(script, out, min(left, timeout))
+            if code is None:  # out of time: the phase's, or the script's own
+                detail = (
+                    f"the {phase} phase timed out after {phase_timeout} s"
+                    if left < timeout
+                    else f"timed out after {timeout} s"
+                )
             if code != 0:
+                if not draining:
+                    return 1
+                exit_code, done = contain(phase, script.name, detail, state)
                 if out:
-                    out.write(f"== {phase} {script.name} failed: {detail}\n")
-                if draining:
-                    drain(phase, script.name, detail)
-                return 1
+                    out.write(f"== {phase} {script.name} failed: {detail}; {done}\n")
+                return exit_code
     finally:
         if out:
             out.close()
     return 0
+
+
+def run_script(script: Path, out: TextIO | None, seconds: float) -> tuple[int | None, str]:
+    """Run one script for at most `seconds`: its exit code and how it ended; None when time
+    ran out (then it is killed with everything it started in its session)."""
+    import signal
+    import subprocess
+
+    if seconds <= 0:
+        return None, ""
+    try:
+        child = subprocess.Popen(
+            [str(script)], stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True
+        )
+    except OSError as err:
+        return -1, err.strerror or str(err)
+    try:
+        code = child.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+        return None, ""
+    return code, f"exit {code}"
 
 
 def main() -> None:

@@ -18,7 +18,13 @@ symlink, and copied only if it is the very file or directory the walk saw:
   directory to a file or directory; no FIFO, socket or device, no setuid or setgid bit;
 - sizes: each file within maxFileBytes, the directory within TREE_BYTES_PER_FILE of them,
   MAX_ENTRIES entries, MAX_DEPTH levels;
-- the copy is root's, files 0755 or 0644 whatever modes the checkout had;
+- the copy is root's, files 0755 or 0644 whatever modes the checkout had, and the prolog's
+  and epilog's directories root's alone (ROOT_ONLY_PHASES: hooks may carry a site's secrets;
+  task prolog/epilog scripts run as the job's user, who must read them);
+- the revision's whole checkout within REPO_BYTES_PER_FILE x maxFileBytes: git-sync fetches
+  and checks out the whole commit, so a large file anywhere in the repository costs every
+  worker its size twice (objects, checkout); such a revision is refused as a bad one (and,
+  the size being the revision's, the next one without the file is not);
 - each script run (a phase directory's entries not starting with `.`): a regular executable
   file whose `#!` line names, by absolute path, an executable in this pod (`/usr/bin/env NAME`:
   NAME found on the jobs' PATH). Shell and Python scripts must pass a syntax check by that
@@ -29,6 +35,7 @@ symlink, and copied only if it is the very file or directory the walk saw:
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import itertools
 import json
@@ -61,6 +68,10 @@ SETTINGS = "settings.json"
 MAX_ENTRIES = 1000
 MAX_DEPTH = 8
 TREE_BYTES_PER_FILE = 8  # a phase directory holds at most 8 x maxFileBytes in all
+REPO_BYTES_PER_FILE = 16  # a revision's checkout, all of it, within 16 x maxFileBytes
+MAX_REPO_ENTRIES = 100_000  # entries a revision's checkout may hold
+# Phases whose scripts run as root (slurmd's Prolog/Epilog): their copies are root's alone.
+ROOT_ONLY_PHASES = ("prolog", "epilog")
 # The kernel reads the `#!` line from the file's first 256 bytes (BINPRM_BUF_SIZE).
 SHEBANG_BYTES = 256
 MAX_REPORTED = 20  # problems named in the status; the rest are counted
@@ -388,13 +399,16 @@ def problems(tree: Path, settings: HookSettings) -> list[str]:
         return _stage(tree, settings, Path(scratch) / "staging")[0]
 
 
-def _copy(folder: int, entries: list[Entry], target: Path, max_bytes: int) -> None:
+def _copy(
+    folder: int, entries: list[Entry], target: Path, max_bytes: int, mode: int = 0o755
+) -> None:
     """The walked entries into slonk's store: root's, with modes of its own. Each is opened
     from its parent's descriptor without following a symlink, and copied only if it is what
     the walk saw (st_dev, st_ino): a directory swapped for a symlink to a root-only one since
     the walk cannot lead the copy out of the tree. A file grown past `max_bytes` since the
-    walk is copied one byte over, so the copy's check refuses it."""
-    target.mkdir(mode=0o755)
+    walk is copied one byte over, so the copy's check refuses it. `target` gets `mode`."""
+    target.mkdir(mode=mode)
+    os.chmod(target, mode)  # whatever the umask
     opened = [("", folder)]  # the directories down to the current entry; walk is depth first
     try:
         for entry in entries:
@@ -453,7 +467,8 @@ def _stage(tree: Path, settings: HookSettings, staging: Path) -> tuple[list[str]
                 entries, wrong = walk(folder, directory, settings)
                 found += wrong
                 if not wrong:
-                    _copy(folder, entries, staging / phase, settings.max_file_bytes)
+                    mode = 0o700 if phase in ROOT_ONLY_PHASES else 0o755
+                    _copy(folder, entries, staging / phase, settings.max_file_bytes, mode)
             except Refused as err:
                 found.append(f"{directory}/{err}")
             except OSError as err:
@@ -482,6 +497,7 @@ def activate(staged: Path, revision: str, state: Path) -> None:
     target = store / revision
     if target.exists():
         shutil.rmtree(staged)  # checked before, and running jobs may be reading it
+        _close(target)  # an older slonk's copy
     else:
         os.rename(staged, target)
     link = state / f".{ACTIVE}.new"
@@ -491,6 +507,46 @@ def activate(staged: Path, revision: str, state: Path) -> None:
     for old in store.iterdir():
         if old.name != revision:
             shutil.rmtree(old, ignore_errors=True)
+
+
+def _close(tree: Path) -> None:
+    """The root-only phases of a stored revision made root's alone."""
+    for phase in ROOT_ONLY_PHASES:
+        with contextlib.suppress(FileNotFoundError):
+            os.chmod(tree / phase, 0o700)
+
+
+def oversized(tree: Path, settings: HookSettings) -> str | None:
+    """What is wrong with the size of a revision's whole checkout (not only the hook
+    directories), or None: counted without following a symlink, and only up to the bound."""
+    limit = settings.max_file_bytes * REPO_BYTES_PER_FILE
+    total = entries = 0
+    todo = [str(tree)]
+    while todo:
+        try:
+            listing = os.scandir(todo.pop())
+        except OSError:
+            continue  # git-sync removed it meanwhile
+        with listing:
+            for entry in listing:
+                entries += 1
+                if entries > MAX_REPO_ENTRIES:
+                    return f"the checkout holds more than {MAX_REPO_ENTRIES} entries"
+                try:
+                    info = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if stat.S_ISDIR(info.st_mode):
+                    todo.append(entry.path)
+                    continue
+                total += info.st_size
+                if total > limit:
+                    return (
+                        f"the checkout is larger than {limit} bytes ({REPO_BYTES_PER_FILE} x "
+                        "maxFileBytes; every worker keeps it twice): keep only hooks in the "
+                        "repository"
+                    )
+    return None
 
 
 def read_status(state: Path = paths.HOOKS_STATE) -> dict[str, Any]:
@@ -511,13 +567,16 @@ def consider(tree: Path, revision: str, settings: HookSettings, state: Path) -> 
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     store = state / "revisions"
     store.mkdir(mode=0o755, parents=True, exist_ok=True)
-    if REVISION.fullmatch(revision):
+    unchecked: list[str] = []
+    if not REVISION.fullmatch(revision):
+        staging = None
+        found = [f"{shown(revision)}: not a commit's worktree in git-sync's root"]
+    elif too_big := oversized(tree, settings):
+        staging, found = None, [too_big]
+    else:
         staging = store / f".{revision}.staging"
         shutil.rmtree(staging, ignore_errors=True)
         found, unchecked = _stage(tree, settings, staging)
-    else:
-        staging, unchecked = None, []
-        found = [f"{shown(revision)}: not a commit's worktree in git-sync's root"]
     if staging is not None and not found:
         activate(staging, revision, state)
         status["active"] = {"revision": revision, "since": now, "unchecked": unchecked}
@@ -544,7 +603,11 @@ def _active(status: dict[str, Any]) -> str:
 def write_settings(settings: HookSettings, state: Path = paths.HOOKS_STATE) -> None:
     """What the dispatcher needs, as JSON: it runs for every job and must not parse YAML."""
     state.mkdir(mode=0o755, parents=True, exist_ok=True)
-    write_atomically(state / SETTINGS, json.dumps({"timeoutSeconds": settings.timeout_seconds}))
+    written = {
+        "timeoutSeconds": settings.timeout_seconds,
+        "phaseTimeoutSeconds": settings.phase_timeout_seconds,
+    }
+    write_atomically(state / SETTINGS, json.dumps(written))
 
 
 def published(root: Path, link: str) -> tuple[Path, str] | None:

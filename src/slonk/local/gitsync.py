@@ -10,6 +10,11 @@ It runs as root on the host (in the pod's network namespace only), so the reposi
 are untrusted input to a root git: both are checked (`check_repo`, `check_ref`), handed to git
 only after `--`, and git may speak only the transports listed in ALLOWED_PROTOCOLS (no `ext::`
 remote helper running commands). The host's git configuration is not read.
+
+What it fetches is root's alone, as the chart's volume is (an init container gives git-sync's
+root to uid 65533, group root, mode 0750): hooks may carry a site's secrets, and jobs run as
+their users in the pod that mounts it. The root directory is made 0700 on every sync and git
+runs with umask 077, so no job user can reach `.git`, a worktree or a file in it.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ SCP_LIKE = re.compile(r"(?:[^@/:\s]+@)?([^@/:\s]+):(.*)")
 REF = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./-]{0,254}")
 COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 CONTROL = re.compile(r"[\x00-\x20\x7f]")
+PRIVATE_UMASK = 0o077  # what git writes under the root: its user's alone
 GIT_ENV = {
     "GIT_ALLOW_PROTOCOL": ":".join(ALLOWED_PROTOCOLS),
     "GIT_CONFIG_NOSYSTEM": "1",
@@ -75,6 +81,7 @@ def _git(root: Path, *args: str) -> str:
         capture_output=True,
         text=True,
         env={**os.environ, **GIT_ENV},
+        umask=PRIVATE_UMASK,
     ).stdout.strip()
 
 
@@ -83,8 +90,9 @@ def sync_once(repo: str, ref: str, root: Path, link: str, depth: int) -> str | N
     check_repo(repo)
     check_ref(ref)
     check_link(link)
+    root.mkdir(parents=True, exist_ok=True)
+    os.chmod(root, 0o700)  # closes whatever an older stand-in left open beneath it
     if not (root / ".git").exists():
-        root.mkdir(parents=True, exist_ok=True)
         _git(root, "init", "--quiet")
     depth_option = [f"--depth={depth}"] if depth > 0 else []
     _git(root, "fetch", "--quiet", "--no-tags", *depth_option, "--", repo, ref)
@@ -104,6 +112,10 @@ def sync_once(repo: str, ref: str, root: Path, link: str, depth: int) -> str | N
     os.replace(staged, current)
     if previous:
         _git(root, "worktree", "remove", "--force", "--", previous)
+        # As git-sync cleans up after a sync, but keeping nothing unreachable: what an old
+        # revision held (a large file since removed) leaves the disk with it.
+        _git(root, "reflog", "expire", "--expire-unreachable=all", "--all")
+        _git(root, "gc", "--quiet", "--prune=now")
     return commit
 
 
