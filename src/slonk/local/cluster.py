@@ -8,6 +8,7 @@ The parts, each in its own module, each importing only modules below it in this 
                   kubectl; it stops and starts pods through kubelet
   kubelet         start, stop and restart one pod; sidecars, its stand-in processes
   nodes           the cluster's Slurm nodes as its controller sees them
+  firewall        the chart's NetworkPolicies as iptables rules in each pod's namespace
   host            the host's kernel limits a cluster of many pods needs (sysctls)
   associations    the spec's users as slurmctld's associations (accounting)
   prometheus      with `up --prometheus`: Debian's Prometheus scraping the pods' exporters,
@@ -24,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from slonk import chart
-from slonk.local import fake_apiserver, host, podman, prometheus
+from slonk.local import fake_apiserver, firewall, host, podman, prometheus
 from slonk.local.associations import wait_associations
 from slonk.local.kubelet import kill_all, restart_pod, start_pods, stop_pods
 from slonk.local.manifests import LocalModeError, hosts_file
@@ -106,6 +107,7 @@ def up(
     host.raise_limits(len(objects.pods), progress)
     network.create_switch()
     network.add_pods(addresses)
+    firewall.enforce(network, objects, addresses)  # before any pod runs
     known_hosts(cluster, objects, addresses)
     fake_apiserver.start(cluster, objects, NAMESPACE)
     hosts = hosts_file(objects, addresses, spec.cluster_domain)

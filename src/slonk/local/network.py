@@ -176,6 +176,25 @@ class Network:
         with ThreadPoolExecutor(max_workers=PARALLEL_IP) as pool:
             list(pool.map(pod_side, new))
 
+    def load_firewall(self, tables: Mapping[str, tuple[str, str]]) -> None:
+        """Replace the filter tables of each pod's namespace: {pod: (iptables-restore input,
+        ip6tables-restore input)} (slonk.local.firewall derives them from the chart's
+        NetworkPolicies). Each restore is atomic: a pod never runs half a table."""
+
+        def load(pod: str) -> None:
+            for command, table in zip(
+                ("iptables-restore", "ip6tables-restore"), tables[pod], strict=True
+            ):
+                argv = ["ip", "netns", "exec", self.pod_netns(pod), command]
+                result = subprocess.run(
+                    argv, input=table, capture_output=True, text=True, check=False
+                )
+                if result.returncode:
+                    raise NetworkError(f"{' '.join(argv)}: {result.stderr.strip() or 'failed'}")
+
+        with ThreadPoolExecutor(max_workers=PARALLEL_IP) as pool:
+            list(pool.map(load, tables))
+
     def remove_pod(self, pod: str) -> None:
         """The pod's namespace; its veth pair (and so its bridge port) goes with it."""
         if netns_inode(self.pod_netns(pod)) is not None:

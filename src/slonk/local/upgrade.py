@@ -29,7 +29,7 @@ from typing import Any
 
 from slonk import chart
 from slonk.health import reasons
-from slonk.local import fake_apiserver, prometheus
+from slonk.local import fake_apiserver, firewall, prometheus
 from slonk.local.cluster import require_root
 from slonk.local.kubelet import start_pods, stop_pods, write_hosts
 from slonk.local.manifests import LocalModeError, Plan, Pod, hosts_file
@@ -362,6 +362,8 @@ def _settle(
     project_secrets(cluster, objects)
     addresses = {name: pod["address"] for name, pod in record["pods"].items()}
     known_hosts(cluster, objects, addresses)
+    # The new pod set's addresses and the new policies, before a joining pod runs.
+    firewall.enforce(cluster.network, objects, addresses)
     joined = {p.name for p in joining}
     for name, template in templates.items():
         if name not in joined:
