@@ -44,6 +44,19 @@ KNOWN_HOSTS = Path("/etc/ssh/ssh_known_hosts")
 PRIVSEP_DIR = Path("/run/sshd")
 
 
+# A worker's sshd sees every user arrive from a few addresses (the login pods', the other
+# workers'), keys only, never from outside the release (NetworkPolicy). OpenSSH 10 penalises
+# an address for its failed logins: a handful of one user's refusals by pam_slurm_adopt (no
+# job on this node) blocked the login pod's address for every user. No penalties on workers
+# (login pods keep them against the outside world); MaxStartups counts half-open connections
+# of all users together, so room for many, each given 30 s to authenticate.
+WORKER_SOURCES = (
+    "PerSourcePenalties no",
+    "MaxStartups 100:30:300",
+    "LoginGraceTime 30",
+)
+
+
 class SshError(SlonkError):
     """A file sshd would trust is not what it must be; the message names it and the line."""
 
@@ -112,6 +125,8 @@ def pod_config(role: str, ca_keys: Path | None) -> str:
         # pam_slurm_adopt decides who logs in to a worker; a login pod needs no PAM.
         f"UsePAM {'yes' if role == 'worker' else 'no'}",
     ]
+    if role == "worker":
+        lines.extend(WORKER_SOURCES)
     if ca_keys is not None:
         # No AuthorizedPrincipalsFile: a certificate's principals must name the user.
         lines.append(f"TrustedUserCAKeys {ca_keys}")

@@ -109,6 +109,15 @@ def test_each_role_tells_sshd_what_it_needs():
     assert "Principals" not in worker + login
 
 
+def test_one_users_refusals_do_not_penalise_the_login_pods_address():
+    """Workers see every user come from the login pods: no per-source penalties there, and
+    room for many half-open connections; login pods keep OpenSSH's defaults."""
+    worker = sshd.pod_config("worker", None).splitlines()
+    assert {"PerSourcePenalties no", "MaxStartups 100:30:300", "LoginGraceTime 30"} <= set(worker)
+    login = sshd.pod_config("login", None)
+    assert "PerSourcePenalties" not in login and "MaxStartups" not in login
+
+
 def test_workers_run_sshd_unless_turned_off(demo_spec):
     on = parse_spec(demo_spec)
     off = parse_spec({**demo_spec, "ssh": {"workers": False}})
