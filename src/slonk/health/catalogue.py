@@ -43,10 +43,13 @@ HEALTH_CHECKS: Mapping[str, CheckSettings] = {
     "munge": CheckSettings(("interval",), 10),
 }
 
-# Checks that look at what every node shares (a file system, cluster DNS, slurmctld), which
-# users can fill or a service outage can fail on every node at once: a new pod cannot fix
-# that, so their drains are never recycled or quarantined (slonk.health.recycle).
-SHARED_CHECKS = frozenset({"storage", "dns", "controller"})
+# Checks a user or a shared service can fail, not the machine: what every node shares (a file
+# system, cluster DNS, slurmctld), which a user can fill or an outage fail on every node at
+# once, and scratch, which jobs write to (jobs share the node's /tmp). A new pod does not fix
+# the first, and a machine quarantined for a user's files is a healthy one lost: their
+# drains are never recycled or quarantined (slonk.health.recycle), only lifted once the
+# check passes again.
+SHARED_CHECKS = frozenset({"storage", "dns", "controller", "scratch"})
 
 # The shape of each string option (or of each item of a list option): checks hand them to
 # programs they run as root.

@@ -137,9 +137,9 @@ def check_storage(node: Node, options: Mapping[str, Any], phase: str, timeout: f
 
 
 def check_scratch(node: Node, options: Mapping[str, Any], phase: str, timeout: float) -> str:
-    """Free space on the node's scratch, judged between jobs: space a running job holds (its
-    per-job /tmp lives on the node's disk) is the job's, and goes with it (job_container/tmpfs
-    removes it at the job's end). Only what is left with no job on the node is the machine's."""
+    """Free space on the node's scratch, judged between jobs: space a running job holds is the
+    job's. What is left with no job on the node drains it (never recycled: users' files left
+    behind are theirs, slonk.health.catalogue.SHARED_CHECKS)."""
     path = options["path"]
     status, output = bounded(["stat", "--file-system", "--format=%a %b", path], timeout)
     if status:

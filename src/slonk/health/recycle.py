@@ -5,9 +5,10 @@ idle for `idleSeconds` gets its pod deleted: Kubernetes makes a fresh one, which
 boot checks and, healthy, is resumed by its first health run. A node recycled `maxRecycles`
 times within `windowSeconds` is not recycled again: it stays drained as `slonk:quarantine`
 and its Kubernetes node is tainted for replacement. Nodes a job hook drained are left alone:
-a bad script is fixed in git, not by replacing machines. So are nodes drained by a check of
-what every node shares (catalogue.SHARED_CHECKS) or by a check holding more nodes than its
-share (slonk.health.blast): a new pod cannot fix a shared dependency.
+a bad script is fixed in git, not by replacing machines. So are nodes drained by a check a
+user or a shared service can fail (catalogue.SHARED_CHECKS) or by a check holding more nodes
+than its share (slonk.health.blast): a new pod cannot fix a shared dependency, and a user's
+files are no hardware fault.
 """
 
 from __future__ import annotations
@@ -116,7 +117,7 @@ def due(
             if history.left.get(node.name) != node.reason:
                 history.left[node.name] = node.reason
                 why = (
-                    "checks what every node shares"
+                    "fails for users or shared services too"
                     if cause.name in SHARED_CHECKS
                     else ("holds more than its share of the nodes drained")
                 )
