@@ -61,6 +61,7 @@ class Slurm:
 def slurm(monkeypatch) -> Slurm:
     fake = Slurm(NAMES)
     monkeypatch.setattr(slurm_nodes, "scontrol", fake.scontrol)
+    monkeypatch.setattr(drains, "CONFIRM_AFTER_SECONDS", 0.0)  # the fake's drains show at once
     return fake
 
 
@@ -179,3 +180,21 @@ def test_the_limit_reaches_the_nodes_plan():
     plan = runner.plan_for(spec, "slonk-cpu-0")
     assert plan is not None and plan.max_drained_percent == 25
     assert runner.parse_plan(json.dumps(runner.asdict(plan)).encode()) == plan
+
+
+def test_the_second_look_waits_for_the_second_to_pass(slurm, monkeypatch):
+    """A look right after the drain could miss another drain stamped with the same second,
+    and both nodes keep theirs: the look after comes CONFIRM_AFTER_SECONDS later."""
+    calls: list[str] = []
+    drive = slurm.scontrol
+    monkeypatch.setattr(drains, "CONFIRM_AFTER_SECONDS", 2.0)
+    monkeypatch.setattr(drains.time, "sleep", lambda seconds: calls.append(f"sleep {seconds}"))
+    monkeypatch.setattr(
+        slurm_nodes, "scontrol", lambda *args: calls.append(" ".join(args[:3])) or drive(*args)
+    )
+    drains.apply(NAMES[0], _fail("storage"), undrain=True, max_drained_percent=10)
+    assert calls[-3:] == [
+        f"update nodename={NAMES[0]} state=drain",
+        "sleep 2.0",
+        "show node --json",
+    ]

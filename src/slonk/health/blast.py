@@ -6,8 +6,9 @@ quarantined: a new pod cannot fix a shared dependency, and a machine quarantined
 stays out after the dependency heals.
 
 Nodes decide alone, so two can drain in the same second: each looks before its drain and
-again after it, and every node orders a check's drains the same way (by when Slurm took the
-reason, then by name). A node past the limit in that order undoes its own drain.
+again once that second has passed (slonk.health.drains.CONFIRM_AFTER_SECONDS), when every
+drain stamped with it is there to see, and every node orders a check's drains the same way
+(by when Slurm took the reason, then by name). A node past the limit undoes its own drain.
 """
 
 from __future__ import annotations

@@ -15,6 +15,10 @@ from slonk.health.runner import Result
 from slonk.slurm_state import NodeState, SlurmError
 
 LOG = Path("/var/log/slonk/health.log")
+# Slurm stamps a reason in whole seconds: looked at this long after a drain, every drain
+# stamped in the same second is there to see, so nodes that drained together rank the same
+# set (slonk.health.blast). A node that looked sooner could keep its drain beside another's.
+CONFIRM_AFTER_SECONDS = 2.0
 JOB_PHASES = ("prolog", "epilog")
 
 
@@ -72,6 +76,7 @@ def apply(
     drained = False
     if blast.within(slurm_nodes.read_nodes(), check, name, max_drained_percent):
         slurm_nodes.drain(name, reason)
+        time.sleep(CONFIRM_AFTER_SECONDS)
         if blast.within(slurm_nodes.read_nodes(), check, name, max_drained_percent):
             return f"drained: {reason}"
         drained = True
