@@ -231,7 +231,9 @@ def test_a_slowloris_dribbling_its_headers_is_cut_at_the_head_timeout():
         finally:
             sock.close()
         cut = time.monotonic() - connected
-    assert limits.head_seconds <= cut < limits.head_seconds + 2.0
+    # The server counts from its accept, which can come a moment before `connect` returns
+    # here: a cut 1.4 ms short of the timeout was seen. Early means by a dribble's pause.
+    assert limits.head_seconds - 0.1 <= cut < limits.head_seconds + 2.0
     assert sent < limits.head_bytes  # cut by time, not size
 
 
