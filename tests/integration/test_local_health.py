@@ -9,6 +9,7 @@ import json
 import shlex
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -312,43 +313,54 @@ def test_a_user_filling_a_shared_file_system_drains_one_node_and_recycles_none(f
         "recycle": {"idleSeconds": 1, "periodSeconds": 1},
     }}))  # fmt: skip
     cluster.slonk("upgrade", "-f", str(values))
+    try:
+        fill = f"i=0; while touch {SHARED}/$(hostname).$i 2>/dev/null; do i=$((i+1)); done"
+        cluster.user("demo").check_output(f"srun -N2 --nodelist={GOOD},{BAD} sh -c {fill!r}")
 
-    fill = f"i=0; while touch {SHARED}/$(hostname).$i 2>/dev/null; do i=$((i+1)); done"
-    cluster.user("demo").check_output(f"srun -N2 --nodelist={GOOD},{BAD} sh -c {fill!r}")
+        def one_drained() -> str | None:
+            drained = [
+                n for n in workers
+                if cluster.nodes()[n][1].startswith("slonk:storage:")
+                and "drain" in cluster.nodes()[n][0].split("+")
+            ]  # fmt: skip
+            return drained[0] if len(drained) == 1 else None
 
-    def one_drained() -> str | None:
-        drained = [
-            n for n in workers
-            if cluster.nodes()[n][1].startswith("slonk:storage:")
-            and "drain" in cluster.nodes()[n][0].split("+")
-        ]  # fmt: skip
-        return drained[0] if len(drained) == 1 else None
+        drained = wait_for("one node drained for storage", one_drained)
+        (spared,) = set(workers) - {drained}
+        _wait_health_logged(
+            cluster,
+            spared,
+            offsets[spared],
+            "the spared node's word",
+            "not drained for slonk:storage",
+        )
+        wait_for(
+            "the recycle loop to leave the drained node",
+            lambda: f"not recycling {drained}" in cluster.log(CONTROLLER, controller_log),
+        )
+        assert one_drained() == drained
+        assert {pod: cluster.slurmd_started(pod) for pod in workers} == started  # no new pod
+        assert "recycled" not in cluster.log(CONTROLLER, controller_log)
+        # Another user's job runs on the node left in service.
+        ran = cluster.user(VICTIM).check_output(f"srun --nodelist={spared} hostname").strip()
+        assert ran == spared
+        # The files go (here each pod has its own file system, and no job lands on the drained
+        # node: root deletes them, as demo would on a shared one): storage passes, and the node
+        # comes back. Nothing outlasts the files.
+        for pod in workers:
+            cluster.pod(pod).check_output(f"find {SHARED} -mindepth 1 -delete")
+        _wait_health_logged(
+            cluster, drained, offsets[drained], "the drained node's resume", "resumed (was: slonk"
+        )
+        assert "drain" not in cluster.nodes()[drained][0].split("+")
+    finally:
+        _shared_storage_undone(cluster, values, workers)
 
-    drained = wait_for("one node drained for storage", one_drained)
-    (spared,) = set(workers) - {drained}
-    _wait_health_logged(
-        cluster, spared, offsets[spared], "the spared node's word", "not drained for slonk:storage"
-    )
-    wait_for(
-        "the recycle loop to leave the drained node",
-        lambda: f"not recycling {drained}" in cluster.log(CONTROLLER, controller_log),
-    )
-    assert one_drained() == drained
-    assert {pod: cluster.slurmd_started(pod) for pod in workers} == started  # no new pod
-    assert "recycled" not in cluster.log(CONTROLLER, controller_log)
-    # Another user's job runs on the node left in service.
-    ran = cluster.user(VICTIM).check_output(f"srun --nodelist={spared} hostname").strip()
-    assert ran == spared
-    # The files go (here each pod has its own file system, and no job lands on the drained
-    # node: root deletes them, as demo would on a shared one): storage passes, and the node
-    # comes back. Nothing outlasts the files.
-    for pod in workers:
-        cluster.pod(pod).check_output(f"find {SHARED} -mindepth 1 -delete")
-    _wait_health_logged(
-        cluster, drained, offsets[drained], f"{drained}'s resume", "resumed (was: slonk:storage"
-    )
-    assert "drain" not in cluster.nodes()[drained][0].split("+")
-    # Back to the cluster's settings (upgrades add up) before the mounts go.
+
+def _shared_storage_undone(cluster: LocalCluster, values: Path, workers: tuple[str, ...]) -> None:
+    """The cluster's settings back (upgrades add up) before the mounts go, and any drain the
+    small file system left lifted, whatever the test reached: a node left drained would fail
+    every later test's fixture."""
     storage = HEALTH_CHECKS["storage"]
     values.write_text(json.dumps({"health": {
         "watchSeconds": default_of(HealthSettings, "watch_seconds"),
@@ -362,6 +374,10 @@ def test_a_user_filling_a_shared_file_system_drains_one_node_and_recycles_none(f
             SHARED not in cluster.pod(pod).check_output(f"cat {HEALTH_PLAN}") for pod in workers
         ),
     )
+    controller = cluster.pod(CONTROLLER)
+    for node, (_, reason) in cluster.nodes().items():
+        if reason.startswith(f"slonk:storage: {SHARED} "):
+            controller.run(f"scontrol update nodename={node} state=resume")
 
 
 def _recycle_fast(cluster: LocalCluster) -> None:
