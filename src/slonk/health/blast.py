@@ -13,6 +13,7 @@ drain stamped with it is there to see, and every node orders a check's drains th
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 
 from slonk.health import reasons
@@ -24,13 +25,15 @@ def limit(nodes: int, percent: int) -> int:
     return max(1, nodes * percent // 100)
 
 
+def drained_by(node: NodeState) -> str | None:
+    """The health check that drained the node, if one did."""
+    cause = node.cause
+    return cause.name if cause is not None and cause.kind == reasons.HEALTH else None
+
+
 def drained_for(nodes: Iterable[NodeState], check: str) -> list[NodeState]:
     """The nodes a health check `check` drained, first drained first."""
-    found = [
-        n
-        for n in nodes
-        if (cause := n.cause) is not None and cause.kind == reasons.HEALTH and cause.name == check
-    ]
+    found = [n for n in nodes if drained_by(n) == check]
     return sorted(found, key=lambda n: (n.reason_time, n.name))
 
 
@@ -46,10 +49,6 @@ def within(nodes: list[NodeState], check: str, name: str, percent: int) -> bool:
 
 def over_limit(nodes: list[NodeState], percent: int) -> set[str]:
     """The checks holding more nodes drained than the limit allows: shared failures."""
-    counts: dict[str, int] = {}
-    for node in nodes:
-        cause = node.cause
-        if cause is not None and cause.kind == reasons.HEALTH:
-            counts[cause.name] = counts.get(cause.name, 0) + 1
+    counts = Counter(check for n in nodes if (check := drained_by(n)) is not None)
     allowed = limit(len(nodes), percent)
     return {check for check, count in counts.items() if count > allowed}
