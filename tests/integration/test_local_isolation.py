@@ -80,6 +80,8 @@ def test_a_user_sees_nothing_of_the_state_dir(exposed: LocalCluster):
 
 
 def test_a_user_cannot_use_the_fake_api(exposed: LocalCluster):
+    """From a login pod the policies let nothing reach it; from a job (a worker's egress is
+    open) it refuses a guessed token."""
     pod = "slonk-cpu-0"
     pid = Cluster(exposed.state_dir).pid(pod)
     request = (
@@ -88,9 +90,12 @@ def test_a_user_cannot_use_the_fake_api(exposed: LocalCluster):
         " method='DELETE', headers={'Authorization': 'Bearer guessed'})\n"
         "try: r.urlopen(q, context=ssl._create_unverified_context(), timeout=10)\n"
         "except r.HTTPError as e: print(e.code)\n"
+        "except OSError as e: print(type(e.reason).__name__)\n"
     )
-    answer = exposed.user("demo").run("python3 -c %s", request)
-    assert answer.stdout.strip() == "401", answer
+    user = exposed.user("demo")
+    assert user.run("python3 -c %s", request).stdout.strip() == "ConnectionRefusedError"
+    in_a_job = user.run("srun --nodes=1 --nodelist=%s python3 -c %s </dev/null", pod, request)
+    assert in_a_job.stdout.strip() == "401", in_a_job
     assert Cluster(exposed.state_dir).pid(pod) == pid  # not restarted
 
 

@@ -5,9 +5,14 @@ results."""
 from __future__ import annotations
 
 import shlex
+import subprocess
+import sys
 import time
 
 from prometheus_client.parser import text_string_to_metric_families
+
+from slonk.local.network import Network
+from slonk.local.state import Cluster
 
 from ..support.cluster import LocalCluster, service_pid, wait_for
 
@@ -15,15 +20,21 @@ PORT = 9341  # cluster.yaml's metrics.port when the chart leaves it out
 
 
 def scrape(cluster: LocalCluster, target: str) -> dict[str, list]:
-    """/metrics of `target`'s pod, fetched from the login pod; {name: samples}."""
-    url = f"http://{target}:{PORT}/metrics"
+    """/metrics of `target`'s pod, fetched from outside the cluster as Prometheus does, in
+    the network namespace of the cluster's switch (the pods' policies let a scrape in from
+    there; a login pod may send it nowhere); {name: samples}."""
+    url = f"http://{Cluster(cluster.state_dir).address(target)}:{PORT}/metrics"
     fetch = (
         f"import urllib.request; print(urllib.request.urlopen({url!r}, timeout=30).read().decode())"
     )
+    switch = Network.for_state_dir(cluster.state_dir).switch
     out = wait_for(
         f"{target}:{PORT}/metrics",
-        lambda: cluster.pod("slonk-login-0").run(f"python3 -c {shlex.quote(fetch)}").stdout,
-    )
+        lambda: subprocess.run(
+            ["ip", "netns", "exec", switch, sys.executable, "-c", fetch],
+            capture_output=True, text=True, timeout=60, check=False,
+        ).stdout,
+    )  # fmt: skip
     found: dict[str, list] = {}  # by sample name: a counter's family name has no _total
     for family in text_string_to_metric_families(out):
         for sample in family.samples:

@@ -2,8 +2,8 @@
 `up` reports its nodes in one short line of counts, and `down` leaves nothing behind.
 
 Lean for CI: small pods with nothing but slurmd (no login pod, directory, accounting, health
-checks, syncer or exporter); jobs are run as root in the controller pod. Not timed: the
-figures are bench/local_scale.py's.
+checks, syncer, exporter or NetworkPolicies); jobs are run as root in the controller pod. Not
+timed: the figures are bench/local_scale.py's.
 """
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ LEAN = {
     "health": {"enabled": False},
     "syncer": {"enabled": False},
     "metrics": {"enabled": False},
+    # By policy the controller pod accepts slurmctld's RPCs alone, so an srun there would
+    # never hear from its steps; users' sruns, from login pods, are the policies' tests'.
+    "networkPolicy": {"enabled": False},
 }
 
 

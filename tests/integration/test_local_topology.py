@@ -189,8 +189,11 @@ def test_a_flapping_label_reconfigures_a_bounded_number_of_times_while_squeue_an
         assert 1 <= starts <= 1 + int(took // topology.MIN_INTERVAL_SECONDS), (
             f"21 changes in {took:.1f} s: {starts} reconfigures"
         )
-        said = [x for x in blocks.log(CONTROLLER, mark).splitlines() if "coalesced into" in x]
-        assert said, "the syncer says what it coalesced"
+        # Its word comes once slurmctld answers again, which may be after the blocks show.
+        said = wait_for(
+            "the syncer's word on what it coalesced",
+            lambda: [x for x in blocks.log(CONTROLLER, mark).splitlines() if "coalesced into" in x],
+        )
         print(said[-1])
         seen = len(_probed(user))  # a few more answers: the probe's span the re-execution
         probed = wait_for("squeue after the reconfigure", lambda: _probed(user, seen + 3))
