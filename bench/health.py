@@ -1,9 +1,11 @@
 """Health checks, measured in one run. Prints one JSON document.
 
 - per-job cost: 500 trivial jobs, one sbatch each and as one array (bench/local_cluster.py's
-  workload), through the same one-worker cluster several ways: checks off (no hooks either:
-  slurm.conf names no Prolog/Epilog at all, which the run checks: bare Slurm, run first and
-  again last, to show how much the machine drifts within the run); default checks on a GPU
+  workload), through the same one-worker cluster several ways: checks off and the Epilog
+  dropped (no hooks either: slurm.conf names no Prolog/Epilog at all, which the run checks:
+  bare Slurm, run first and again last, to show how much the machine drifts within the run);
+  checks off with slonk's Epilog alone (it clears what each job's user left in scratch,
+  slonk.hooks.scratch: on by default); default checks on a GPU
   pool (the worker's gpu check made to expect 2 GPUs, which a fake nvidia-smi shows) and on a
   CPU pool; the same GPU pool with its machine checks also in every job (`prolog` and
   `epilog` in their phases); and Prolog/Epilog that do nothing (/bin/true): what Slurm's
@@ -45,9 +47,10 @@ PER_JOB = (
     " storage: {phases: [boot, prolog, watch, interval]},"
     " scratch: {phases: [boot, prolog, watch, interval]}}}\n"
 )
-CHECKS_OFF = "health: {enabled: false}\n"
+SCRATCH_EPILOG = "health: {enabled: false}\n"  # slonk's Epilog, always named, alone
+CHECKS_OFF = SCRATCH_EPILOG + "slurm: {slurmConf: {Epilog: null}}\n"
 # Slurm's own cost of forking a Prolog and an Epilog at all: programs that do nothing.
-EMPTY_PROGRAMS = CHECKS_OFF + "slurm: {slurmConf: {Prolog: /bin/true, Epilog: /bin/true}}\n"
+EMPTY_PROGRAMS = SCRATCH_EPILOG + "slurm: {slurmConf: {Prolog: /bin/true, Epilog: /bin/true}}\n"
 
 
 def program_ms(cluster: local.Cluster, program: str, runs: int) -> dict[str, float]:
@@ -151,6 +154,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="slonk-bench-health-") as tmp:
         columns = [
             ("bare_slurm_checks_off", CHECKS_OFF, jobs),
+            ("scratch_epilog_alone", SCRATCH_EPILOG, jobs),
             ("gpu_pool_default_checks", GPU_POOL, gpu_pool),
             ("cpu_pool_default_checks", CPU_POOL, jobs),
             ("gpu_pool_checks_in_every_job", PER_JOB, per_job),

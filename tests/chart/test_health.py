@@ -14,6 +14,8 @@ from slonk.config.spec import HEALTH_CHECKS
 
 from .test_objects import _container, _names, _spec
 
+EPILOG = "Epilog=/run/slonk/bin/epilog"  # always: it clears what a job's user left in scratch
+
 
 def _rules(manifest, kind, name):
     return [dict(rule) for rule in manifest.get(f"{kind}/{name}").rules]
@@ -24,13 +26,14 @@ def test_slurm_runs_the_checks(default_manifest):
     assert "HealthCheckProgram=/run/slonk/bin/health" in lines
     assert "HealthCheckInterval=300" in lines
     assert "HealthCheckNodeState=ANY,CYCLE" in lines  # a few nodes at a time
-    # The agent watches the machine beside the jobs: Slurm forks nothing around each one.
-    assert not [line for line in lines if line.startswith(("Prolog=", "Epilog="))]
+    # The agent watches the machine beside the jobs: Slurm forks nothing before each one,
+    # and after it only the Epilog that clears scratch (slonk.hooks.scratch).
+    assert [line for line in lines if line.startswith(("Prolog=", "Epilog="))] == [EPILOG]
 
 
 def test_gpu_pools_watch_their_gpus_and_may_read_the_kernel_log(gpu_manifest):
     lines = render(_spec(gpu_manifest))["slurm.conf"].splitlines()
-    assert not [line for line in lines if line.startswith(("Prolog=", "Epilog="))]
+    assert [line for line in lines if line.startswith(("Prolog=", "Epilog="))] == [EPILOG]
     slurmd = _container(gpu_manifest.get("StatefulSet/slonk-h100"))
     assert "SYSLOG" in slurmd.securityContext.capabilities.add
 
@@ -38,9 +41,9 @@ def test_gpu_pools_watch_their_gpus_and_may_read_the_kernel_log(gpu_manifest):
 @pytest.mark.parametrize(
     ("check", "phases", "programs"),
     [
-        ("storage", ("boot", "prolog"), ["Prolog=/run/slonk/bin/prolog"]),
-        ("scratch", ("epilog", "watch"), ["Epilog=/run/slonk/bin/epilog"]),
-        ("storage", ("watch",), []),
+        ("storage", ("boot", "prolog"), ["Prolog=/run/slonk/bin/prolog", EPILOG]),
+        ("scratch", ("epilog", "watch"), [EPILOG]),
+        ("storage", ("watch",), [EPILOG]),
     ],
 )
 def test_a_check_put_in_a_job_phase_makes_slurm_fork_its_program(

@@ -48,7 +48,8 @@ def test_slurm_conf_runs_the_dispatcher(hooks_manifest):
     )
 
 
-def test_no_hooks_and_no_health_checks_no_prolog(default_manifest):
+def test_no_hooks_and_no_health_checks_no_prolog_and_an_epilog_for_scratch(default_manifest):
     spec = replace(_spec(default_manifest), health=None)
     lines = render(spec)["slurm.conf"].splitlines()
-    assert not any(line.startswith(("Prolog=", "Epilog=", "HealthCheck")) for line in lines)
+    forked = [line for line in lines if line.startswith(("Prolog=", "Epilog=", "HealthCheck"))]
+    assert forked == ["Epilog=/run/slonk/bin/epilog"]

@@ -21,7 +21,7 @@ from slonk.local.cluster import Cluster
 from slonk.paths import HEALTH_PLAN
 
 from ..support.cluster import SCRATCH, LocalCluster, slonk, wait_for
-from ..support.directory import ldapadd, person, wait_on_every_pod
+from ..support.users import bystander
 
 BAD, GOOD = "slonk-cpu-1", "slonk-cpu-0"
 CONTROLLER = "slonk-controller-0"
@@ -280,14 +280,6 @@ def test_gpu_memory_left_behind_drains_the_node_once_its_jobs_have_ended(watch_o
 
 
 SHARED = "/srv/shared"  # in each worker, a small file system standing for a shared one
-VICTIM, VICTIM_UID = "victim", 5491  # no other test's uid: the directory outlives each test
-
-
-def _victim(cluster: LocalCluster) -> None:
-    """A second researcher, whose jobs the attacker (demo) must not stop."""
-    if cluster.pod("slonk-login-0").run(f"getent passwd {VICTIM}").rc != 0:
-        ldapadd(cluster, person(cluster, VICTIM, VICTIM_UID))
-    wait_on_every_pod(cluster, VICTIM)
 
 
 def test_a_user_filling_a_shared_file_system_drains_one_node_and_recycles_none(faults: Faults):
@@ -295,7 +287,7 @@ def test_a_user_filling_a_shared_file_system_drains_one_node_and_recycles_none(f
     fails on both nodes at once. One node drains (its share, at least one), the other stays
     in service and says why, no node is recycled, and another user's jobs keep running."""
     cluster = faults.cluster
-    _victim(cluster)
+    victim = bystander(cluster)  # whose jobs the attacker (demo) must not stop
     workers = (GOOD, BAD)
     for pod in workers:
         faults.inject(
@@ -342,7 +334,7 @@ def test_a_user_filling_a_shared_file_system_drains_one_node_and_recycles_none(f
         assert {pod: cluster.slurmd_started(pod) for pod in workers} == started  # no new pod
         assert "recycled" not in cluster.log(CONTROLLER, controller_log)
         # Another user's job runs on the node left in service.
-        ran = cluster.user(VICTIM).check_output(f"srun --nodelist={spared} hostname").strip()
+        ran = cluster.user(victim).check_output(f"srun --nodelist={spared} hostname").strip()
         assert ran == spared
         # The files go (here each pod has its own file system, and no job lands on the drained
         # node: root deletes them, as demo would on a shared one): storage passes, and the node
@@ -355,6 +347,40 @@ def test_a_user_filling_a_shared_file_system_drains_one_node_and_recycles_none(f
         assert "drain" not in cluster.nodes()[drained][0].split("+")
     finally:
         _shared_storage_undone(cluster, values, workers)
+
+
+def test_a_users_job_filling_scratch_drains_nothing_and_leaves_nothing(faults: Faults):
+    """demo's job fills the node's scratch (a small file system at the tests' scratch path)
+    and /dev/shm: while it runs, the space is the job's; as it ends, its Epilog removes what
+    demo left, so no watch round drains the node, and another user's job runs there."""
+    cluster = faults.cluster
+    victim = bystander(cluster)  # whose jobs the attacker (demo) must not stop
+    faults.inject(
+        BAD, f"mount -t tmpfs -o size=4m,mode=1777 scratch {SCRATCH}", f"umount -l {SCRATCH}"
+    )
+    job = cluster.submit(
+        f"--nodelist={BAD}",
+        "--output=/dev/null",
+        "--wrap",
+        f"fallocate -l 4m {SCRATCH}/mine; head -c 1M /dev/zero > /dev/shm/mine; "
+        "until [ -e $HOME/release-$SLURM_JOB_ID ]; do sleep 0.2; done",
+    )
+    full = f"test -e {SCRATCH}/mine && test -s /dev/shm/mine"
+    wait_for("the job's files", lambda: cluster.pod(BAD).run(full).rc == 0)
+    filled = time.time()
+    wait_for("a watch round while it runs", lambda: _watched_since(cluster, BAD, filled))
+    assert "drain" not in cluster.nodes()[BAD][0].split("+")
+    cluster.user("demo").check_output(f"touch release-{job}")
+    wait_for(f"job {job} to end", lambda: job not in cluster.jobs())
+    ended = time.time()
+    wait_for("a watch round after it", lambda: _watched_since(cluster, BAD, ended))
+    assert "drain" not in cluster.nodes()[BAD][0].split("+"), cluster.nodes()[BAD]
+    pod = cluster.pod(BAD)
+    assert pod.check_output(f"find {SCRATCH} /dev/shm -mindepth 1 -user demo") == ""
+    uid = pod.check_output("id -u demo").strip()
+    said = pod.check_output(f"cat /var/log/slonk/hooks/{job}.log")
+    assert f"scratch: removed 2 entries uid {uid} left" in said, said
+    assert cluster.user(victim).check_output(f"srun --nodelist={BAD} hostname").strip() == BAD
 
 
 def _shared_storage_undone(cluster: LocalCluster, values: Path, workers: tuple[str, ...]) -> None:

@@ -198,3 +198,26 @@ def test_the_second_look_waits_for_the_second_to_pass(slurm, monkeypatch):
         "sleep 2.0",
         "show node --json",
     ]
+
+
+def test_a_full_scratch_with_no_job_is_cleared_of_what_users_left_before_it_is_judged(
+    tmp_path, monkeypatch
+):
+    node = checks.Node(name="slonk-cpu-0", gpus=0, peers=())
+    monkeypatch.setattr(checks, "jobs_here", lambda _node: False)
+    free = iter([1.0, 50.0])  # full, then free once the leftovers are gone
+    monkeypatch.setattr(checks, "_free_percent", lambda _path, _timeout: next(free))
+    cleared = ["scratch: removed 3 entries uid 5000 left"]
+    monkeypatch.setattr(checks.scratch, "clean_left_behind", lambda *_args: cleared)
+    options = {"path": str(tmp_path), "minFreePercent": 5}
+    said = checks.check_scratch(node, options, "watch", 5)
+    assert said == f"{tmp_path} 50% free after {cleared[0]}"
+    # Still full after: drained, saying what went.
+    free = iter([1.0, 2.0])
+    with pytest.raises(probe.Unhealthy, match=r"2\.0% free, below 5%, after scratch: removed"):
+        checks.check_scratch(node, options, "watch", 5)
+    # Nothing a user left (root's own files): judged at once.
+    free = iter([1.0])
+    monkeypatch.setattr(checks.scratch, "clean_left_behind", lambda *_args: [])
+    with pytest.raises(probe.Unhealthy, match=r"1\.0% free, below 5%$"):
+        checks.check_scratch(node, options, "watch", 5)

@@ -14,6 +14,7 @@ from typing import Any
 
 from slonk.health import gpu
 from slonk.health.probe import Inconclusive, TimedOut, Unhealthy, bounded
+from slonk.hooks import scratch
 from slonk.paths import SLURMD_SPOOL
 
 SYS_NET = Path("/sys/class/net")
@@ -138,20 +139,33 @@ def check_storage(node: Node, options: Mapping[str, Any], phase: str, timeout: f
 
 def check_scratch(node: Node, options: Mapping[str, Any], phase: str, timeout: float) -> str:
     """Free space on the node's scratch, judged between jobs: space a running job holds is the
-    job's. What is left with no job on the node drains it (never recycled: users' files left
-    behind are theirs, slonk.health.catalogue.SHARED_CHECKS)."""
-    path = options["path"]
+    job's. With no job on the node, what users left there goes first (slonk.hooks.scratch: as
+    each Epilog does, for anyone whose Epilog did not); what is still full then drains the node
+    (never recycled, slonk.health.catalogue.SHARED_CHECKS)."""
+    path, least = options["path"], options["minFreePercent"]
+    started = time.time()
+    percent = _free_percent(path, timeout)
+    if percent >= least:
+        return f"{path} {percent:.0f}% free"
+    problem = f"{path} {percent:.1f}% free, below {least}%"
+    if jobs_here(node):
+        raise Inconclusive(f"{problem}, with jobs on the node: theirs until they end")
+    cleaned = scratch.clean_left_behind(path, started, timeout)
+    if not cleaned:
+        raise Unhealthy(problem)
+    percent = _free_percent(path, timeout)
+    said = "; ".join(cleaned)
+    if percent < least:
+        raise Unhealthy(f"{path} {percent:.1f}% free, below {least}%, after {said}")
+    return f"{path} {percent:.0f}% free after {said}"
+
+
+def _free_percent(path: str, timeout: float) -> float:
     status, output = bounded(["stat", "--file-system", "--format=%a %b", path], timeout)
     if status:
         raise Unhealthy(f"{path}: {output.strip()}")
     free, total = (int(n) for n in output.split())
-    percent = 100.0 * free / total if total else 0.0
-    if percent < options["minFreePercent"]:
-        problem = f"{path} {percent:.1f}% free, below {options['minFreePercent']}%"
-        if jobs_here(node):
-            raise Inconclusive(f"{problem}, with jobs on the node: theirs until they end")
-        raise Unhealthy(problem)
-    return f"{path} {percent:.0f}% free"
+    return 100.0 * free / total if total else 0.0
 
 
 def check_munge(node: Node, options: Mapping[str, Any], phase: str, timeout: float) -> str:

@@ -4,8 +4,9 @@
 What jobs need of the machine (GPUs, storage, scratch) is checked here, beside the jobs,
 rather than in a Prolog or Epilog: slurmd pays for every program it forks around a job (it
 waits on it, then sleeps 10 ms before killing what it left), more than the checks' answer
-is worth there. So by default slurm.conf names no Prolog or Epilog at all, and a fault
-reaches Slurm within a period, as with any interval check, only sooner. A site that wants a
+is worth there. So by default slurm.conf names no Prolog, and its Epilog runs no check (it
+clears what the job's user left in scratch: slonk.hooks.scratch); a fault reaches Slurm
+within a period, as with any interval check, only sooner. A site that wants a
 look in every job puts `prolog` or `epilog` in a check's phases and pays for it.
 
 Slurm is asked about the node only when what fails changes (a fault, another, healed) and

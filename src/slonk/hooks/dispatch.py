@@ -16,6 +16,8 @@ script of the same revision, this node stays in service. The phase then succeeds
 eyes (any failure of a Prolog or Epilog makes Slurm drain the node itself, as "Prolog error"),
 and a prolog holds its job instead, with `scontrol requeuehold` and a comment saying why;
 a job Slurm cannot requeue (srun, salloc) is cancelled.
+Every Epilog first removes what the job's user left in the node's scratch (/tmp, /var/tmp,
+/dev/shm) when no process of theirs is left on the node (slonk.hooks.scratch).
 Task prolog/epilog scripts run as the job's user with Slurm's stdout (it reads `export`
 lines from it), so they neither log here nor drain.
 """
@@ -154,6 +156,19 @@ def health_checks(phase: str) -> int:
     return jobphase.check(phase)
 
 
+def clean_scratch(logs: Path | str) -> None:
+    """First in every Epilog, before any check looks: what the job's user left in the node's
+    scratch goes (slonk.hooks.scratch), said in the job's hook log."""
+    from slonk.hooks import scratch
+
+    said = scratch.after_job()
+    if said:
+        from pathlib import Path
+
+        with open_log(Path(logs), os.environ.get("SLURM_JOB_ID", "")) as out:
+            out.write(f"== epilog {said}\n")
+
+
 def open_log(logs: Path, job: str) -> TextIO:
     """The job's hook log, root's alone: scripts print other users' job environments. Modes
     are set on every open, so a log or directory an older slonk left readable is closed."""
@@ -169,6 +184,8 @@ def open_log(logs: Path, job: str) -> TextIO:
 def run(
     phase: str, state: Path | str = places.HOOKS_STATE, logs: Path | str = places.HOOK_LOGS
 ) -> int:
+    if phase == "epilog":
+        clean_scratch(logs)
     if health_checks(phase):
         return 1
     if not _has_scripts(state, phase):
