@@ -9,7 +9,11 @@ import shlex
 import uuid
 from collections.abc import Iterator
 
+from slonk.accounting.associations import DEFAULT_QOS, SUBMIT_SHARE
+from slonk.config.render import DEFAULT_MAX_JOB_COUNT
+
 from ..support.cluster import LocalCluster, wait_for
+from ..support.users import bystander
 
 DATABASE = "slonk-mariadb-0"
 SLURMDBD = "slonk-slurmdbd-0"
@@ -135,3 +139,21 @@ def test_no_record_is_lost_while_the_database_or_slurmdbd_is_down(healthy: Local
         lambda: _finished(healthy, [before, *jobs], want),
         timeout=120,
     )
+
+
+def test_one_user_cannot_fill_the_job_table(healthy: LocalCluster):
+    """demo holds as many jobs as the QOS lets one user (a job array of held tasks, each one
+    job), is refused the next, and another user still submits."""
+    other = bystander(healthy)
+    controller = healthy.pod("slonk-controller-0")
+    show = f"sacctmgr -n -P show qos {DEFAULT_QOS} format=MaxSubmitPU"
+    limit = DEFAULT_MAX_JOB_COUNT // SUBMIT_SHARE
+    wait_for("the QOS's per-user limit", lambda: controller.check_output(show) == str(limit))
+    flood = ("--hold", "--output=/dev/null", "--wrap", "true")
+    healthy.submit(f"--array=1-{limit}", *flood)
+    refused = healthy.user("demo").run("sbatch " + shlex.join(flood))
+    assert refused.rc != 0 and "job submit limit" in refused.stderr, refused.stderr
+    try:
+        assert healthy.submit(*flood, user=other)
+    finally:
+        controller.run(f"scancel --user={other}")

@@ -28,9 +28,12 @@ from slonk.local.cluster import Cluster
 from slonk.local.projection import project
 
 from ..support.cluster import LocalCluster, slonk, wait_for
+from ..support.users import bystander
 
 SSH = "ssh -o BatchMode=yes"
 REFUSED = "Access denied by pam_slurm_adopt: you have no active jobs on this node"
+# More refusals from one address than OpenSSH 10's default penalties let pass.
+ATTEMPTS = 12
 # The session's ancestors, up to the pod's first process: pam_slurm_adopt adopts sshd's
 # privileged process, and the session's processes descend from it.
 ANCESTORS = (
@@ -94,6 +97,19 @@ def test_ssh_to_a_node_only_with_a_job_there_and_into_it(healthy, demo):
     # A job on one node opens no other.
     other = demo.run(f"{SSH} slonk-cpu-1 hostname")
     assert other.rc == 255 and REFUSED in other.stderr, other.stderr
+
+
+def test_one_users_refusals_lock_no_one_else_out(healthy, demo):
+    """Every ssh to a worker comes from the login pod's address: another user's refused
+    attempts (no job on the node) must not get that address blocked for demo."""
+    intruder = healthy.user(bystander(healthy))
+    intruder.check_output("bash -ilc true")  # their key for ssh between the pods
+    attempts = f"for i in $(seq {ATTEMPTS}); do {SSH} slonk-cpu-0 true; done 2>&1"
+    said = intruder.run(attempts).stdout
+    assert said.count(REFUSED) == ATTEMPTS, said
+    job = _running(healthy, "--nodelist=slonk-cpu-0")
+    session = demo.run(f"{SSH} slonk-cpu-0 'echo job=$SLURM_JOB_ID'")
+    assert (session.rc, session.stdout.strip()) == (0, f"job={job}"), session.stderr
 
 
 def test_a_job_reaches_its_other_node_by_ssh(healthy, demo):

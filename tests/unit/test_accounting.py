@@ -191,7 +191,8 @@ def test_a_pass_waits_for_slurmdbd_and_keeps_the_last_users(monkeypatch, demo_sp
     spec = replace(parse_spec(demo_spec), accounting=SETTINGS)
     calls = []
 
-    def ensure(cluster, users, groups, settings):
+    def ensure(cluster, users, groups, settings, max_job_count):
+        assert max_job_count == 10000  # Slurm's default, which slonk writes out
         calls.append([u.name for u in users])
         if len(calls) == 1:
             raise associations.AccountingUnavailable("sacctmgr show cluster: no answer")
@@ -211,6 +212,16 @@ def test_a_pass_waits_for_slurmdbd_and_keeps_the_last_users(monkeypatch, demo_sp
     assert not passes.pending and calls == [["ann"], ["ann"]]
     passes.apply(spec)
     assert len(calls) == 2  # done until the next sync
+
+
+@pytest.mark.parametrize(
+    ("current", "wanted"),
+    [("", ["modify", "qos", "normal", "set", "MaxSubmitJobsPerUser=1000"]), ("50\n", None)],
+)
+def test_the_qos_gets_a_per_user_submit_limit_only_while_it_has_none(current, wanted):
+    """A tenth of the job table per user; an operator's own limit stays."""
+    limit = associations.submit_limit(10000)
+    assert associations.submit_limit_command(current, limit) == wanted
 
 
 def test_local_up_reads_slurmctlds_associations_warily():

@@ -9,7 +9,7 @@ import pytest
 
 from slonk.cli import main
 from slonk.config import placement
-from slonk.config.render import CONFIG_FILES, render
+from slonk.config.render import CONFIG_FILES, max_job_count, render
 from slonk.config.spec import parse_spec
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -96,8 +96,15 @@ def test_accounting_goes_to_slurmdbd_and_needs_an_association(demo_spec):
     assert "AccountingStorageType=accounting_storage/slurmdbd" in lines
     assert "AccountingStorageHost=slonk-slurmdbd.default.svc.cluster.local" in lines
     assert "AccountingStoragePort=6819" in lines
-    assert "AccountingStorageEnforce=associations" in lines
+    # limits: the QOS's per-user limit on submitted jobs holds (slonk.accounting.associations).
+    assert "AccountingStorageEnforce=associations,limits" in lines
     assert "AccountingStorageTRES=gres/gpu" in lines  # the demo has GPU pools
+
+
+def test_the_job_table_size_is_slurms_default_or_slurmconfs(demo_spec):
+    assert max_job_count(parse_spec(demo_spec)) == 10000
+    demo_spec["slurmConf"] = {"maxjobcount": 50000}
+    assert max_job_count(parse_spec(demo_spec)) == 50000
 
 
 def test_an_override_in_another_case_replaces_the_default(demo_spec):

@@ -23,6 +23,13 @@ from slonk.config.model import AccountingSettings, Group, User
 from slonk.errors import SlonkError
 
 SACCTMGR_TIMEOUT_SECONDS = 30
+# The QOS of every association (slurmdbd makes it with the cluster). Its per-user limit on
+# submitted jobs (pending and running, each array task one) keeps one user from filling
+# slurmctld's job table (MaxJobCount) with held jobs, so that nobody else can submit: each
+# user may hold 1/SUBMIT_SHARE of it. slonk sets it only while it is unset: an operator's
+# own (`sacctmgr modify qos normal set MaxSubmitJobsPerUser=N`) stays.
+DEFAULT_QOS = "normal"
+SUBMIT_SHARE = 10
 
 
 class AccountingUnavailable(SlonkError):
@@ -101,6 +108,18 @@ def plan(
     return commands, warnings
 
 
+def submit_limit(max_job_count: int) -> int:
+    return max(1, max_job_count // SUBMIT_SHARE)
+
+
+def submit_limit_command(current: str, limit: int) -> list[str] | None:
+    """The sacctmgr arguments that give DEFAULT_QOS its per-user limit on submitted jobs,
+    or None when it has one (`current`: `sacctmgr -n -P show qos ... format=MaxSubmitPU`)."""
+    if any(line.strip() for line in current.splitlines()):
+        return None
+    return ["modify", "qos", DEFAULT_QOS, "set", f"MaxSubmitJobsPerUser={limit}"]
+
+
 def parse_existing(cluster: str, clusters: str, associations: str) -> Existing:
     """Existing from `sacctmgr -n -P` output (untrusted: lines that are not two fields are
     ignored, names are only ever compared)."""
@@ -138,16 +157,24 @@ def sacctmgr(args: Sequence[str], conf: str = str(paths.SLURMCTLD_CONF_DIR / "sl
 
 
 def ensure(
-    cluster: str, users: Iterable[User], groups: Iterable[Group], settings: AccountingSettings
+    cluster: str,
+    users: Iterable[User],
+    groups: Iterable[Group],
+    settings: AccountingSettings,
+    max_job_count: int,
 ) -> tuple[int, list[str]]:
-    """Add the missing associations; how many commands ran, and the warnings. Raises
-    AccountingUnavailable when slurmdbd does not answer (the next sync tries again)."""
+    """Add the missing associations, and the QOS's per-user limit on submitted jobs if it
+    has none; how many commands ran, and the warnings. Raises AccountingUnavailable when
+    slurmdbd does not answer (the next sync tries again)."""
     existing = parse_existing(
         cluster,
         sacctmgr(["show", "cluster", "format=cluster"]),
         sacctmgr(["show", "association", f"cluster={cluster}", "format=account,user"]),
     )
     commands, warnings = plan(cluster, wanted(users, groups, settings), existing)
+    current = sacctmgr(["show", "qos", DEFAULT_QOS, "format=MaxSubmitPU"])
+    if limit := submit_limit_command(current, submit_limit(max_job_count)):
+        commands.append(limit)
     for command in commands:
         sacctmgr(command)
     return len(commands), warnings

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 
 from slonk.accounting.associations import AccountingUnavailable, ensure
+from slonk.config.render import max_job_count
 from slonk.config.spec import ClusterSpec, SpecError
 from slonk.users import sync as users_sync
 
@@ -40,8 +41,9 @@ class Associations:
             return
         try:
             count, warnings = ensure(
-                spec.cluster_name, self.users.users, self.users.groups, spec.accounting
-            )
+                spec.cluster_name, self.users.users, self.users.groups, spec.accounting,
+                max_job_count(spec),
+            )  # fmt: skip
         except AccountingUnavailable as err:
             if str(err) != self.last_error:
                 log(f"slurmdbd not ready, retrying every {RETRY_SECONDS:g} s: {err}")

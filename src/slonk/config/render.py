@@ -38,6 +38,15 @@ POWER_SAVE: dict[str, Any] = {
     "ResumeTimeout": 1800,
     "ResumeRate": 0,
 }
+DEFAULT_MAX_JOB_COUNT = 10000
+
+
+def max_job_count(spec: ClusterSpec) -> int:
+    """The job table's size slurmctld runs with (slurmConf's MaxJobCount, else Slurm's)."""
+    value = slurm_settings(spec).get("MaxJobCount", DEFAULT_MAX_JOB_COUNT)
+    return int(value) if str(value).isdigit() else DEFAULT_MAX_JOB_COUNT
+
+
 # Power-save passes every second (Slurm's default: 10 s): `lend` waits for one.
 POWER_SAVE_INTERVAL = "power_save_interval=1"
 
@@ -90,6 +99,9 @@ def slurm_settings(spec: ClusterSpec) -> dict[str, str]:
         # (the pod would be OOM-killed). Jobs without --mem get their partition's DefMemPerCPU.
         "SelectTypeParameters": "CR_Core_Memory",
         "SchedulerParameters": "batch_sched_delay=0,sched_min_interval=0",
+        # Slurm's own default, written out: with accounting each user may hold a share of it
+        # (slonk.accounting.associations), so that no one fills the job table for everyone.
+        "MaxJobCount": DEFAULT_MAX_JOB_COUNT,
         # A pod comes back with a new IP under the same name: Slurm 24.11 caches no addresses
         # (NoAddrCache is defunct), and a node that re-registers with a valid config returns.
         "ReturnToService": 2,
@@ -166,8 +178,9 @@ def _accounting_settings(spec: ClusterSpec) -> dict[str, Any]:
         "AccountingStorageHost": spec.accounting.host,
         "AccountingStoragePort": spec.accounting.port,
         # Only users with an association run jobs: slonk gives one to every user it writes
-        # (slonk.users.associations), so fair share covers everyone.
-        "AccountingStorageEnforce": "associations",
+        # (slonk.users.associations), so fair share covers everyone. `limits`: the QOS's
+        # per-user limits hold, among them slonk's on submitted jobs.
+        "AccountingStorageEnforce": "associations,limits",
     }
     if any(p.gpus for p in spec.nodepools):
         settings["AccountingStorageTRES"] = "gres/gpu"
