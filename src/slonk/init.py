@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
-from slonk import paths, rollout, secrets, services, sshd, statesave, worker_stop
+from slonk import cgroups, paths, rollout, secrets, services, sshd, statesave, worker_stop
 from slonk.accounting import database, slurmdbd
 from slonk.config import placement
 from slonk.config.model import AccountingSettings
@@ -258,6 +258,8 @@ def run(role: str) -> None:
     if sshd.runs_sshd(spec, role):
         step("prepared sshd", lambda: sshd.prepare(spec, role))
     step("prepared state directories", lambda: prepare_dirs(role))
+    if role == "worker" and spec.confinement == "cgroup":
+        step("prepared the cgroup tree for jobs", cgroups.prepare)
     if role in ("worker", "login"):  # where users' processes run
         step("looked at /proc", hide_other_users_processes)
     step("registered users", lambda: register_users(spec))

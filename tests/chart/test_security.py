@@ -331,10 +331,43 @@ def test_workers_drop_every_capability_they_do_not_list(default_docs):
     # workers.capabilities, then sshd's (workers.ssh is on by default; tests/chart/test_ssh.py;
     # SYS_PTRACE, which ssh needs too, is in the list already)
     sshd = ["AUDIT_WRITE", "NET_BIND_SERVICE", "SYS_CHROOT"]
-    own = [*BASE, "SYS_ADMIN", "SYS_PTRACE", "SYS_RESOURCE", "SYSLOG"]
+    own = [*BASE, "SYS_ADMIN", "SYS_NICE", "SYS_PTRACE", "SYS_RESOURCE", "SYSLOG"]
     assert context["capabilities"]["add"] == [*own, *sshd]
     assert context["seccompProfile"] == {"type": "RuntimeDefault"}
     assert "privileged" not in context
+
+
+APPARMOR = "container.apparmor.security.beta.kubernetes.io/slurmd"
+
+
+def _worker_annotations(values: dict) -> dict:
+    worker = _get(_docs(values), "StatefulSet", "slonk-cpu")["spec"]["template"]["metadata"]
+    return worker.get("annotations") or {}
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        # With confinement (the default), init remounts the cgroup tree: a profile that lets it.
+        ({}, "unconfined"),
+        ({"workers": {"appArmorProfile": {"type": "RuntimeDefault"}}}, "runtime/default"),
+        (
+            {"workers": {"appArmorProfile": {"type": "Localhost", "localhostProfile": "slurmd"}}},
+            "localhost/slurmd",
+        ),
+        ({"workers": {"appArmorProfile": None}}, None),  # the runtime's
+        ({"slurm": {"confinement": "none"}}, None),  # nothing to remount
+        ({"workers": {"privileged": True}}, None),  # privileged containers run unconfined
+    ],
+)
+def test_workers_apparmor_profile_lets_init_remount_the_cgroup_tree(values, expected):
+    annotations = _worker_annotations(values)
+    assert annotations.get(APPARMOR) == expected
+
+
+def test_a_pools_own_annotations_stay_beside_the_profile():
+    values = {"nodepools": {"cpu": {"podAnnotations": {"site/owner": "hpc"}}}}
+    assert _worker_annotations(values) == {"site/owner": "hpc", APPARMOR: "unconfined"}
 
 
 def test_security_contexts_are_values():

@@ -586,6 +586,11 @@ sshd and pam_slurm_adopt need beyond them (values.yaml workers.ssh says why), as
 {{ toYaml $caps }}
 {{- end }}
 
+{{/* An appArmorProfile as the pod annotation's value. */}}
+{{- define "slonk.appArmorAnnotation" -}}
+{{- if eq .type "Unconfined" }}unconfined{{ else if eq .type "RuntimeDefault" }}runtime/default{{ else }}localhost/{{ .localhostProfile }}{{ end -}}
+{{- end }}
+
 {{/* SrunPortRange as a NetworkPolicy port, or nothing when srun listens on ephemeral ports. */}}
 {{- define "slonk.srunPorts" -}}
 {{- $range := index (.Values.slurm.slurmConf | default dict) "SrunPortRange" -}}
