@@ -608,6 +608,20 @@ def test_dispatcher_runs_in_order_logs_and_fails_on_the_first_error(tmp_path, mo
     assert dispatch.run("epilog", tmp_path / "state", tmp_path / "logs") == 0  # nothing to do
 
 
+def test_every_epilog_clears_scratch_first_and_says_so_in_the_jobs_log(tmp_path, monkeypatch):
+    from slonk.hooks import scratch
+
+    seen = []
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    monkeypatch.setattr(scratch, "after_job", lambda: seen.append("epilog") or "scratch: did")
+    # No scripts, no checks: the Epilog still clears scratch.
+    assert dispatch.run("epilog", tmp_path / "state", tmp_path / "logs") == 0
+    assert seen == ["epilog"]
+    assert (tmp_path / "logs" / "42.log").read_text() == "== epilog scratch: did\n"
+    assert dispatch.run("prolog", tmp_path / "state", tmp_path / "logs") == 0
+    assert seen == ["epilog"]  # the Epilog's alone
+
+
 def test_hook_logs_are_roots_alone(tmp_path, monkeypatch):
     logs = tmp_path / "logs"
     logs.mkdir(mode=0o755)
