@@ -361,6 +361,12 @@ def test_the_templates_reserve_the_pods_keys():
         assert body and set(body.group(1).split()) == {k.lower() for k in keys}
 
 
+def test_values_yaml_names_every_reserved_pool_name():
+    text = (chart.default_chart() / "values.yaml").read_text()
+    said = text[text.index("are reserved") - 200 : text.index("are reserved")]
+    assert set(re.findall(r"`([a-z]+)`", said)) >= set(RESERVED_POOL_NAMES)
+
+
 @pytest.mark.parametrize(
     "value",
     ["line\nbreak", "tab\there", "nul\x00", "del\x7f", "cr\r", 2**31, -(2**31), 1e21, float("nan")],
