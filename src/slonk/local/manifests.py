@@ -13,6 +13,10 @@ from slonk.errors import SlonkError
 COMPONENT = "app.kubernetes.io/component"
 POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"
 RULE_KEYS = ("apiGroups", "resources", "verbs", "resourceNames")
+# The one extended resource local mode's fake device plugin serves (slonk.local.podinit).
+FAKE_GPU_RESOURCE = "nvidia.com/gpu"
+# Resources every node has, which need no device plugin.
+NODE_RESOURCES = ("cpu", "memory", "ephemeral-storage")
 
 
 class LocalModeError(SlonkError):
@@ -61,6 +65,7 @@ class Pod:
     # then SIGTERM; the pod's terminationGracePeriodSeconds bounds both (Kubernetes' default 30).
     pre_stop: tuple[str, ...] = ()
     grace_seconds: int = 30
+    gpus: int = 0  # FAKE_GPU_RESOURCE in the container's limits: the fake device plugin's
 
 
 @dataclass
@@ -217,6 +222,7 @@ def plan(documents: Iterable[Mapping[str, Any]], namespace: str) -> Plan:
                         seccomp_profile=_seccomp_profile(pod_spec, security),
                         pre_stop=_pre_stop(meta["name"], container),
                         grace_seconds=int(pod_spec.get("terminationGracePeriodSeconds", 30)),
+                        gpus=_gpus(meta["name"], container),
                     )
                 )
     return result
@@ -240,6 +246,19 @@ def _pre_stop(statefulset: str, container: Mapping[str, Any]) -> tuple[str, ...]
             f"only exec preStop hooks, not {', '.join(hook)}"
         )
     return tuple(str(arg) for arg in hook["exec"]["command"])
+
+
+def _gpus(statefulset: str, container: Mapping[str, Any]) -> int:
+    """The GPUs the container asks for; an extended resource local mode has no fake of stops
+    the plan, named (a device plugin the machine lacks would leave the pod Pending)."""
+    limits = (container.get("resources") or {}).get("limits") or {}
+    for name in limits:
+        if name not in (*NODE_RESOURCES, FAKE_GPU_RESOURCE) and not name.startswith("hugepages-"):
+            raise LocalModeError(
+                f"StatefulSet {statefulset}: local mode has no device plugin for {name!a}; its "
+                f"fake serves {FAKE_GPU_RESOURCE} only (workers.gpuResource)"
+            )
+    return int(limits.get(FAKE_GPU_RESOURCE, 0))
 
 
 def _image(statefulset: str, container: Mapping[str, Any]) -> str:

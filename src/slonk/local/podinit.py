@@ -62,6 +62,8 @@ RUNTIME_DEFAULT_CAPABILITIES = (
     "AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
     "NET_BIND_SERVICE", "NET_RAW", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT",
 )  # fmt: skip
+FAKE_NVIDIA_SMI = "/usr/bin/nvidia-smi"
+SLONK_PYTHON = "/opt/slonk/bin/python3"  # the images' (images/base/Dockerfile)
 UNPRIVILEGED_PORT_START = "/proc/sys/net/ipv4/ip_unprivileged_port_start"
 DEV_LINKS = {
     "fd": "/proc/self/fd",
@@ -109,9 +111,29 @@ def make_root(spec: dict[str, Any]) -> str:
     mount("shm", f"{dev}/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
     for name, target in DEV_LINKS.items():
         Path(dev, name).symlink_to(target)
+    fake_gpus(root, int(spec.get("gpus", 0)))
     for target, mode in spec["tmpfs"].items():  # /run among them, for OLD_ROOT
         mount("tmpfs", f"{root}{target}", "tmpfs", MS_NOSUID | MS_NODEV, f"mode={mode}")
     return root
+
+
+def fake_gpus(root: str, count: int) -> None:
+    """Local mode's fake device plugin, for a pod that asks for `count` GPUs: one /dev/nvidiaN
+    each (null devices: nothing of a real GPU the machine may have) and /dev/nvidiactl, as
+    the NVIDIA container toolkit would give, for gres.conf's File= lines; and the fake
+    nvidia-smi (slonk.local.fake_gpu) as the pod's own."""
+    if not count:
+        return
+    major, minor = DEVICES["null"]
+    for name in [f"nvidia{i}" for i in range(count)] + ["nvidiactl"]:
+        os.mknod(f"{root}/dev/{name}", stat.S_IFCHR | 0o666, os.makedev(major, minor))
+        os.chmod(f"{root}/dev/{name}", 0o666)
+    smi = Path(root, FAKE_NVIDIA_SMI.lstrip("/"))
+    smi.write_text(
+        f"#!/bin/sh\nFAKE_GPU_COUNT={count} exec {SLONK_PYTHON} -I -m slonk.local.fake_gpu "
+        'nvidia-smi "$@"\n'
+    )
+    smi.chmod(0o755)
 
 
 def hide_kernel(root: str) -> None:

@@ -49,6 +49,11 @@ def image_layers(image: str) -> list[str]:
 def start(pod_dir: Path, netns: str, spec: Mapping[str, Any]) -> int:
     """Start the pod's container (named after its network namespace, unique per cluster);
     returns the host pid of its PID 1."""
+    if spec.get("gpus"):
+        raise PodmanError(
+            f"pod {spec['hostname']} asks for GPUs: the fake device plugin is the host "
+            "runtime's alone (slonk.local.podinit)"
+        )
     files = pod_dir / "files"
     files.mkdir(exist_ok=True)
     volumes = [(v["source"], v["target"], v["readOnly"]) for v in spec["binds"]]

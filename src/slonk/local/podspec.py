@@ -96,4 +96,5 @@ def pod_spec(cluster: Cluster, pod: Pod, hosts: str, runtime: str) -> dict[str, 
         "binds": binds,
         "files": {"/etc/hosts": hosts, "/etc/hostname": f"{pod.name}\n"},
         "sidecars": sidecar_specs(cluster, pod),
+        "gpus": pod.gpus,
     }

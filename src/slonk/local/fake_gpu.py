@@ -1,0 +1,127 @@
+"""A FAKE of `nvidia-smi` and of the kernel log's GPU lines, for local mode, where there are no
+GPUs: what slonk's GPU check and a user's `nvidia-smi -L` read of a node of H100s. It answers
+`--query-gpu=FIELDS` and `--query-compute-apps=FIELDS` (with `--format=csv,noheader,nounits`)
+and `-L`, and refuses anything else. Local mode's fake device plugin (slonk.local.podinit)
+gives a GPU pool's pod one /dev/nvidiaN per GPU it asks for, each a null device, and this as
+its nvidia-smi, with their number in FAKE_GPU_COUNT (two without: the tests' CPU pools
+standing for GPU ones). Like the real one it shows every GPU of the pod, whatever
+CUDA_VISIBLE_DEVICES says; only a device cgroup hides GPUs, and local mode confines nothing.
+
+Each node's GPUs are in the state named by /home/.fake-gpu/<hostname> (one word; no file
+means healthy), kept in the shared /home so that it outlasts pod restarts, as hardware does:
+  healthy  ecc  remap  missing  lost  xid  leftover
+Each GPU has a serial number (`--query-gpu=serial`: 13 digits, as NVIDIA's data-centre boards
+print), the same for the same hostname: the machine's, kept across pod restarts.
+Usage: python3 -m slonk.local.fake_gpu nvidia-smi ARGS... | ... dmesg ARGS...
+"""
+
+import os
+import sys
+import zlib
+
+SCENARIO_FILE = os.environ.get("FAKE_GPU_SCENARIO", f"/home/.fake-gpu/{os.uname().nodename}")
+HEALTHY = {
+    "name": "NVIDIA H100 80GB HBM3",
+    "ecc.errors.uncorrected.volatile.total": "0",
+    "retired_pages.pending": "[N/A]",  # Hopper remaps rows instead of retiring pages
+    "remapped_rows.pending": "No",
+    "remapped_rows.failure": "No",
+    "memory.used": "0",
+}
+BUSES = ["00000000:18:00.0", "00000000:2A:00.0"]  # then one every 0x12, as on an HGX board
+DEFAULT_COUNT = 2
+FORMAT = "--format=csv,noheader,nounits"
+KERNEL_LOG = [
+    "nvidia-nvlink: Nvlink Core is being initialized, major device number 237",
+    "NVRM: loading NVIDIA UNIX x86_64 Kernel Module  535.183.01",
+]
+XID = "NVRM: Xid (PCI:0000:2a:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+LOST = "Unable to determine the device handle for GPU0000:2A:00.0: Unknown Error"
+
+
+def scenario() -> str:
+    try:
+        with open(SCENARIO_FILE) as f:
+            return f.read().strip() or "healthy"
+    except FileNotFoundError:
+        return "healthy"
+
+
+def serial(index: int) -> str:
+    machine = zlib.crc32(os.uname().nodename.encode()) % 10**8
+    return f"1654{machine:08d}{index}"
+
+
+def count() -> int:
+    """The pod's GPUs: as many as the fake device plugin gave it (its nvidia-smi says so in
+    FAKE_GPU_COUNT), else DEFAULT_COUNT."""
+    given = os.environ.get("FAKE_GPU_COUNT", "")
+    return int(given) if given.isdigit() and int(given) > 0 else DEFAULT_COUNT
+
+
+def bus(index: int) -> str:
+    return BUSES[index] if index < len(BUSES) else f"00000000:{0x18 + 0x12 * index:02X}:00.0"
+
+
+def gpus(state: str) -> list[dict[str, str]]:
+    rows = []
+    for index in range(count()):
+        bus_id = bus(index)
+        row = dict(HEALTHY, index=str(index), **{"pci.bus_id": bus_id, "uuid": f"GPU-fa4e{index}"})
+        row["serial"] = serial(index)
+        rows.append(row)
+    if state == "ecc":
+        rows[1]["ecc.errors.uncorrected.volatile.total"] = "2"
+        rows[1]["remapped_rows.pending"] = "Yes"
+    if state == "remap":
+        rows[0]["remapped_rows.failure"] = "Yes"
+    if state == "leftover":
+        rows[0]["memory.used"] = "40960"
+    if state in ("missing", "lost"):
+        rows.pop()
+    return rows
+
+
+def nvidia_smi(args: list[str]) -> int:
+    state = scenario()
+    if args == ["-L"]:
+        for row in gpus(state):
+            print(f"GPU {row['index']}: {row['name']} (UUID: {row['uuid']})")
+        return 0
+    query = next((a for a in args if a.startswith("--query-")), "")
+    kind, _, fields = query.partition("=")
+    if kind not in ("--query-gpu", "--query-compute-apps") or sorted(args) != sorted(
+        [query, FORMAT]
+    ):
+        print(
+            f"fake nvidia-smi (slonk local): {' '.join(args) or 'no arguments'} is not "
+            "implemented; only -L, --query-gpu=FIELDS or --query-compute-apps=FIELDS with "
+            + FORMAT,
+            file=sys.stderr,
+        )
+        return 2
+    if kind == "--query-compute-apps":
+        if state == "leftover":
+            print("48213, python, 40958")
+        return 0
+    for row in gpus(state):
+        print(", ".join(row[f] for f in fields.split(",")))
+    if state == "lost":
+        print(LOST)
+        return 15
+    return 0
+
+
+def dmesg() -> int:
+    lines = KERNEL_LOG + ([XID] if scenario() == "xid" else [])
+    print("\n".join(lines))
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    tool, *rest = argv
+    return nvidia_smi(rest) if tool == "nvidia-smi" else dmesg()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
