@@ -622,6 +622,17 @@ def test_every_epilog_clears_scratch_first_and_says_so_in_the_jobs_log(tmp_path,
     assert seen == ["epilog"]  # the Epilog's alone
 
 
+def test_scratch_that_cannot_be_cleared_never_fails_the_epilog(tmp_path, monkeypatch, capsys):
+    from slonk.hooks import scratch
+
+    def broken() -> str:
+        raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "a user's file name")
+
+    monkeypatch.setattr(scratch, "after_job", broken)
+    assert dispatch.run("epilog", tmp_path / "state", tmp_path / "logs") == 0
+    assert "scratch not cleared: UnicodeDecodeError" in capsys.readouterr().err
+
+
 def test_hook_logs_are_roots_alone(tmp_path, monkeypatch):
     logs = tmp_path / "logs"
     logs.mkdir(mode=0o755)

@@ -140,20 +140,22 @@ def check_storage(node: Node, options: Mapping[str, Any], phase: str, timeout: f
 def check_scratch(node: Node, options: Mapping[str, Any], phase: str, timeout: float) -> str:
     """Free space on the node's scratch, judged between jobs: space a running job holds is the
     job's. With no job on the node, what users left there goes first (slonk.hooks.scratch: as
-    each Epilog does, for anyone whose Epilog did not); what is still full then drains the node
-    (never recycled, slonk.health.catalogue.SHARED_CHECKS)."""
+    each Epilog does, for anyone whose Epilog did not; only in the node's own /tmp, /var/tmp
+    or /dev/shm); what is still full then drains the node (never recycled,
+    slonk.health.catalogue.SHARED_CHECKS)."""
     path, least = options["path"], options["minFreePercent"]
-    started = time.time()
+    started, deadline = time.time(), time.monotonic() + timeout
     percent = _free_percent(path, timeout)
     if percent >= least:
         return f"{path} {percent:.0f}% free"
     problem = f"{path} {percent:.1f}% free, below {least}%"
     if jobs_here(node):
         raise Inconclusive(f"{problem}, with jobs on the node: theirs until they end")
-    cleaned = scratch.clean_left_behind(path, started, timeout)
+    # Half of what is left for the cleaning, the rest for the second look: within the check's time.
+    cleaned = scratch.clean_left_behind(path, started, (deadline - time.monotonic()) / 2)
     if not cleaned:
         raise Unhealthy(problem)
-    percent = _free_percent(path, timeout)
+    percent = _free_percent(path, max(deadline - time.monotonic(), 1.0))
     said = "; ".join(cleaned)
     if percent < least:
         raise Unhealthy(f"{path} {percent:.1f}% free, below {least}%, after {said}")

@@ -158,15 +158,19 @@ def health_checks(phase: str) -> int:
 
 def clean_scratch(logs: Path | str) -> None:
     """First in every Epilog, before any check looks: what the job's user left in the node's
-    scratch goes (slonk.hooks.scratch), said in the job's hook log."""
-    from slonk.hooks import scratch
+    scratch goes (slonk.hooks.scratch), said in the job's hook log. Nothing here fails the
+    Epilog (Slurm would drain the node for what a user's files did): a failure is said."""
+    try:
+        from slonk.hooks import scratch
 
-    said = scratch.after_job()
-    if said:
-        from pathlib import Path
+        said = scratch.after_job()
+        if said:
+            from pathlib import Path
 
-        with open_log(Path(logs), os.environ.get("SLURM_JOB_ID", "")) as out:
-            out.write(f"== epilog {said}\n")
+            with open_log(Path(logs), os.environ.get("SLURM_JOB_ID", "")) as out:
+                out.write(f"== epilog {said}\n")
+    except Exception as err:  # whatever it is, the job's end must not drain the node
+        print(f"slonk hooks: scratch not cleared: {type(err).__name__}: {err}", file=sys.stderr)
 
 
 def open_log(logs: Path, job: str) -> TextIO:

@@ -3,16 +3,19 @@
 Jobs share the worker's /tmp, /var/tmp and /dev/shm: files one job leaves behind fill them for
 every later job, and a full scratch between jobs would drain the node (the health check
 `scratch`), a machine taken out of service for one user's files. So each Epilog removes the
-entries the job's user owns at the top of each scratch directory, unless that user still runs a
-process on the node (another of their jobs, or an ssh session adopted into one): those may be
-using them. The check `scratch`, finding its directory full with no job on the node, first
-does the same for every user who left entries there (an Epilog that did not run, a session's
-files), and judges what is left.
+entries the job's user owns at the top of each scratch directory, unless that user may still
+use them on the node: a process of theirs runs there (an ssh session, a step), or Slurm shows
+another job of theirs there (an allocation between two steps runs nothing). The check
+`scratch`, finding its directory full with no job on the node at all, first does the same for
+every user who left entries there (an Epilog that did not run), and judges what is left.
 
 The removal runs as the user, never as root: whatever the user put there (links to root's
-files, directories renamed mid-walk) can lead it only to what the user could delete anyway.
-An entry changed after the Epilog began is kept: a job of theirs starting meanwhile owns it.
-Bounded in time (TIMEOUT_SECONDS); what is left after that stays, and the log says so.
+files or their own home, directories renamed mid-walk) can lead it only to what the user could
+change anyway, and it follows no link. An entry whose inode changed after the Epilog began
+stays (a job of theirs starting meanwhile owns it): the change time, which a user cannot set
+back as they can a modification time. Bounded in time (TIMEOUT_SECONDS); what is left after
+that stays, and the log says so. Whatever goes wrong here is said and never fails the Epilog:
+Slurm drains a node whose Epilog fails.
 
 Runs for every job (slonk.hooks.dispatch), so it imports only what it uses."""
 
@@ -27,21 +30,50 @@ if TYPE_CHECKING:
 SCRATCH_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
 TIMEOUT_SECONDS = 60.0
 NOGROUP = 65534
-# As the user: a directory they made read-only is still theirs to empty.
-REMOVE = 'chmod -R u+rwx -- "$@" 2>/dev/null; exec rm -rf --one-file-system -- "$@"'
+# As the user, given the entries: their own directories made writable (find follows no link,
+# not even one named on its command line), then removed, staying on each entry's file system.
+REMOVE = (
+    'find "$@" -type d ! -perm -u=rwx -print0 2>/dev/null | xargs -0r chmod u+rwx -- 2>/dev/null; '
+    'exec rm -rf --one-file-system -- "$@"'
+)
 
 
 def after_job(environ: Mapping[str, str] = os.environ, dirs: tuple[str, ...] = SCRATCH_DIRS) -> str:
-    """The Epilog's part: the ending job's user's entries (Slurm names the user in the
-    Epilog's environment); what was done."""
+    """The Epilog's part: the ending job's user's entries (Slurm names the user, the job and
+    the node in the Epilog's environment); what was done."""
     import time
 
     since = time.time()
     uid, gid = environ.get("SLURM_JOB_UID", ""), environ.get("SLURM_JOB_GID", "")
-    if not (uid.isascii() and uid.isdigit()):
+    if not (uid.isascii() and uid.isdigit()) or int(uid) == 0:
         return ""
+    if not any(int(uid) in owners(d) for d in dirs):
+        return ""  # nothing of theirs: no question for slurmctld
+    if runs_processes(int(uid)):
+        return f"scratch kept: uid {uid} still runs processes on the node"
+    other = other_job(int(uid), environ.get("SLURM_JOB_ID", ""), environ.get("SLURMD_NODENAME", ""))
+    if other:
+        return f"scratch kept: uid {uid} {other}"
     group = int(gid) if gid.isascii() and gid.isdigit() else NOGROUP
     return clean(int(uid), group, since, dirs)
+
+
+def other_job(uid: int, job: str, node: str) -> str:
+    """Why the user may still need their entries here ("" when nothing says so): another of
+    their jobs on this node as slurmctld shows it, or slurmctld not answering (unsure: kept,
+    and the check `scratch` looks again once no job is on the node)."""
+    from slonk import slurm_nodes
+
+    query = [
+        "squeue", "--noheader", "--format=%A", f"--user={uid}", f"--nodelist={node}",
+        "--states=RUNNING,COMPLETING,SUSPENDED,CONFIGURING",
+    ]  # fmt: skip
+    try:
+        found = slurm_nodes.run(query).split()
+    except slurm_nodes.SlurmError as err:
+        return f"not known to have no other job here: {err}"
+    others = [j for j in found if j != job]
+    return f"has another job on the node ({others[0]})" if others else ""
 
 
 def owners(folder: str) -> dict[int, int]:
@@ -63,10 +95,13 @@ def owners(folder: str) -> dict[int, int]:
 
 
 def clean_left_behind(folder: str, since: float, timeout: float = TIMEOUT_SECONDS) -> list[str]:
-    """`clean` for every user with entries at the top of `folder`, all within `timeout`;
-    what was done."""
+    """`clean` for every user with entries at the top of `folder` (one of SCRATCH_DIRS, node
+    local: never a site's shared scratch, whose files jobs elsewhere use) and no process on
+    the node, all within `timeout`; what was done."""
     import time
 
+    if folder not in SCRATCH_DIRS:
+        return []
     deadline = time.monotonic() + timeout
     said = []
     for uid, gid in owners(folder).items():
@@ -74,6 +109,9 @@ def clean_left_behind(folder: str, since: float, timeout: float = TIMEOUT_SECOND
         if left <= 0:
             said.append(f"scratch: out of time before uid {uid}'s entries")
             break
+        if runs_processes(uid):
+            said.append(f"scratch kept: uid {uid} still runs processes on the node")
+            continue
         said.append(clean(uid, gid, since, (folder,), timeout=left))
     return [s for s in said if s]
 
@@ -91,28 +129,26 @@ def runs_processes(uid: int, proc: str = "/proc") -> bool:
     return False
 
 
+def printable(text: str) -> str:
+    """`text` on one line, what is not printable escaped: a file name can hold a newline,
+    and must not write lines of its own into a log."""
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
 def clean(
-    uid: int,
-    gid: int,
-    since: float,
-    dirs: tuple[str, ...] = SCRATCH_DIRS,
-    proc: str = "/proc",
-    timeout: float = TIMEOUT_SECONDS,
+    uid: int, gid: int, since: float, dirs: tuple[str, ...], timeout: float = TIMEOUT_SECONDS
 ) -> str:
-    """Remove `uid`'s entries at the top of `dirs` last changed before `since` (a time.time()),
-    as that user; what was done, in a few words ("" when nothing was there)."""
+    """Remove `uid`'s entries at the top of `dirs` whose inode last changed before `since`
+    (a time.time()), as that user; what was done, in a few words ("" when nothing was
+    there). The caller has made sure the user no longer needs them."""
     import subprocess
 
-    if uid == 0:
-        return ""  # root's files are the node's own
-    if runs_processes(uid, proc):
-        return f"scratch kept: uid {uid} still runs processes on the node"
     present = [d for d in dirs if os.path.isdir(d)]
-    if not present:
-        return ""
+    if uid == 0 or not present:
+        return ""  # root's files are the node's own
     find = [
         "find", *present, "-mindepth", "1", "-maxdepth", "1", "-uid", str(uid),
-        "!", "-newermt", f"@{since:.9f}", "-print", "-exec", "sh", "-c", REMOVE, "sh", "{}", "+",
+        "!", "-newerct", f"@{since:.9f}", "-print0", "-exec", "sh", "-c", REMOVE, "sh", "{}", "+",
     ]  # fmt: skip
     try:
         child = subprocess.Popen(
@@ -120,10 +156,10 @@ def clean(
             user=uid,
             group=gid,
             extra_groups=[],
+            cwd="/",  # the Epilog's own may be closed to the user
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            text=True,
             start_new_session=True,
         )
     except OSError as err:
@@ -136,10 +172,12 @@ def clean(
         os.killpg(child.pid, signal.SIGKILL)  # find and the rm it runs
         child.communicate()
         return f"scratch: uid {uid}'s entries not all removed within {timeout:g} s"
-    removed = len(out.splitlines())
+    found = [p for p in out.split(b"\0") if p]
+    removed = sum(not os.path.lexists(p) for p in found)
     said = f"scratch: removed {removed} entries uid {uid} left" if removed else ""
-    if child.returncode:
-        problem = (err_out.strip().splitlines() or [f"exit {child.returncode}"])[-1]
-        said = f"{said}; " if said else ""
-        said += f"scratch: some of uid {uid}'s entries stay: {problem}"
+    if removed < len(found):
+        problem = err_out.decode(errors="backslashreplace").strip().splitlines()
+        stay = f"{len(found) - removed} of uid {uid}'s entries stay"
+        said = f"{said}; " if said else "scratch: "
+        said += f"{stay}: {printable(problem[-1])}" if problem else stay
     return said
