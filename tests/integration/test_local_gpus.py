@@ -62,8 +62,10 @@ def test_a_job_waits_for_gpus_in_use_while_others_run(gpus: LocalCluster) -> Non
         wait_for("the GPUs' holder running", lambda: gpus.jobs().get(holder) == "RUNNING")
         waiting = gpus.submit("--gres=gpu:1", "--output=/dev/null", "--wrap", "true")
         reason = f"squeue --noheader --jobs={waiting} --format=%r"
-        wait_for("the GPU job held for resources", lambda: controller.run(reason).stdout.strip())
-        assert controller.check_output(reason) == "Resources"
+        wait_for(
+            "the GPU job held for resources",
+            lambda: controller.run(reason).stdout.strip() == "Resources",
+        )
         # A job asking no GPU runs beside the holder meanwhile.
         ran = gpus.user("demo").check_output("srun --cpus-per-task=1 hostname </dev/null")
         assert ran.strip() == NODE

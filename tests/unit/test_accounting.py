@@ -216,7 +216,12 @@ def test_a_pass_waits_for_slurmdbd_and_keeps_the_last_users(monkeypatch, demo_sp
 
 @pytest.mark.parametrize(
     ("current", "wanted"),
-    [("", ["modify", "qos", "normal", "set", "MaxSubmitJobsPerUser=1000"]), ("50\n", None)],
+    [
+        ("normal|\n", ["modify", "qos", "normal", "set", "MaxSubmitJobsPerUser=1000"]),
+        ("normal|50\n", None),  # an operator's own limit stays
+        ("", None),  # no QOS normal: nothing to set (ensure warns)
+        ("normal2|\nx\n", None),  # untrusted lines name only what they name
+    ],
 )
 def test_the_qos_gets_a_per_user_submit_limit_only_while_it_has_none(current, wanted):
     """A tenth of the job table per user; an operator's own limit stays."""
@@ -248,3 +253,23 @@ def test_slurmdbd_waits_for_its_database_within_a_bound():
         assert "answers" in slurmdbd.wait_for_database(up, timeout=5)
     down = AccountingSettings(host="h", database=Database(host="127.0.0.1", port=port))
     assert "slurmdbd will keep trying" in slurmdbd.wait_for_database(down, timeout=0)
+
+
+@pytest.mark.parametrize(
+    ("qos", "limit_set", "warned"),
+    [("normal|\n", True, False), ("normal|50\n", False, False), ("", False, True)],
+)
+def test_ensure_sets_the_limit_once_and_warns_without_the_qos(monkeypatch, qos, limit_set, warned):
+    ran = []
+
+    def sacctmgr(args):
+        ran.append(list(args))
+        return {"cluster": "c\n", "association": "", "qos": qos}.get(args[1], "")
+
+    monkeypatch.setattr(associations, "sacctmgr", sacctmgr)
+    _, warnings = associations.ensure("c", [], [], SETTINGS, 10000)
+    modified = [a for a in ran if a[0] == "modify"]
+    assert modified == (
+        [["modify", "qos", "normal", "set", "MaxSubmitJobsPerUser=1000"]] if limit_set else []
+    )
+    assert any("no QOS normal" in w for w in warnings) == warned

@@ -26,8 +26,9 @@ SACCTMGR_TIMEOUT_SECONDS = 30
 # The QOS of every association (slurmdbd makes it with the cluster). Its per-user limit on
 # submitted jobs (pending and running, each array task one) keeps one user from filling
 # slurmctld's job table (MaxJobCount) with held jobs, so that nobody else can submit: each
-# user may hold 1/SUBMIT_SHARE of it. slonk sets it only while it is unset: an operator's
-# own (`sacctmgr modify qos normal set MaxSubmitJobsPerUser=N`) stays.
+# user may hold 1/SUBMIT_SHARE of it. slonk sets it only while it is unset, once: an
+# operator's own (`sacctmgr modify qos normal set MaxSubmitJobsPerUser=N`) stays, and so does
+# slonk's when MaxJobCount changes later (set it again by hand then).
 DEFAULT_QOS = "normal"
 SUBMIT_SHARE = 10
 
@@ -113,11 +114,16 @@ def submit_limit(max_job_count: int) -> int:
 
 
 def submit_limit_command(current: str, limit: int) -> list[str] | None:
-    """The sacctmgr arguments that give DEFAULT_QOS its per-user limit on submitted jobs,
-    or None when it has one (`current`: `sacctmgr -n -P show qos ... format=MaxSubmitPU`)."""
-    if any(line.strip() for line in current.splitlines()):
-        return None
-    return ["modify", "qos", DEFAULT_QOS, "set", f"MaxSubmitJobsPerUser={limit}"]
+    """The sacctmgr arguments that give DEFAULT_QOS its per-user limit on submitted jobs;
+    None when it has one, or when there is no such QOS (a site that removed it).
+    `current`: `sacctmgr -n -P show qos DEFAULT_QOS format=Name,MaxSubmitPU` (untrusted)."""
+    for line in current.splitlines():
+        name, _, value = line.partition("|")
+        if name == DEFAULT_QOS:
+            return None if value.strip() else [
+                "modify", "qos", DEFAULT_QOS, "set", f"MaxSubmitJobsPerUser={limit}",
+            ]  # fmt: skip
+    return None
 
 
 def parse_existing(cluster: str, clusters: str, associations: str) -> Existing:
@@ -172,9 +178,11 @@ def ensure(
         sacctmgr(["show", "association", f"cluster={cluster}", "format=account,user"]),
     )
     commands, warnings = plan(cluster, wanted(users, groups, settings), existing)
-    current = sacctmgr(["show", "qos", DEFAULT_QOS, "format=MaxSubmitPU"])
+    current = sacctmgr(["show", "qos", DEFAULT_QOS, "format=Name,MaxSubmitPU"])
     if limit := submit_limit_command(current, submit_limit(max_job_count)):
         commands.append(limit)
+    elif not current.strip():
+        warnings.append(f"no QOS {DEFAULT_QOS}: users' submitted jobs have no per-user limit")
     for command in commands:
         sacctmgr(command)
     return len(commands), warnings
