@@ -56,10 +56,19 @@ def test_a_heavy_user_waits_behind_a_light_one(healthy: LocalCluster):
     _rival(healthy)
     # Usage is charged at each decay pass to the jobs then running (one that ended before
     # slurmctld's first pass is never charged): this one runs until one has counted it.
-    used = healthy.submit("--ntasks=4", "--nodelist=slonk-cpu-1", "--wrap", "sleep 300")
-    wait_for(f"job {used} running", lambda: healthy.jobs().get(used) == "RUNNING")
+    # Cancelled only once its script runs on the node: a job cancelled while slurmd still
+    # launched it (RUNNING in squeue already) left a step behind there, and the node looked
+    # busy to later tests' health checks (CI run of f431a68).
+    started = "$HOME/fairshare-started-$SLURM_JOB_ID"
+    used = healthy.submit(
+        "--ntasks=4", "--nodelist=slonk-cpu-1", "--output=/dev/null",
+        "--wrap", f"touch {started}; sleep 300",
+    )  # fmt: skip
+    user = healthy.user("demo")
+    wait_for(f"job {used} started", lambda: user.run(f"test -e fairshare-started-{used}").rc == 0)
     wait_for("demo's usage in sshare", lambda: _raw_usage(healthy, "demo") > 0, timeout=150)
     _controller(healthy, f"scancel {used}")
+    wait_for(f"job {used} gone", lambda: used not in healthy.jobs())
 
     # The node is busy while both flood it, demo first: the queue's order is priority's.
     blocker = _controller(
