@@ -11,11 +11,12 @@ from collections.abc import Iterable, Sequence
 
 from slonk import history, node_events, paths, slurm_nodes
 from slonk.metrics import cause_label
+from slonk.text import printable
 
 
 def shown(value: str, limit: int = 200) -> str:
     """One printable cell: a reason's line ends and escapes must not reach the terminal."""
-    text = history.printable(value)
+    text = printable(value)
     return (text[: limit - 1] + "…") if len(text) > limit else text or "-"
 
 

@@ -41,12 +41,6 @@ def _text(value: str, limit: int) -> str:
     return value[:limit]
 
 
-def printable(value: str) -> str:
-    """A recorded text as people read it (a terminal, `kubectl describe`): a reason is anyone's
-    text, and its line ends and escapes must not reach them."""
-    return "".join(c if c.isprintable() else "?" for c in value)
-
-
 @dataclass(frozen=True)
 class Event:
     time: float

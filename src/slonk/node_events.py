@@ -21,6 +21,7 @@ from slonk.files import write_atomically
 from slonk.health import serials
 from slonk.metrics import cause_label
 from slonk.slurm_state import OFF_FLAGS, NodeState
+from slonk.text import printable
 
 # Cluster-scoped objects' core/v1 Events must be in `default` (the API server refuses another
 # namespace for an Event with no eventTime whose object has none), and `kubectl describe node`
@@ -113,7 +114,7 @@ def bodies(e: history.Event, namespace: str) -> list[tuple[str, dict[str, Any]]]
     where = f" on {e.machine}" if e.machine else ""
     gpus = f" (GPUs {', '.join(e.gpus)})" if e.gpus else ""
     text = f"{e.node} {e.event}{where}{gpus}: {e.reason or '-'} [cause {e.cause}]"
-    message = history.printable(text)
+    message = printable(text)
     stamp = datetime.datetime.fromtimestamp(e.time, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
     def body(namespace: str, about: dict[str, str], name: str) -> dict[str, Any]:

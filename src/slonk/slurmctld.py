@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from slonk import paths
+from slonk.text import printable
 
 # Starting slurmctld recovers its state and resolves every node: generous, but bounded.
 START_TIMEOUT_SECONDS = 180.0
@@ -83,7 +84,7 @@ def _run(*command: str, env: dict[str, str] | None = None) -> subprocess.Complet
 def _printable(line: str, limit: int = 500) -> str:
     """slurmctld's words go into slonk's one log line and its record: no control characters
     (a `\r` or an escape sequence would rewrite what a terminal shows), bounded."""
-    return "".join(c if c.isprintable() else "?" for c in line[:limit])
+    return printable(line[:limit])
 
 
 def _what_it_said(lines: list[str]) -> str:

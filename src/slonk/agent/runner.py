@@ -22,6 +22,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from slonk.text import printable
+
 FIRST_BACKOFF_SECONDS = 1.0
 MAX_BACKOFF_SECONDS = 60.0
 HEALTHY_AFTER_SECONDS = 60.0
@@ -72,7 +74,7 @@ def one_line(err: BaseException) -> str:
     """The error and where it was raised, on one line: `Type: text (at file:line in func <
     ...)`, innermost first."""
     said = " ".join(f"{type(err).__name__}: {err}".split())[:MAX_ERROR_CHARS]
-    text = "".join(c if c.isprintable() else "?" for c in said)
+    text = printable(said)
     frames = traceback.extract_tb(err.__traceback__)[1:][-FRAMES:]  # not the runner's own
     where = " < ".join(f"{Path(f.filename).name}:{f.lineno} in {f.name}" for f in reversed(frames))
     return f"{text} (at {where})" if where else text

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from slonk.align.plan import Plan
+from slonk.text import printable
 
 COLUMNS = ("NODE", "POD", "K8S NODE", "KUBERNETES SAYS", "SLURM", "JOBS", "DRIFT")
 
 
 def _cell(text: str, width: int = 60) -> str:
     """Object text and reasons are anyone's: one printable line, cut to the column."""
-    flat = "".join(c if c.isprintable() else "?" for c in text)
+    flat = printable(text)
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
