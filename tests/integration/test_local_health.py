@@ -352,8 +352,9 @@ def test_a_user_filling_a_shared_file_system_drains_one_node_and_recycles_none(f
 
 def test_a_users_job_filling_scratch_drains_nothing_and_leaves_nothing(faults: Faults):
     """demo's job fills the node's scratch (a small file system at the tests' scratch path)
-    and /dev/shm: while it runs, the space is the job's; as it ends, its Epilog removes what
-    demo left, so no watch round drains the node, and another user's job runs there."""
+    and /dev/shm, and leaves a daemon running out of its process tree: while it runs, the
+    space is the job's; as it ends, its Epilog ends the daemon and removes what demo left, so
+    no watch round drains the node, and another user's job runs there."""
     cluster = faults.cluster
     victim = bystander(cluster)  # whose jobs the attacker (demo) must not stop
     faults.inject(
@@ -364,6 +365,7 @@ def test_a_users_job_filling_scratch_drains_nothing_and_leaves_nothing(faults: F
         "--output=/dev/null",
         "--wrap",
         f"fallocate -l 4m {SCRATCH}/mine; head -c 1M /dev/zero > /dev/shm/mine; "
+        "setsid -f sleep 3600 </dev/null >/dev/null 2>&1; "  # escapes the job (no cgroup here)
         "until [ -e $HOME/release-$SLURM_JOB_ID ]; do sleep 0.2; done",
     )
     full = f"test -e {SCRATCH}/mine && test -s /dev/shm/mine"
@@ -378,8 +380,10 @@ def test_a_users_job_filling_scratch_drains_nothing_and_leaves_nothing(faults: F
     assert "drain" not in cluster.nodes()[BAD][0].split("+"), cluster.nodes()[BAD]
     pod = cluster.pod(BAD)
     assert pod.check_output(f"find {SCRATCH} /dev/shm -mindepth 1 -user demo") == ""
+    assert pod.run("pgrep -u demo").rc == 1, pod.run("ps -fu demo").stdout
     uid = pod.check_output("id -u demo").strip()
     said = pod.check_output(f"cat /var/log/slonk/hooks/{job}.log")
+    assert re.search(rf"processes: ended [1-9]\d* uid {uid} left on the node", said), said
     removed = re.search(rf"scratch: removed (\d+) entries uid {uid} left", said)
     assert removed and int(removed[1]) >= 2, said  # its two, and any an earlier job left
     assert cluster.user(victim).check_output(f"srun --nodelist={BAD} hostname").strip() == BAD

@@ -208,7 +208,7 @@ def test_a_full_scratch_with_no_job_is_cleared_of_what_users_left_before_it_is_j
     free = iter([1.0, 50.0])  # full, then free once the leftovers are gone
     monkeypatch.setattr(checks, "_free_percent", lambda _path, _timeout: next(free))
     cleared = ["scratch: removed 3 entries uid 5000 left"]
-    monkeypatch.setattr(checks.scratch, "clean_left_behind", lambda *_args: cleared)
+    monkeypatch.setattr(checks.leftovers, "clean_left_behind", lambda *_args: cleared)
     options = {"path": str(tmp_path), "minFreePercent": 5}
     said = checks.check_scratch(node, options, "watch", 5)
     assert said == f"{tmp_path} 50% free after {cleared[0]}"
@@ -218,6 +218,6 @@ def test_a_full_scratch_with_no_job_is_cleared_of_what_users_left_before_it_is_j
         checks.check_scratch(node, options, "watch", 5)
     # Nothing a user left (root's own files): judged at once.
     free = iter([1.0])
-    monkeypatch.setattr(checks.scratch, "clean_left_behind", lambda *_args: [])
+    monkeypatch.setattr(checks.leftovers, "clean_left_behind", lambda *_args: [])
     with pytest.raises(probe.Unhealthy, match=r"1\.0% free, below 5%$"):
         checks.check_scratch(node, options, "watch", 5)

@@ -608,13 +608,13 @@ def test_dispatcher_runs_in_order_logs_and_fails_on_the_first_error(tmp_path, mo
     assert dispatch.run("epilog", tmp_path / "state", tmp_path / "logs") == 0  # nothing to do
 
 
-def test_every_epilog_clears_scratch_first_and_says_so_in_the_jobs_log(tmp_path, monkeypatch):
-    from slonk.hooks import scratch
+def test_every_epilog_clears_leftovers_first_and_says_so_in_the_jobs_log(tmp_path, monkeypatch):
+    from slonk.hooks import leftovers
 
     seen = []
     monkeypatch.setenv("SLURM_JOB_ID", "42")
-    monkeypatch.setattr(scratch, "after_job", lambda: seen.append("epilog") or "scratch: did")
-    # No scripts, no checks: the Epilog still clears scratch.
+    monkeypatch.setattr(leftovers, "after_job", lambda: seen.append("epilog") or "scratch: did")
+    # No scripts, no checks: the Epilog still clears what the user left.
     assert dispatch.run("epilog", tmp_path / "state", tmp_path / "logs") == 0
     assert seen == ["epilog"]
     assert (tmp_path / "logs" / "42.log").read_text() == "== epilog scratch: did\n"
@@ -622,15 +622,15 @@ def test_every_epilog_clears_scratch_first_and_says_so_in_the_jobs_log(tmp_path,
     assert seen == ["epilog"]  # the Epilog's alone
 
 
-def test_scratch_that_cannot_be_cleared_never_fails_the_epilog(tmp_path, monkeypatch, capsys):
-    from slonk.hooks import scratch
+def test_leftovers_that_cannot_be_cleared_never_fail_the_epilog(tmp_path, monkeypatch, capsys):
+    from slonk.hooks import leftovers
 
     def broken() -> str:
         raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "a user's file name")
 
-    monkeypatch.setattr(scratch, "after_job", broken)
+    monkeypatch.setattr(leftovers, "after_job", broken)
     assert dispatch.run("epilog", tmp_path / "state", tmp_path / "logs") == 0
-    assert "scratch not cleared: UnicodeDecodeError" in capsys.readouterr().err
+    assert "leftovers not cleared: UnicodeDecodeError" in capsys.readouterr().err
 
 
 def test_hook_logs_are_roots_alone(tmp_path, monkeypatch):

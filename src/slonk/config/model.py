@@ -309,8 +309,8 @@ class ClusterSpec:
     @property
     def job_phases(self) -> tuple[str, ...]:
         """The Prolog/Epilog (and task) programs Slurm runs: for hooks from git, and for
-        health checks around jobs. The Epilog always: it clears what the job's user left in
-        the node's scratch (slonk.hooks.scratch)."""
+        health checks around jobs. The Epilog always: it clears what the job's user left on
+        the node, processes and scratch (slonk.hooks.leftovers)."""
         phases = {"epilog"} | (set(self.hooks.phases) if self.hooks else set())
         for pool in self.nodepools:
             phases |= {p for c in self.health_checks(pool).values() for p in c.phases}

@@ -14,7 +14,7 @@ from typing import Any
 
 from slonk.health import gpu
 from slonk.health.probe import Inconclusive, TimedOut, Unhealthy, bounded
-from slonk.hooks import scratch
+from slonk.hooks import leftovers
 from slonk.paths import SLURMD_SPOOL
 
 SYS_NET = Path("/sys/class/net")
@@ -139,7 +139,7 @@ def check_storage(node: Node, options: Mapping[str, Any], phase: str, timeout: f
 
 def check_scratch(node: Node, options: Mapping[str, Any], phase: str, timeout: float) -> str:
     """Free space on the node's scratch, judged between jobs: space a running job holds is the
-    job's. With no job on the node, what users left there goes first (slonk.hooks.scratch: as
+    job's. With no job on the node, what users left there goes first (slonk.hooks.leftovers: as
     each Epilog does, for anyone whose Epilog did not; only in the node's own /tmp, /var/tmp
     or /dev/shm); what is still full then drains the node (never recycled,
     slonk.health.catalogue.SHARED_CHECKS)."""
@@ -152,7 +152,7 @@ def check_scratch(node: Node, options: Mapping[str, Any], phase: str, timeout: f
     if jobs_here(node):
         raise Inconclusive(f"{problem}, with jobs on the node: theirs until they end")
     # Half of what is left for the cleaning, the rest for the second look: within the check's time.
-    cleaned = scratch.clean_left_behind(path, started, (deadline - time.monotonic()) / 2)
+    cleaned = leftovers.clean_left_behind(path, started, (deadline - time.monotonic()) / 2)
     if not cleaned:
         raise Unhealthy(problem)
     percent = _free_percent(path, max(deadline - time.monotonic(), 1.0))

@@ -16,8 +16,9 @@ script of the same revision, this node stays in service. The phase then succeeds
 eyes (any failure of a Prolog or Epilog makes Slurm drain the node itself, as "Prolog error"),
 and a prolog holds its job instead, with `scontrol requeuehold` and a comment saying why;
 a job Slurm cannot requeue (srun, salloc) is cancelled.
-Every Epilog first removes what the job's user left in the node's scratch (/tmp, /var/tmp,
-/dev/shm) when no process of theirs is left on the node (slonk.hooks.scratch).
+Every Epilog first ends the processes the job's user left on the node and removes what they
+left in its scratch (/tmp, /var/tmp, /dev/shm), once Slurm shows no other job of theirs there
+(slonk.hooks.leftovers).
 Task prolog/epilog scripts run as the job's user with Slurm's stdout (it reads `export`
 lines from it), so they neither log here nor drain.
 """
@@ -156,21 +157,22 @@ def health_checks(phase: str) -> int:
     return jobphase.check(phase)
 
 
-def clean_scratch(logs: Path | str) -> None:
-    """First in every Epilog, before any check looks: what the job's user left in the node's
-    scratch goes (slonk.hooks.scratch), said in the job's hook log. Nothing here fails the
-    Epilog (Slurm would drain the node for what a user's files did): a failure is said."""
+def clear_leftovers(logs: Path | str) -> None:
+    """First in every Epilog, before any check looks: what the job's user left on the node
+    goes, their processes and their entries in scratch (slonk.hooks.leftovers), said in the
+    job's hook log. Nothing here fails the Epilog (Slurm would drain the node for what a
+    user did): a failure is said."""
     try:
-        from slonk.hooks import scratch
+        from slonk.hooks import leftovers
 
-        said = scratch.after_job()
+        said = leftovers.after_job()
         if said:
             from pathlib import Path
 
             with open_log(Path(logs), os.environ.get("SLURM_JOB_ID", "")) as out:
                 out.write(f"== epilog {said}\n")
     except Exception as err:  # whatever it is, the job's end must not drain the node
-        print(f"slonk hooks: scratch not cleared: {type(err).__name__}: {err}", file=sys.stderr)
+        print(f"slonk hooks: leftovers not cleared: {type(err).__name__}: {err}", file=sys.stderr)
 
 
 def open_log(logs: Path, job: str) -> TextIO:
@@ -189,7 +191,7 @@ def run(
     phase: str, state: Path | str = places.HOOKS_STATE, logs: Path | str = places.HOOK_LOGS
 ) -> int:
     if phase == "epilog":
-        clean_scratch(logs)
+        clear_leftovers(logs)
     if health_checks(phase):
         return 1
     if not _has_scripts(state, phase):

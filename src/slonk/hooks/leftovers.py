@@ -1,21 +1,24 @@
-"""What a user leaves in a node's scratch goes with their last job there (issue 28).
+"""What a user leaves on a node goes with their last job there (issue 28).
 
-Jobs share the worker's /tmp, /var/tmp and /dev/shm: files one job leaves behind fill them for
-every later job, and a full scratch between jobs would drain the node (the health check
-`scratch`), a machine taken out of service for one user's files. So each Epilog removes the
-entries the job's user owns at the top of each scratch directory, unless that user may still
-use them on the node: a process of theirs runs there (an ssh session, a step), or Slurm shows
-another job of theirs there (an allocation between two steps runs nothing). The check
-`scratch`, finding its directory full with no job on the node at all, first does the same for
-every user who left entries there (an Epilog that did not run), and judges what is left.
+Jobs share the worker's processes, /tmp, /var/tmp and /dev/shm. A process that escaped its
+job (daemonised out of the job's process tree, where no cgroup holds it) keeps running for
+nobody, holding memory, GPUs or ports, and files a job left fill scratch for every later job:
+a full scratch between jobs would drain the node (the health check `scratch`), a machine taken
+out of service for one user's files. So each Epilog, once Slurm shows no other job of the
+user on the node, ends every process the user still runs there (a worker admits no one
+without a job: pam_slurm_adopt) and removes the entries they own at the top of each scratch
+directory. The check `scratch`, finding its directory full with no job on the node at all,
+first does the same for every user who left entries there (an Epilog that did not run), and
+judges what is left.
 
-The removal runs as the user, never as root: whatever the user put there (links to root's
-files or their own home, directories renamed mid-walk) can lead it only to what the user could
-change anyway, and it follows no link. An entry whose inode changed after the Epilog began
-stays (a job of theirs starting meanwhile owns it): the change time, which a user cannot set
-back as they can a modification time. Bounded in time (TIMEOUT_SECONDS); what is left after
-that stays, and the log says so. Whatever goes wrong here is said and never fails the Epilog:
-Slurm drains a node whose Epilog fails.
+Both run as the user, never as root. kill(-1) from a process of the user's signals every
+process of theirs in the pod's PID namespace at once, so a process forking as fast as it can
+does not outrun it, and nothing of root's or another user's can be hit. The removal can lead
+only to what the user could change anyway, and follows no link; an entry whose inode changed
+after the Epilog began stays (a job of theirs starting meanwhile owns it): the change time,
+which a user cannot set back as they can a modification time. Bounded in time
+(TIMEOUT_SECONDS); what is left after that stays, and the log says so. Whatever goes wrong
+here is said and never fails the Epilog: Slurm drains a node whose Epilog fails.
 
 Runs for every job (slonk.hooks.dispatch), so it imports only what it uses."""
 
@@ -29,7 +32,13 @@ if TYPE_CHECKING:
 
 SCRATCH_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
 TIMEOUT_SECONDS = 60.0
+# How long the ended processes may take to leave /proc (a process in uninterruptible sleep
+# dies only once its I/O returns): after that their files stay, and the log says so.
+END_SECONDS = 5.0
 NOGROUP = 65534
+# Debian's SYS_UID_MAX: a job run as a system account (a daemon's user) never has the
+# node's processes of that account ended.
+SYSTEM_UID_MAX = 999
 # As the user, given the entries: their own directories made writable (find follows no link,
 # not even one named on its command line), then removed, staying on each entry's file system.
 REMOVE = (
@@ -39,23 +48,68 @@ REMOVE = (
 
 
 def after_job(environ: Mapping[str, str] = os.environ, dirs: tuple[str, ...] = SCRATCH_DIRS) -> str:
-    """The Epilog's part: the ending job's user's entries (Slurm names the user, the job and
-    the node in the Epilog's environment); what was done."""
+    """The Epilog's part: the ending job's user's processes and entries (Slurm names the user,
+    the job and the node in the Epilog's environment); what was done."""
     import time
 
     since = time.time()
     uid, gid = environ.get("SLURM_JOB_UID", ""), environ.get("SLURM_JOB_GID", "")
     if not (uid.isascii() and uid.isdigit()) or int(uid) == 0:
         return ""
-    if not any(int(uid) in owners(d) for d in dirs):
+    left_files = any(int(uid) in owners(d) for d in dirs)
+    if not left_files and not runs_processes(int(uid)):
         return ""  # nothing of theirs: no question for slurmctld
-    if runs_processes(int(uid)):
-        return f"scratch kept: uid {uid} still runs processes on the node"
     other = other_job(int(uid), environ.get("SLURM_JOB_ID", ""), environ.get("SLURMD_NODENAME", ""))
     if other:
-        return f"scratch kept: uid {uid} {other}"
+        return f"left as they are: uid {uid} {other}"
     group = int(gid) if gid.isascii() and gid.isdigit() else NOGROUP
-    return clean(int(uid), group, since, dirs)
+    return clear(int(uid), group, since, dirs if left_files else ())
+
+
+def clear(
+    uid: int, gid: int, since: float, dirs: tuple[str, ...], timeout: float = TIMEOUT_SECONDS
+) -> str:
+    """End `uid`'s processes, then remove their entries in `dirs` if none is left; what was
+    done. The caller has made sure the user has no job on the node."""
+    said = [end_processes(uid, gid, min(END_SECONDS, timeout))]
+    if runs_processes(uid):
+        said.append(f"scratch kept: uid {uid} still runs processes on the node")
+    else:
+        said.append(clean(uid, gid, since, dirs, timeout))
+    return "; ".join(s for s in said if s)
+
+
+def end_processes(uid: int, gid: int, wait: float = END_SECONDS) -> str:
+    """Kill every process `uid` runs in this PID namespace, from a child running as `uid`
+    (kill(-1): all of theirs at once, nothing of anyone else's), and wait up to `wait` seconds
+    for them to be gone; what was done ("" when none ran)."""
+    import subprocess
+    import time
+
+    found = len(processes(uid))
+    if not found or uid <= SYSTEM_UID_MAX:
+        return ""
+    try:
+        subprocess.run(
+            ["kill", "-KILL", "--", "-1"],  # the one form procps 3 and 4 both read as kill(-1)
+            user=uid,
+            group=gid,
+            extra_groups=[],
+            cwd="/",
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=False,  # its status is 1 even when all went: what is left is counted below
+            timeout=wait,
+        )
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return f"processes: could not end uid {uid}'s: {err}"
+    deadline = time.monotonic() + wait
+    while processes(uid) and time.monotonic() < deadline:
+        time.sleep(0.02)  # killed: only the kernel's teardown and their parents' reaping left
+    still = len(processes(uid))
+    said = f"processes: ended {found - still} uid {uid} left on the node"
+    return f"{said}; {still} still there after {wait:g} s" if still else said
 
 
 def other_job(uid: int, job: str, node: str) -> str:
@@ -95,9 +149,9 @@ def owners(folder: str) -> dict[int, int]:
 
 
 def clean_left_behind(folder: str, since: float, timeout: float = TIMEOUT_SECONDS) -> list[str]:
-    """`clean` for every user with entries at the top of `folder` (one of SCRATCH_DIRS, node
-    local: never a site's shared scratch, whose files jobs elsewhere use) and no process on
-    the node, all within `timeout`; what was done."""
+    """`clear` for every user with entries at the top of `folder` (one of SCRATCH_DIRS, node
+    local: never a site's shared scratch, whose files jobs elsewhere use), all within
+    `timeout`; what was done. The caller has made sure no job is on the node."""
     import time
 
     if folder not in SCRATCH_DIRS:
@@ -109,30 +163,27 @@ def clean_left_behind(folder: str, since: float, timeout: float = TIMEOUT_SECOND
         if left <= 0:
             said.append(f"scratch: out of time before uid {uid}'s entries")
             break
-        if runs_processes(uid):
-            said.append(f"scratch kept: uid {uid} still runs processes on the node")
-            continue
-        said.append(clean(uid, gid, since, (folder,), timeout=left))
+        said.append(clear(uid, gid, since, (folder,), timeout=left))
     return [s for s in said if s]
 
 
 def runs_processes(uid: int, proc: str = "/proc") -> bool:
-    """Whether any process on the node runs as `uid` (a /proc/PID entry is owned by its
-    process's effective user)."""
+    """Whether any process on the node runs as `uid`."""
+    return bool(processes(uid, proc))
+
+
+def processes(uid: int, proc: str = "/proc") -> list[str]:
+    """The PIDs of the processes on the node running as `uid` (a /proc/PID entry is owned by
+    its process's effective user)."""
+    found = []
     for name in os.listdir(proc):
         if name.isdigit():
             try:
                 if os.stat(f"{proc}/{name}").st_uid == uid:
-                    return True
+                    found.append(name)
             except OSError:  # ended meanwhile
                 continue
-    return False
-
-
-def printable(text: str) -> str:
-    """`text` on one line, what is not printable escaped: a file name can hold a newline,
-    and must not write lines of its own into a log."""
-    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+    return found
 
 
 def clean(
@@ -142,6 +193,8 @@ def clean(
     (a time.time()), as that user; what was done, in a few words ("" when nothing was
     there). The caller has made sure the user no longer needs them."""
     import subprocess
+
+    from slonk.text import printable
 
     present = [d for d in dirs if os.path.isdir(d)]
     if uid == 0 or not present:
@@ -179,5 +232,5 @@ def clean(
         problem = err_out.decode(errors="backslashreplace").strip().splitlines()
         stay = f"{len(found) - removed} of uid {uid}'s entries stay"
         said = f"{said}; " if said else "scratch: "
-        said += f"{stay}: {printable(problem[-1])}" if problem else stay
+        said += f"{stay}: {printable(problem[-1])}" if problem else stay  # names a user chose
     return said
