@@ -112,6 +112,48 @@ def test_one_users_refusals_lock_no_one_else_out(healthy, demo):
     assert (session.rc, session.stdout.strip()) == (0, f"job={job}"), session.stderr
 
 
+# One process binding every port of srun's range it can (sockets bound and nothing more:
+# no /proc/net table shows them), then holding them.
+HOLD_PORTS = """
+import resource, socket, sys, time
+resource.setrlimit(resource.RLIMIT_NOFILE, (resource.getrlimit(resource.RLIMIT_NOFILE)[1],) * 2)
+held = []
+for port in range(int(sys.argv[1]), int(sys.argv[2]) + 1):
+    s = socket.socket()
+    try:
+        s.bind(("0.0.0.0", port))
+        held.append(s)
+    except OSError:
+        s.close()
+time.sleep(3600)
+"""
+
+
+def test_one_user_holding_sruns_ports_loses_them_and_others_srun(healthy, demo):
+    """Another user binds srun's whole range on the login pod (one process did it, and every
+    other user's srun failed): the pod's agent ends their processes within its look, saying
+    who and how many ports, and demo's srun runs from that pod."""
+    name = bystander(healthy)
+    login = healthy.pod("slonk-login-0")
+    pinned = login.check_output("scontrol show config | awk '/^SrunPortRange/ {print $3}'")
+    first, last = (int(port) for port in pinned.split("-"))
+    uid = login.check_output(f"id -u {name}").strip()
+    since = healthy.log_offset("slonk-login-0")
+    holder = f"python3 -c {shlex.quote(HOLD_PORTS)} {first} {last}"
+    healthy.user(name).check_output(f"setsid -f {holder} </dev/null >/dev/null 2>&1")
+    said = wait_for(
+        "the login pod's agent to end the holder",
+        lambda: re.search(
+            rf"slonk srun-ports: uid {uid} held (\d+) of srun's ports {first}-{last} "
+            r"\(a user's share: (\d+)\): ended its [1-9]\d* processes on the pod",
+            healthy.log("slonk-login-0", since),
+        ),
+    )
+    assert int(said[1]) > int(said[2]) == (last - first + 1) // 10
+    assert login.run(f"pgrep -u {name}").rc == 1
+    assert demo.check_output("srun -N1 hostname").strip() in ("slonk-cpu-0", "slonk-cpu-1")
+
+
 def test_a_job_reaches_its_other_node_by_ssh(healthy, demo):
     """From inside a job (a step on one node) to the job's other node, where the user runs
     another job too: pam_slurm_adopt there asks the slurmd the connection comes from which

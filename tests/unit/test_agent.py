@@ -325,6 +325,18 @@ def test_each_role_runs_the_loops_its_services_ran(tmp_path):
     assert _names(SPEC, "login", tmp_path) == []
 
 
+def test_a_pinned_srun_port_range_is_kept_on_the_login_and_worker_pods(tmp_path):
+    from slonk.init import optional_services
+
+    pinned = {**SPEC, "slurmConf": {"SrunPortRange": "60001-63000"}}
+    assert parse_spec(pinned).srun_ports == (60001, 63000)
+    assert _names(pinned, "login", tmp_path) == ["srun-ports"]
+    assert "srun-ports" in _names(pinned, "worker", tmp_path)
+    assert "srun-ports" not in _names(pinned, "controller", tmp_path)
+    assert optional_services(parse_spec(pinned), "login") == ("agent",)
+    assert parse_spec(SPEC).srun_ports is None  # ephemeral: nothing to keep
+
+
 def test_the_agents_tasks_as_cluster_yaml_asks(tmp_path, demo_spec):
     demo_spec["metrics"] = {}
     assert _names(demo_spec, "worker", tmp_path)[0] == "config-watch"

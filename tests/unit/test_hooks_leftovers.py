@@ -167,6 +167,7 @@ def test_nothing_goes_while_slurm_shows_another_job_of_theirs_here(tmp, left, mo
 # PID 1 reaps what it inherits, as s6-svscan does (SIGCHLD ignored).
 _NODE = """
 import os, signal, subprocess, sys, time
+from slonk import user_processes
 from slonk.hooks import leftovers
 
 signal.signal(signal.SIGCHLD, signal.SIG_IGN)
@@ -182,12 +183,12 @@ spared = [
     subprocess.Popen(["sleep", "600"], user=OTHER, group=OTHER),
     subprocess.Popen(["sleep", "600"], user=SYSTEM, group=SYSTEM),
 ]
-while len(leftovers.processes(USER)) < 2:
+while len(user_processes.processes(USER)) < 2:
     time.sleep(0.01)
 job = {"SLURM_JOB_ID": "42", "SLURM_JOB_GID": str(USER)}
 print(leftovers.after_job({**job, "SLURM_JOB_UID": str(USER)}, (scratch,)))
 print(leftovers.after_job({**job, "SLURM_JOB_UID": str(SYSTEM)}, (scratch,)))
-print(len(leftovers.processes(USER)), [p.poll() for p in spared])
+print(len(user_processes.processes(USER)), [p.poll() for p in spared])
 """
 
 

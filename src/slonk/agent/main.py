@@ -9,9 +9,11 @@ parsers) are loaded once, and a pod runs one Python process beside its daemons.
   only the new leader acts, which would take every other task with it here; an operator stops
   it alone (`s6-svc -d`) to take over by hand; and it alone loads the Kubernetes watch
   machinery.
-- worker: config-watch (health plan, job programs), users-sync, hooks, metrics, and the
-  health watch (slonk.health.watch) where health checks are on.
-- login: users-sync (its clients fetch what slurmctld runs: nothing else of its own).
+- worker: config-watch (health plan, job programs), users-sync, hooks, metrics, the health
+  watch (slonk.health.watch) where health checks are on, and srun-ports (slonk.srun_ports)
+  where SrunPortRange is pinned.
+- login: users-sync (its clients fetch what slurmctld runs: nothing else of its own), and
+  srun-ports where SrunPortRange is pinned.
 
 The tasks are chosen from cluster.yaml as the agent starts, as the services were at the pod's
 start; a feature switched off later ends its task (it said so), one switched on needs a new pod.
@@ -78,6 +80,8 @@ def tasks_for(
         tasks.append(Task("metrics", serve))
     if role == "worker" and spec.health:
         tasks.append(Task("health-watch", _health_watch))
+    if role in ("worker", "login") and (ports := spec.srun_ports):
+        tasks.append(Task("srun-ports", lambda stop: _srun_ports(ports, stop)))
     return tasks
 
 
@@ -112,6 +116,12 @@ def _metrics(
     from slonk.metrics import serve
 
     serve.serve(role, port, stop, spec_path, board=board)
+
+
+def _srun_ports(ports: tuple[int, int], stop: threading.Event) -> None:
+    from slonk import srun_ports
+
+    srun_ports.run_forever(ports, stop)
 
 
 def _health_watch(stop: threading.Event) -> None:

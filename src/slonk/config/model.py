@@ -307,6 +307,16 @@ class ClusterSpec:
         return f"{self.release}-controller.{self.namespace}.svc.{self.cluster_domain}"
 
     @property
+    def srun_ports(self) -> tuple[int, int] | None:
+        """slurm.conf's SrunPortRange as (first, last), which slonk.srun_ports keeps each user
+        to a share of; None: srun listens on ephemeral ports (or the range is not one, which
+        the chart refuses)."""
+        first, dash, last = str(self.slurm_conf.get("SrunPortRange", "")).partition("-")
+        if dash and first.isdigit() and last.isdigit() and 0 < int(first) <= int(last) <= 65535:
+            return int(first), int(last)
+        return None
+
+    @property
     def job_phases(self) -> tuple[str, ...]:
         """The Prolog/Epilog (and task) programs Slurm runs: for hooks from git, and for
         health checks around jobs. The Epilog always: it clears what the job's user left on

@@ -26,19 +26,14 @@ from __future__ import annotations
 
 import os
 
+from slonk.user_processes import END_SECONDS, NOGROUP, end_processes, runs_processes
+
 TYPE_CHECKING = False  # not typing's: see slonk.hooks.dispatch
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
 SCRATCH_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
 TIMEOUT_SECONDS = 60.0
-# How long the ended processes may take to leave /proc (a process in uninterruptible sleep
-# dies only once its I/O returns): after that their files stay, and the log says so.
-END_SECONDS = 5.0
-NOGROUP = 65534
-# Debian's SYS_UID_MAX: a job run as a system account (a daemon's user) never has the
-# node's processes of that account ended.
-SYSTEM_UID_MAX = 999
 # As the user, given the entries: their own directories made writable (find follows no link,
 # not even one named on its command line), then removed, staying on each entry's file system.
 REMOVE = (
@@ -71,45 +66,19 @@ def clear(
 ) -> str:
     """End `uid`'s processes, then remove their entries in `dirs` if none is left; what was
     done. The caller has made sure the user has no job on the node."""
-    said = [end_processes(uid, gid, min(END_SECONDS, timeout))]
+    wait = min(END_SECONDS, timeout)
+    try:
+        ended, still = end_processes(uid, gid, wait)
+        said = [f"processes: ended {ended} uid {uid} left on the node" if ended else ""]
+        if still:
+            said.append(f"{still} still there after {wait:g} s")
+    except OSError as err:
+        said = [f"processes: could not end uid {uid}'s: {err}"]
     if runs_processes(uid):
         said.append(f"scratch kept: uid {uid} still runs processes on the node")
     else:
         said.append(clean(uid, gid, since, dirs, timeout))
     return "; ".join(s for s in said if s)
-
-
-def end_processes(uid: int, gid: int, wait: float = END_SECONDS) -> str:
-    """Kill every process `uid` runs in this PID namespace, from a child running as `uid`
-    (kill(-1): all of theirs at once, nothing of anyone else's), and wait up to `wait` seconds
-    for them to be gone; what was done ("" when none ran)."""
-    import subprocess
-    import time
-
-    found = len(processes(uid))
-    if not found or uid <= SYSTEM_UID_MAX:
-        return ""
-    try:
-        subprocess.run(
-            ["kill", "-KILL", "--", "-1"],  # the one form procps 3 and 4 both read as kill(-1)
-            user=uid,
-            group=gid,
-            extra_groups=[],
-            cwd="/",
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            check=False,  # its status is 1 even when all went: what is left is counted below
-            timeout=wait,
-        )
-    except (OSError, subprocess.TimeoutExpired) as err:
-        return f"processes: could not end uid {uid}'s: {err}"
-    deadline = time.monotonic() + wait
-    while processes(uid) and time.monotonic() < deadline:
-        time.sleep(0.02)  # killed: only the kernel's teardown and their parents' reaping left
-    still = len(processes(uid))
-    said = f"processes: ended {found - still} uid {uid} left on the node"
-    return f"{said}; {still} still there after {wait:g} s" if still else said
 
 
 def other_job(uid: int, job: str, node: str) -> str:
@@ -165,25 +134,6 @@ def clean_left_behind(folder: str, since: float, timeout: float = TIMEOUT_SECOND
             break
         said.append(clear(uid, gid, since, (folder,), timeout=left))
     return [s for s in said if s]
-
-
-def runs_processes(uid: int, proc: str = "/proc") -> bool:
-    """Whether any process on the node runs as `uid`."""
-    return bool(processes(uid, proc))
-
-
-def processes(uid: int, proc: str = "/proc") -> list[str]:
-    """The PIDs of the processes on the node running as `uid` (a /proc/PID entry is owned by
-    its process's effective user)."""
-    found = []
-    for name in os.listdir(proc):
-        if name.isdigit():
-            try:
-                if os.stat(f"{proc}/{name}").st_uid == uid:
-                    found.append(name)
-            except OSError:  # ended meanwhile
-                continue
-    return found
 
 
 def clean(
