@@ -15,7 +15,7 @@ network namespaces share (about 5 ms on this project's test machine), so it wait
 
 Every process, not only the holders: which process holds a socket shows only in
 /proc/PID/fd, which a process can close to its own user (PR_SET_DUMPABLE), and root reads
-another user's only with CAP_SYS_PTRACE. kill(-1) as the user reaches them all
+another user's only with CAP_SYS_PTRACE; root reaches them all by uid
 (slonk.user_processes). A tenth is 100 sruns at once with the default range (srun takes 3
 ports, and 2 more per 48 nodes). Others' sruns can fail until the next look: this contains a
 user, it does not forbid the bind (only a cgroup BPF program could, per user). Root's sockets
@@ -31,7 +31,7 @@ import sys
 import threading
 from collections.abc import Iterator
 
-from slonk.user_processes import NOGROUP, SYSTEM_UID_MAX, end_processes
+from slonk.user_processes import SYSTEM_UID_MAX, end_processes, running_users
 
 PERIOD_SECONDS = 1.0
 SAMPLE = 16  # ports tried each period
@@ -56,17 +56,41 @@ def share(first: int, last: int) -> int:
 
 def running_short(first: int, last: int) -> bool:
     """Whether SHORT of SAMPLE ports of first..last, picked at random, cannot be bound as
-    srun binds them (SO_REUSEADDR: a port only in TIME_WAIT is still free to it)."""
+    srun binds them (SO_REUSEADDR). Tried dual-stack where the pod has IPv6: such a bind
+    meets a holder of either family."""
     ports = random.sample(range(first, last + 1), min(SAMPLE, last - first + 1))
-    taken = 0
+    tried = taken = 0
     for port in ports:
-        with socket.socket() as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe = _probe_socket()
+        except OSError:
+            continue  # no descriptor this moment: no evidence either way
+        with probe:
+            tried += 1
             try:
-                probe.bind(("0.0.0.0", port))
+                probe.bind(("::" if probe.family == socket.AF_INET6 else "0.0.0.0", port))
             except OSError:
                 taken += 1
-    return taken * SAMPLE >= SHORT * len(ports)
+    return tried > 0 and taken * SAMPLE >= SHORT * tried
+
+
+def _probe_socket() -> socket.socket:
+    try:
+        probe = socket.socket(socket.AF_INET6)
+        probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    except OSError:
+        probe = socket.socket(socket.AF_INET)  # a pod without IPv6
+    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    return probe
+
+
+def sees_bound_only() -> bool:
+    """Whether this kernel's sock_diag shows a socket bound and nothing more (Linux 6.5 and
+    later): without it, a user holding ports that way is not found."""
+    with socket.socket() as bound:
+        bound.bind(("127.0.0.1", 0))
+        port = bound.getsockname()[1]
+        return any(p == port for p, _uid in tcp_sockets())
 
 
 def tcp_sockets() -> Iterator[tuple[int, int]]:
@@ -87,15 +111,18 @@ def _replies(diag: socket.socket) -> Iterator[tuple[int, int]]:
         data, offset = diag.recv(1 << 16), 0
         while offset + _HEADER.size <= len(data):
             length, kind = _HEADER.unpack_from(data, offset)[:2]
-            body = offset + _HEADER.size
-            if kind == _NLMSG_DONE:
+            body, end = offset + _HEADER.size, offset + length
+            if length < _HEADER.size or end > len(data):
+                raise OSError(f"sock_diag: a reply of {length} bytes in {len(data)}")
+            if kind in (_NLMSG_DONE, _NLMSG_ERROR):
+                code = -struct.unpack_from("=i", data, body)[0] if end >= body + 4 else 0
+                if code:  # an error, or a dump the kernel could not finish
+                    raise OSError(code, f"sock_diag: {os.strerror(code)}")
                 return
-            if kind == _NLMSG_ERROR:
-                code = -struct.unpack_from("=i", data, body)[0]
-                raise OSError(code, f"sock_diag: {os.strerror(code)}")
-            (port,) = _PORT.unpack_from(data, body + 4)
-            (uid,) = _OWNER.unpack_from(data, body + 64)
-            yield port, uid
+            if kind == _SOCK_DIAG_BY_FAMILY and end >= body + 68:
+                (port,) = _PORT.unpack_from(data, body + 4)
+                (uid,) = _OWNER.unpack_from(data, body + 64)
+                yield port, uid
             offset += (length + 3) & ~3
 
 
@@ -114,13 +141,13 @@ def look(first: int, last: int) -> list[str]:
     said = []
     most = share(first, last)
     for uid, ports in holders(first, last).items():
-        if len(ports) <= most:
-            continue
+        if len(ports) <= most or not running_users() - {uid}:
+            continue  # alone on the pod, a user's sruns keep no one else out
         held = (
             f"uid {uid} held {len(ports)} of srun's ports {first}-{last} (a user's share: {most})"
         )
         try:
-            ended, still = end_processes(uid, NOGROUP)
+            ended, still = end_processes(uid)
             said.append(
                 f"{held}: ended its {ended} processes on the pod"
                 + (f", {still} still there" if still else "")
@@ -132,7 +159,24 @@ def look(first: int, last: int) -> list[str]:
 
 def run_forever(ports: tuple[int, int], stop: threading.Event) -> None:
     """The agent's task `srun-ports`: every PERIOD_SECONDS until `stop`, a look whenever the
-    range runs short."""
+    range runs short; a range short with no one to blame is said once, as it begins."""
+    if not sees_bound_only():
+        say(
+            "this kernel's sock_diag does not show sockets bound and nothing more (Linux 6.5 "
+            "and later do): a user holding srun's ports that way is not found"
+        )
+    unexplained = False
     while not stop.wait(PERIOD_SECONDS):
-        for line in look(*ports) if running_short(*ports) else ():
-            print(f"slonk srun-ports: {line}", file=sys.stderr, flush=True)
+        done = look(*ports) if running_short(*ports) else None
+        for line in done or ():
+            say(line)
+        if done == [] and not unexplained:
+            say(
+                f"srun's ports {ports[0]}-{ports[1]} run short and no user over a share holds "
+                "them (connections in TIME_WAIT, or a user alone on the pod): sruns here may fail"
+            )
+        unexplained = done == []
+
+
+def say(line: str) -> None:
+    print(f"slonk srun-ports: {line}", file=sys.stderr, flush=True)

@@ -131,8 +131,8 @@ time.sleep(3600)
 
 def test_one_user_holding_sruns_ports_loses_them_and_others_srun(healthy, demo):
     """Another user binds srun's whole range on the login pod (one process did it, and every
-    other user's srun failed): the pod's agent ends their processes within its look, saying
-    who and how many ports, and demo's srun runs from that pod."""
+    other user's srun failed) while demo is logged in there: the pod's agent ends their
+    processes within its look, saying who and how many ports, and demo's srun runs."""
     name = bystander(healthy)
     login = healthy.pod("slonk-login-0")
     pinned = login.check_output("scontrol show config | awk '/^SrunPortRange/ {print $3}'")
@@ -140,18 +140,22 @@ def test_one_user_holding_sruns_ports_loses_them_and_others_srun(healthy, demo):
     uid = login.check_output(f"id -u {name}").strip()
     since = healthy.log_offset("slonk-login-0")
     holder = f"python3 -c {shlex.quote(HOLD_PORTS)} {first} {last}"
-    healthy.user(name).check_output(f"setsid -f {holder} </dev/null >/dev/null 2>&1")
-    said = wait_for(
-        "the login pod's agent to end the holder",
-        lambda: re.search(
-            rf"slonk srun-ports: uid {uid} held (\d+) of srun's ports {first}-{last} "
-            r"\(a user's share: (\d+)\): ended its [1-9]\d* processes on the pod",
-            healthy.log("slonk-login-0", since),
-        ),
-    )
-    assert int(said[1]) > int(said[2]) == (last - first + 1) // 10
-    assert login.run(f"pgrep -u {name}").rc == 1
-    assert demo.check_output("srun -N1 hostname").strip() in ("slonk-cpu-0", "slonk-cpu-1")
+    demo.check_output("setsid -f sleep 1801 </dev/null >/dev/null 2>&1")  # demo's session
+    try:
+        healthy.user(name).check_output(f"setsid -f {holder} </dev/null >/dev/null 2>&1")
+        said = wait_for(
+            "the login pod's agent to end the holder",
+            lambda: re.search(
+                rf"slonk srun-ports: uid {uid} held (\d+) of srun's ports {first}-{last} "
+                r"\(a user's share: (\d+)\): ended its [1-9]\d* processes on the pod",
+                healthy.log("slonk-login-0", since),
+            ),
+        )
+        assert int(said[1]) > int(said[2]) == (last - first + 1) // 10
+        assert login.run(f"pgrep -u {name}").rc == 1
+        assert demo.check_output("srun -N1 hostname").strip() in ("slonk-cpu-0", "slonk-cpu-1")
+    finally:
+        login.run(f"pkill -KILL -u {name}; pkill -u demo -x -f 'sleep 1801'")
 
 
 def test_a_job_reaches_its_other_node_by_ssh(healthy, demo):

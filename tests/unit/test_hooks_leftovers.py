@@ -175,15 +175,19 @@ leftovers.other_job = lambda uid, job, node: ""
 USER, OTHER, SYSTEM = (int(a) for a in sys.argv[1:4])
 scratch = sys.argv[4]
 as_user = dict(user=USER, group=USER)
-# Left by the job: a daemon out of its process tree, and a loop forking as fast as it can.
+# Left by the job: a daemon out of its process tree, a loop forking as fast as it can.
 subprocess.run(["setsid", "-f", "sleep", "600"], check=True, **as_user)
 subprocess.run(["setsid", "-f", "sh", "-c", "while :; do /bin/true; done"], check=True, **as_user)
+# And one stopping every process of its user as fast as it can: a helper running as the user
+# to end them would be stopped too, and the Epilog hang on it.
+stopper = "import os, signal\\nwhile True:\\n    os.kill(-1, signal.SIGSTOP)"
+subprocess.run(["setsid", "-f", "/usr/bin/python3", "-c", stopper], check=True, **as_user)
 spared = [
     subprocess.Popen(["sleep", "600"]),
     subprocess.Popen(["sleep", "600"], user=OTHER, group=OTHER),
     subprocess.Popen(["sleep", "600"], user=SYSTEM, group=SYSTEM),
 ]
-while len(user_processes.processes(USER)) < 2:
+while len(user_processes.processes(USER)) < 3:
     time.sleep(0.01)
 job = {"SLURM_JOB_ID": "42", "SLURM_JOB_GID": str(USER)}
 print(leftovers.after_job({**job, "SLURM_JOB_UID": str(USER)}, (scratch,)))

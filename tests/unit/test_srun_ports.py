@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -49,6 +50,7 @@ def holder(count, start, uid=None):
     return p
 
 attack = holder(20, 40000, attacker)  # of 40000-40029, whose share is 3
+print(srun_ports.look(40000, 40029))  # alone on the pod: they keep no one else out
 fair = holder(3, 40020, neighbour)  # their share, no more
 subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
 # Connections to the neighbour's listening port (as slurmstepds reach an srun) share its port.
@@ -73,9 +75,10 @@ def _pod(*args: str) -> list[str]:
 
 
 def test_one_user_holding_the_range_loses_their_processes_and_no_one_else_does():
-    short, seen, ended, statuses, after, short_after = _pod(
+    alone, short, seen, ended, statuses, after, short_after = _pod(
         POD, PYTHON, HOLD, str(ATTACKER), str(NEIGHBOUR)
     )
+    assert alone == "[]"
     assert (short, short_after) == ("True", "False")
     # Bound only, listening, IPv6: all seen, and whose; ports, not connections; root's never.
     assert seen == f"[({ATTACKER}, 20), ({NEIGHBOUR}, 3)]"
@@ -90,3 +93,20 @@ def test_one_user_holding_the_range_loses_their_processes_and_no_one_else_does()
 def test_a_share_is_a_tenth_of_the_range_and_never_less_than_one_srun():
     assert srun_ports.share(60001, 63000) == 300
     assert srun_ports.share(40000, 40009) == 3
+
+
+def test_a_range_short_with_no_one_to_blame_is_said_once(monkeypatch, capsys):
+    class Rounds(threading.Event):  # five looks, then stop
+        left = 5
+
+        def wait(self, timeout=None):
+            self.left -= 1
+            return self.left < 0
+
+    shortness = iter([True, True, False, True, True])
+    monkeypatch.setattr(srun_ports, "sees_bound_only", lambda: True)
+    monkeypatch.setattr(srun_ports, "running_short", lambda first, last: next(shortness))
+    monkeypatch.setattr(srun_ports, "look", lambda first, last: [])
+    srun_ports.run_forever((60001, 63000), Rounds())
+    said = capsys.readouterr().err.splitlines()
+    assert len(said) == 2 and all("run short and no user over a share" in s for s in said)

@@ -11,10 +11,10 @@ directory. The check `scratch`, finding its directory full with no job on the no
 first does the same for every user who left entries there (an Epilog that did not run), and
 judges what is left.
 
-Both run as the user, never as root. kill(-1) from a process of the user's signals every
-process of theirs in the pod's PID namespace at once, so a process forking as fast as it can
-does not outrun it, and nothing of root's or another user's can be hit. The removal can lead
-only to what the user could change anyway, and follows no link; an entry whose inode changed
+Root ends the processes by uid (slonk.user_processes: stopped first, so a process forking as
+fast as it can does not outrun it, and nothing of root's or another user's is hit). The
+removal runs as the user, never as root: it can lead only to what the user could change
+anyway, and follows no link; an entry whose inode changed
 after the Epilog began stays (a job of theirs starting meanwhile owns it): the change time,
 which a user cannot set back as they can a modification time. Bounded in time
 (TIMEOUT_SECONDS); what is left after that stays, and the log says so. Whatever goes wrong
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import os
 
-from slonk.user_processes import END_SECONDS, NOGROUP, end_processes, runs_processes
+from slonk.user_processes import END_SECONDS, end_processes, runs_processes
 
 TYPE_CHECKING = False  # not typing's: see slonk.hooks.dispatch
 if TYPE_CHECKING:
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 SCRATCH_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
 TIMEOUT_SECONDS = 60.0
+NOGROUP = 65534
 # As the user, given the entries: their own directories made writable (find follows no link,
 # not even one named on its command line), then removed, staying on each entry's file system.
 REMOVE = (
@@ -68,7 +69,7 @@ def clear(
     done. The caller has made sure the user has no job on the node."""
     wait = min(END_SECONDS, timeout)
     try:
-        ended, still = end_processes(uid, gid, wait)
+        ended, still = end_processes(uid, wait)
         said = [f"processes: ended {ended} uid {uid} left on the node" if ended else ""]
         if still:
             said.append(f"{still} still there after {wait:g} s")
@@ -82,14 +83,16 @@ def clear(
 
 
 def other_job(uid: int, job: str, node: str) -> str:
-    """Why the user may still need their entries here ("" when nothing says so): another of
-    their jobs on this node as slurmctld shows it, or slurmctld not answering (unsure: kept,
-    and the check `scratch` looks again once no job is on the node)."""
+    """Why the user may still need their processes and entries here ("" when nothing says
+    so): another of their jobs on this node as slurmctld shows it, or slurmctld not answering
+    (unsure: kept, and the check `scratch` looks again once no job is on the node). Not one
+    that is ending (COMPLETING): it needs nothing more, and two of the user's jobs ending
+    together would each keep everything for the other."""
     from slonk import slurm_nodes
 
     query = [
         "squeue", "--noheader", "--format=%A", f"--user={uid}", f"--nodelist={node}",
-        "--states=RUNNING,COMPLETING,SUSPENDED,CONFIGURING",
+        "--states=RUNNING,SUSPENDED,CONFIGURING",
     ]  # fmt: skip
     try:
         found = slurm_nodes.run(query).split()
