@@ -40,31 +40,23 @@ def _child_of(pid: int, timeout: float = LAUNCH_TIMEOUT_SECONDS) -> int:
     raise PodError(f"pod launcher {pid} started no process")
 
 
+def launch_command(spec_file: Path) -> list[str]:
+    """The command line that starts a pod from its spec: PID 1 of new PID, mount, UTS and IPC
+    namespaces is slonk.local.podinit (in the caller's network namespace)."""
+    return [
+        "unshare", "--mount", "--uts", "--ipc", "--pid", "--fork", "--mount-proc",
+        "--propagation", "private", "--", sys.executable, "-m", "slonk.local.podinit",
+        str(spec_file),
+    ]  # fmt: skip
+
+
 def start(pod_dir: Path, netns: str) -> int:
     """Launch a pod from its spec, pod_dir/pod.json (see podinit); returns the host pid of
     its PID 1."""
     spec_file = pod_dir / "pod.json"
     with open(pod_dir / "log", "ab") as log:
         launcher = subprocess.Popen(
-            [
-                "nsenter",
-                f"--net={NETNS_DIR / netns}",
-                "--",
-                "unshare",
-                "--mount",
-                "--uts",
-                "--ipc",
-                "--pid",
-                "--fork",
-                "--mount-proc",
-                "--propagation",
-                "private",
-                "--",
-                sys.executable,
-                "-m",
-                "slonk.local.podinit",
-                str(spec_file),
-            ],
+            ["nsenter", f"--net={NETNS_DIR / netns}", "--", *launch_command(spec_file)],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -17,6 +17,12 @@ the kernel locks mounts it hands to a less privileged namespace: a read-only one
 read-only, and none can be unmounted to reveal what lies under it. Even a pod the chart
 makes privileged, or that keeps SYS_ADMIN (workers, for cgroups), cannot write the host's
 checkout or the state directory the host's root runs `slonk local` from.
+
+The node acceptance test (tests/node) runs the chart's pods here as Kubernetes does on a real
+node: no user namespace (`userNamespace: false`), a cgroup of the machine's v2 tree with a
+cgroup namespace rooted there (`cgroup`), cgroupfs mounted as a runtime mounts it
+(`cgroupfs`), the machine's GPU devices (`devices`), and single files bound in (the host's
+nvidia-smi and NVML, as the NVIDIA container toolkit binds them).
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ from slonk.local import seccomp
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
 MS_REMOUNT, MS_BIND = 0x20, 0x1000
 MNT_DETACH = 2
-CLONE_NEWNS, CLONE_NEWUSER = 0x20000, 0x10000000
+CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWCGROUP = 0x20000, 0x10000000, 0x02000000
 OLD_ROOT = "/run/.host"
 # uid 0 of the pod is the host's (every uid is mapped to itself) so that the images' and the
 # volumes' files keep their owners: 2^32 - 1 ids, all but the invalid (uid_t)-1.
@@ -112,6 +118,15 @@ def make_root(spec: dict[str, Any]) -> str:
     for name, target in DEV_LINKS.items():
         Path(dev, name).symlink_to(target)
     fake_gpus(root, int(spec.get("gpus", 0)))
+    for path in spec.get("devices", ()):
+        given = os.stat(path)  # a device of the machine, as a device plugin hands it over
+        os.mknod(f"{root}{path}", stat.S_IFCHR | 0o666, given.st_rdev)
+        os.chmod(f"{root}{path}", 0o666)
+    if spec.get("cgroupfs"):
+        # The pod's own cgroup tree (its cgroup namespace's), as a runtime mounts it for a
+        # container: read-only unless privileged.
+        flags = MS_NOSUID | MS_NODEV | MS_NOEXEC | (0 if spec.get("privileged") else MS_RDONLY)
+        mount("cgroup2", f"{root}/sys/fs/cgroup", "cgroup2", flags)
     for target, mode in spec["tmpfs"].items():  # /run among them, for OLD_ROOT
         mount("tmpfs", f"{root}{target}", "tmpfs", MS_NOSUID | MS_NODEV, f"mode={mode}")
     return root
@@ -170,7 +185,12 @@ def add_volumes(spec: dict[str, Any], sources: list[int]) -> None:
     /run in the image): the sources are held as descriptors opened before it, their mounts
     still attached at OLD_ROOT."""
     for fd, volume in zip(sources, spec["binds"], strict=True):
-        Path(volume["target"]).mkdir(parents=True, exist_ok=True)
+        target = Path(volume["target"])
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            target.mkdir(parents=True, exist_ok=True)
+        else:  # a single file (the host's nvidia-smi, as the NVIDIA container toolkit binds)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.touch()
         bind(f"/proc/self/fd/{fd}", volume["target"], volume["readOnly"])
         os.close(fd)
 
@@ -236,17 +256,29 @@ def confined(command: Sequence[str], spec: Mapping[str, Any]) -> list[str]:
     return ["setpriv", *options, "--", *command] if options else list(command)
 
 
+def own_cgroup(path: str) -> None:
+    """Move into the pod's cgroup (a folder of the machine's cgroup v2 tree), then into a
+    cgroup namespace rooted there, as a runtime starts a container: the pod's processes alone
+    are in it (its launcher stays outside), and its /sys/fs/cgroup shows that subtree."""
+    Path(path, "cgroup.procs").write_text("0")  # 0: the writer itself
+    if _libc.unshare(CLONE_NEWCGROUP) != 0:
+        raise OSError(ctypes.get_errno(), "cannot make the pod's cgroup namespace")
+
+
 def main(spec_path: str) -> None:
     spec = json.loads(Path(spec_path).read_text())
+    if spec.get("cgroup"):
+        own_cgroup(spec["cgroup"])
     open_low_ports(spec)
-    sources = [os.open(v["source"], os.O_PATH | os.O_DIRECTORY) for v in spec["binds"]]
+    sources = [os.open(v["source"], os.O_PATH) for v in spec["binds"]]
     pivot(make_root(spec))
     add_volumes(spec, sources)
     detach_host()
     for path, text in spec["files"].items():
         Path(path).write_text(text)
     socket.sethostname(spec["hostname"])
-    own_user_namespace()
+    if spec.get("userNamespace", True):
+        own_user_namespace()
     filter_system_calls(spec)
     command = confined(spec["command"], spec)
     os.execvpe(command[0], command, spec["env"])

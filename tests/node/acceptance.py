@@ -1,0 +1,734 @@
+"""Node acceptance: does the chart's worker run jobs on this machine, as Kubernetes would run it?
+
+Runs a controller pod and one worker pod of the chart (tests/node/bundle.py: the images' own
+daemons, the configuration the chart renders, the containers' securityContext as the
+rendered StatefulSets ask) in namespaces of their own, as a container runtime starts a pod:
+PID, mount, UTS, IPC and cgroup namespaces, the pod's cgroup under this machine's tree,
+cgroupfs mounted read-only, /proc and /sys as runc leaves them, the capabilities and seccomp
+filter the container asks for (slonk.local.podinit, with no user namespace: a Kubernetes
+pod has none). A GPU the machine has is handed over as the NVIDIA device plugin and
+container toolkit do: its device nodes, and the host's nvidia-smi and NVML bound in.
+
+Prints one PASS, FAIL or SKIP line per check (SKIP says why the machine cannot run it) and
+exits 1 if any failed. Needs root and no network; the pods' logs go to --logs.
+
+    PYTHONPATH=src python3 tests/node/acceptance.py [--bundle build/node] [--logs DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import fcntl
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from slonk.cgroups import mount_at
+from slonk.local.pod import launch_command
+from slonk.local.podinit import capabilities
+
+HERE = Path(__file__).resolve().parent
+SRC = HERE.parents[1] / "src"
+CLONE_NEWNS, CLONE_NEWNET = 0x20000, 0x40000000
+MS_REC, MS_PRIVATE = 0x4000, 0x40000
+SIOCSIFFLAGS, SIOCSIFADDR, IFF_UP, IFF_RUNNING = 0x8914, 0x8916, 0x1, 0x40
+POD_ADDRESS = "192.0.2.1"  # TEST-NET-1, on the test's own loopback: reaches nothing
+CGROUP = Path("/sys/fs/cgroup")
+CONTROLLERS = ("cpu", "cpuset", "memory", "pids")
+USER, OTHER = ("alice", 5000), ("bob", 5001)
+# linux/capability.h, by number.
+CAPABILITIES = (
+    "CHOWN DAC_OVERRIDE DAC_READ_SEARCH FOWNER FSETID KILL SETGID SETUID SETPCAP "
+    "LINUX_IMMUTABLE NET_BIND_SERVICE NET_BROADCAST NET_ADMIN NET_RAW IPC_LOCK IPC_OWNER "
+    "SYS_MODULE SYS_RAWIO SYS_CHROOT SYS_PTRACE SYS_PACCT SYS_ADMIN SYS_BOOT SYS_NICE "
+    "SYS_RESOURCE SYS_TIME SYS_TTY_CONFIG MKNOD LEASE AUDIT_WRITE AUDIT_CONTROL SETFCAP "
+    "MAC_OVERRIDE MAC_ADMIN SYSLOG WAKE_ALARM BLOCK_SUSPEND AUDIT_READ PERFMON BPF "
+    "CHECKPOINT_RESTORE"
+).split()
+POD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+NODE = "slonk-cpu-0"
+# What the NVIDIA device plugin and container toolkit give a container asking for one GPU.
+GPU_DEVICES = ("/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
+NVML = "libnvidia-ml.so.1"
+LIBRARY_DIR = "/usr/lib/x86_64-linux-gnu"
+WAIT_SECONDS = 90
+
+# The pods' own start, in place of `slonk init` (whose other steps need the cluster's
+# Kubernetes objects): munged as munge, then the role's daemons in the foreground.
+PRELUDE = """set -e
+exec 2>&1
+for user in {users}; do echo "$user" >> /etc/passwd; done
+for group in {groups}; do echo "$group" >> /etc/group; done
+for user in {names}; do echo "$user:*:20000:0:99999:7:::" >> /etc/shadow; done
+mkdir -p /run/munge /run/slurm /run/sshd
+chown munge:munge /run/munge
+cp /node/munge.key /etc/munge/munge.key
+chown munge:munge /etc/munge/munge.key && chmod 0400 /etc/munge/munge.key
+setpriv --reuid munge --regid munge --init-groups munged --foreground --log-file=/dev/stderr &
+until [ -S /run/munge/munge.socket.2 ]; do sleep 0.05; done
+"""
+CONTROLLER = """mkdir -p /var/spool/slurmctld && chown slurm:slurm /var/spool/slurmctld
+exec slurmctld -D -f /etc/slurm/slurmctld/slurm.conf
+"""
+WORKER = """{prepare}
+# The NVIDIA container toolkit's ldconfig hook, once it bound the driver's NVML in.
+if [ -e {nvml} ]; then ldconfig; fi
+/usr/bin/python3 -c "{syslog}" &
+ssh-keygen -A -q
+printf 'UsePAM yes\\n' > /etc/ssh/sshd_config.d/00-slonk-pod.conf
+/usr/sbin/sshd -E /run/sshd.log
+exec slurmd -D -N "$POD_NAME" --conf-server "$SLURM_CONF_SERVER"
+"""
+# The job's cgroup's memory.max, as a job sees it (its path in /proc/self/cgroup, cut at the step).
+JOB_MEMORY_MAX = "p=$(cut -d: -f3 /proc/self/cgroup); cat /sys/fs/cgroup${p%%/step_*}/memory.max"
+# PAM's messages (pam_slurm_adopt: whom it let in, why not) into the pod's log, as the images'
+# init layer has them.
+SYSLOG = (
+    "import socket; s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); s.bind('/dev/log')\n"
+    "while True: print('syslog:', s.recv(4096).decode(errors='replace'), flush=True)"
+)
+# The init layer's own step (slonk.init): make the pod's cgroup tree usable, or stop saying why.
+PREPARE = (
+    "/opt/slonk/bin/python3 -c 'from slonk import cgroups; print(\"init:\", cgroups.prepare())'"
+)
+
+
+@dataclass
+class Result:
+    name: str
+    outcome: str  # PASS, FAIL or SKIP
+    detail: str
+
+
+@dataclass
+class Machine:
+    """What this machine offers a pod."""
+
+    kernel: str = platform.release()
+    cgroup2: bool = False
+    gpus: list[str] = field(default_factory=list)  # nvidia-smi -L's lines
+    nvidia_smi: str | None = None
+    nvml: str | None = None
+
+    @classmethod
+    def read(cls) -> Machine:
+        found = mount_at(str(CGROUP), Path("/proc/self/mountinfo").read_text())
+        machine = cls(cgroup2=found is not None and found.fstype == "cgroup2")
+        machine.nvidia_smi = shutil.which("nvidia-smi")
+        machine.nvml = _library(NVML)
+        if machine.nvidia_smi and machine.nvml and os.path.exists(GPU_DEVICES[0]):
+            listed = subprocess.run(
+                [machine.nvidia_smi, "-L"], capture_output=True, text=True, check=False
+            )
+            machine.gpus = [line for line in listed.stdout.splitlines() if line.strip()]
+        return machine
+
+    def case(self) -> str:
+        if not self.cgroup2:
+            return "none"
+        return "cgroup-gpu" if self.gpus else "cgroup"
+
+
+def _library(name: str) -> str | None:
+    """The machine's copy of a driver library: ld.so's cache, else where drivers keep it."""
+    listed = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, check=False)
+    for line in listed.stdout.splitlines():
+        if line.strip().startswith(name) and "x86-64" in line:
+            return os.path.realpath(line.split("=>")[-1].strip())
+    for folder in (LIBRARY_DIR, "/usr/lib64", "/usr/local/nvidia/lib64", "/usr/local/nvidia/lib"):
+        if os.path.exists(path := f"{folder}/{name}"):
+            return os.path.realpath(path)
+    return None
+
+
+def capability_names(mask: int) -> list[str]:
+    return [name for number, name in enumerate(CAPABILITIES) if mask >> number & 1]
+
+
+def status_mask(pid: int | str, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1], 16)
+    return 0
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def own_network() -> None:
+    """This process (and the pods it starts) in a network namespace of its own, loopback up,
+    and a mount namespace whose mounts do not reach the machine's."""
+    if _libc.unshare(CLONE_NEWNS | CLONE_NEWNET) != 0:
+        raise OSError(ctypes.get_errno(), "unshare")
+    if _libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+        raise OSError(ctypes.get_errno(), "mount --make-rprivate /")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", IFF_UP | IFF_RUNNING))
+        # The pods' address: glibc's getaddrinfo (AI_ADDRCONFIG, as Slurm asks) resolves no
+        # IPv4 name where 127.0.0.1 is the only IPv4 address.
+        address = socket.inet_aton(POD_ADDRESS)
+        request = struct.pack("16sH2s4s8x", b"lo:pods", socket.AF_INET, b"", address)
+        fcntl.ioctl(sock, SIOCSIFADDR, request)
+
+
+class Pods:
+    """The test's two pods, their cgroups and files, under one work directory."""
+
+    def __init__(self, work: Path, bundle: Path, case: str, machine: Machine) -> None:
+        self.work, self.bundle, self.case, self.machine = work, bundle, case, machine
+        self.config = bundle / "cases" / case
+        self.specs = json.loads((self.config / "pods.json").read_text())
+        self.cgroup = CGROUP / f"slonk-node-{os.getpid()}" if machine.cgroup2 else None
+        self.pids: dict[str, int] = {}
+        self.launchers: list[subprocess.Popen[bytes]] = []
+
+    def setup(self) -> None:
+        (self.work / "node").mkdir()
+        (self.work / "node" / "munge.key").write_bytes(os.urandom(1024))
+        home = self.work / "home"
+        for name, uid in (USER, OTHER):
+            (home / name / ".ssh").mkdir(parents=True)
+            for path in (home / name, home / name / ".ssh"):
+                os.chown(path, uid, uid)
+        (self.work / "home").chmod(0o755)
+        if self.cgroup:
+            offered = (CGROUP / "cgroup.controllers").read_text().split()
+            enable = " ".join(f"+{c}" for c in CONTROLLERS if c in offered)
+            (CGROUP / "cgroup.subtree_control").write_text(enable)
+            self.cgroup.mkdir()
+            (self.cgroup / "cgroup.subtree_control").write_text(enable)
+
+    def hosts(self) -> str:
+        names = [
+            self.specs["controller"]["name"],
+            NODE,
+            self.specs["controller"]["env"]["SLURM_CONF_SERVER"].split(":")[0],
+        ]
+        return f"127.0.0.1 localhost\n{POD_ADDRESS} {' '.join(names)}\n"
+
+    def stub_programs(self) -> str:
+        """Shell lines making each job hook and health program the rendered slurm.conf names
+        in the init layer's directory (slonk.paths.HOOK_BIN: hooks from git, health checks)
+        a stub that succeeds: the test runs the daemons, not the init layer."""
+        conf = (self.config / "slurm.conf").read_text()
+        found = re.findall(
+            r"^(?:Prolog|Epilog|\w+Prolog|\w+Epilog|HealthCheckProgram)=(\S+)$", conf, re.MULTILINE
+        )
+        return "".join(
+            f"mkdir -p {os.path.dirname(p)} && printf '#!/bin/sh\\nexit 0\\n' > {p} "
+            f"&& chmod 0755 {p}\n"
+            for p in found
+        )
+
+    def spec(self, role: str) -> dict[str, object]:
+        container = self.specs[role]
+        pod = self.work / role
+        for layer in ("upper", "work", "root"):
+            (pod / layer).mkdir(parents=True, exist_ok=True)
+        users = [f"{n}:x:{u}:{u}::/home/{n}:/bin/bash" for n, u in (USER, OTHER)]
+        groups = [f"{n}:x:{u}:" for n, u in (USER, OTHER)]
+        start = PRELUDE.format(
+            users=" ".join(f"'{u}'" for u in users),
+            groups=" ".join(f"'{g}'" for g in groups),
+            names=" ".join(n for n, _ in (USER, OTHER)),
+        )
+        if role == "controller":
+            start += CONTROLLER
+        else:
+            start += WORKER.format(
+                prepare=PREPARE if self.case != "none" else "",
+                syslog=SYSLOG,
+                nvml=f"{LIBRARY_DIR}/{NVML}",
+            )
+        if role == "worker":
+            start = self.stub_programs() + start
+        (self.work / "node" / f"start-{role}").write_text(start)
+        binds = [
+            {"source": str(self.work / "node"), "target": "/node", "readOnly": True},
+            {"source": str(self.work / "home"), "target": "/home", "readOnly": False},
+        ]
+        devices: list[str] = []
+        if role == "controller":
+            binds.append(
+                {"source": str(self.config), "target": "/etc/slurm/slurmctld", "readOnly": True}
+            )
+        elif container["gpus"]:
+            devices = [d for d in GPU_DEVICES if os.path.exists(d)]
+            assert self.machine.nvidia_smi and self.machine.nvml
+            binds += [
+                {
+                    "source": self.machine.nvidia_smi,
+                    "target": "/usr/bin/nvidia-smi",
+                    "readOnly": True,
+                },
+                {"source": self.machine.nvml, "target": f"{LIBRARY_DIR}/{NVML}", "readOnly": True},
+            ]
+        return {
+            "hostname": container["name"],
+            "capabilities": container["capabilities"],
+            "dropCapabilities": container["dropCapabilities"],
+            "privileged": container["privileged"],
+            "seccomp": container["seccomp"],
+            "noNewPrivileges": container["noNewPrivileges"],
+            "userNamespace": False,
+            "cgroupfs": self.machine.cgroup2,
+            "devices": devices,
+            "command": ["/bin/sh", f"/node/start-{role}"],
+            "env": {
+                "PATH": POD_PATH,
+                "HOME": "/root",
+                "LANG": "C.UTF-8",
+                "POD_NAME": container["name"],
+                **container["env"],
+            },
+            "root": {
+                "lower": [str(self.bundle / "rootfs")],
+                "upper": str(pod / "upper"),
+                "work": str(pod / "work"),
+                "target": str(pod / "root"),
+            },
+            "tmpfs": {"/run": "0755"},
+            "binds": binds,
+            "files": {"/etc/hosts": self.hosts(), "/etc/hostname": f"{container['name']}\n"},
+        }
+
+    def start(self, role: str) -> None:
+        spec_file = self.work / role / "pod.json"
+        spec_file.parent.mkdir(exist_ok=True)
+        spec = self.spec(role)
+        if self.cgroup:
+            (self.cgroup / role).mkdir()
+            spec["cgroup"] = str(self.cgroup / role)
+        spec_file.write_text(json.dumps(spec))
+        log = (self.work / role / "log").open("wb")
+        launcher = subprocess.Popen(
+            launch_command(spec_file),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONPATH": str(SRC)},
+        )
+        self.launchers.append(launcher)
+        children = Path(f"/proc/{launcher.pid}/task/{launcher.pid}/children")
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not self.pids.get(role):
+            found = children.read_text().split() if children.exists() else []
+            if found:
+                self.pids[role] = int(found[0])
+            time.sleep(0.01)
+        if role not in self.pids:
+            raise RuntimeError(f"{role} pod did not start: {self.log(role)}")
+
+    def exited(self, role: str) -> bool:
+        return self.launchers[list(self.pids).index(role)].poll() is not None
+
+    def log(self, role: str, lines: int = 30) -> str:
+        text = (self.work / role / "log").read_text(errors="replace")
+        return "\n".join(text.splitlines()[-lines:])
+
+    def run(
+        self,
+        role: str,
+        argv: Sequence[str],
+        user: tuple[str, int] | None = None,
+        timeout: float = 60,
+    ) -> subprocess.CompletedProcess[str]:
+        """`argv` in the pod (root, or `user`), with the Slurm clients' configuration."""
+        command = list(argv)
+        env = ["env", "-i", f"PATH={POD_PATH}", "SLURM_CONF=/etc/slurm/slurmctld/slurm.conf"]
+        if user:
+            name, uid = user
+            env[1:1] = [f"--chdir=/home/{name}"]  # where a user's sbatch writes its output
+            env += [f"HOME=/home/{name}", f"USER={name}", f"LOGNAME={name}"]
+            command = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--init-groups", *command]
+        else:
+            env.append("HOME=/root")
+        enter = ["nsenter", "-t", str(self.pids[role]), "-m", "-u", "-i", "-p", "-C", "-r", "-w"]
+        try:
+            return subprocess.run(
+                [*enter, "--", *env, *command],
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as expired:
+            out = expired.stdout.decode() if isinstance(expired.stdout, bytes) else ""
+            return subprocess.CompletedProcess(argv, 124, out, f"timed out after {timeout}s")
+
+    def cgroups(self) -> str:
+        """The pods' cgroup tree: each cgroup's processes and enabled controllers."""
+        if not self.cgroup or not self.cgroup.exists():
+            return ""
+        lines = []
+        for folder in sorted(p for p in self.cgroup.rglob("*") if p.is_dir()):
+            procs = " ".join((folder / "cgroup.procs").read_text().split())
+            enabled = (folder / "cgroup.subtree_control").read_text().strip()
+            lines.append(f"{folder.relative_to(self.cgroup)}: procs [{procs}] +[{enabled}]")
+        return "\n".join(lines) + "\n"
+
+    def stop(self) -> None:
+        for launcher in self.launchers:
+            if launcher.poll() is None:
+                launcher.kill()
+        for pid in self.pids.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)  # PID 1 of its namespace: every process goes
+        for launcher in self.launchers:
+            launcher.wait()
+        if self.cgroup and self.cgroup.exists():
+            _remove_cgroup(self.cgroup)
+
+
+def _remove_cgroup(path: Path) -> None:
+    """Remove a cgroup tree bottom-up, once its processes are gone."""
+    deadline = time.monotonic() + 10
+    for folder in sorted((p for p in path.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+        while folder.exists():
+            try:
+                folder.rmdir()
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+    path.rmdir()
+
+
+def wait_for(what: Callable[[], str | None], seconds: float = WAIT_SECONDS) -> str | None:
+    """Poll `what` (which names what it saw, or None while not yet) until it answers."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if (seen := what()) is not None:
+            return seen
+        time.sleep(0.2)
+    return None
+
+
+class Checks:
+    def __init__(self, pods: Pods, machine: Machine) -> None:
+        self.pods, self.machine = pods, machine
+        self.results: list[Result] = []
+
+    def say(self, name: str, outcome: str, detail: str) -> None:
+        self.results.append(Result(name, outcome, detail))
+        print(f"{outcome} {name}: {detail}", flush=True)
+
+    def user(
+        self, argv: Sequence[str], who: tuple[str, int] = USER, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
+        return self.pods.run("controller", argv, user=who, timeout=timeout)
+
+    def node_state(self) -> str:
+        shown = self.pods.run("controller", ["scontrol", "show", "node", NODE, "-o"], timeout=10)
+        found = re.search(r"\bState=(\S+)", shown.stdout)
+        return found.group(1) if found else shown.stderr.strip()
+
+    def job_state(self, job: str) -> str:
+        shown = self.pods.run("controller", ["scontrol", "show", "job", job, "-o"], timeout=10)
+        found = re.search(r"\bJobState=(\S+)", shown.stdout)
+        return found.group(1) if found else shown.stderr.strip()
+
+    def all(self) -> None:
+        confined = self.pods.case != "none"
+        no_cgroup = f"cgroup v2 is not this machine's hierarchy (kernel {self.machine.kernel})"
+        self.pod_started()
+        if not self.slurmd_registered():
+            return
+        self.job_as_user()
+        if confined:
+            self.memory_limit()
+        else:
+            self.say("memory limit (--mem)", "SKIP", no_cgroup)
+        if self.machine.gpus and confined:
+            self.gpus()
+        else:
+            why = no_cgroup if self.machine.gpus else "no GPU here (nvidia-smi, NVML, /dev/nvidia0)"
+            self.say("devices constrained", "SKIP", why)
+            self.say("GPU job (--gres=gpu:1)", "SKIP", why)
+        self.ssh_adopted(confined, no_cgroup)
+        self.job_tmp()
+
+    def pod_started(self) -> None:
+        name = "worker pod's cgroup tree made usable (slonk.cgroups)"
+        if self.pods.case == "none":
+            self.say(name, "SKIP", "confinement none (cgroup v1 here): nothing to prepare")
+            return
+        said = wait_for(
+            lambda: next(
+                (
+                    line
+                    for line in self.pods.log("worker", 200).splitlines()
+                    if line.startswith("init:") or "ConfinementError" in line
+                ),
+                None,
+            )
+        )
+        if said and said.startswith("init:"):
+            self.say(name, "PASS", said.removeprefix("init: "))
+        else:
+            self.say(name, "FAIL", said or f"no word from init:\n{self.pods.log('worker')}")
+
+    def slurmd_registered(self) -> bool:
+        name = "slurmd starts and registers"
+        state = wait_for(
+            lambda: (
+                "exited"
+                if self.pods.exited("worker") or self.pods.exited("controller")
+                else s
+                if (s := self.node_state()).startswith("IDLE")
+                else None
+            )
+        )
+        if state == "exited":
+            state = None
+        if state:
+            shown = self.pods.run("worker", ["grep", "-E", "^(Name|CapEff):", "/proc/1/status"])
+            name_line, mask_line = ([*shown.stdout.splitlines(), "", ""])[:2]
+            held = capability_names(int(mask_line.split()[-1], 16)) if mask_line else []
+            print(f"worker pod's PID 1 ({name_line.split()[-1]}) holds: {' '.join(held)}")
+            self.say(name, "PASS", f"{NODE} {state}")
+            return True
+        self.say(
+            name,
+            "FAIL",
+            f"{NODE} {self.node_state()}\n--- worker pod:\n{self.pods.log('worker')}"
+            f"\n--- controller pod:\n{self.pods.log('controller')}",
+        )
+        return False
+
+    def job_as_user(self) -> None:
+        name = "job runs as its user"
+        done = self.user(["srun", "-t", "1", "sh", "-c", "id -un; cat /proc/self/cgroup"])
+        lines = done.stdout.split()
+        if done.returncode == 0 and lines and lines[0] == USER[0]:
+            self.say(name, "PASS", f"srun id -un: {lines[0]}; cgroup {' '.join(lines[1:])}")
+        else:
+            self.say(
+                name,
+                "FAIL",
+                f"exit {done.returncode}: {done.stdout}{done.stderr}"
+                f"\n--- worker pod:\n{self.pods.log('worker')}",
+            )
+
+    def memory_limit(self) -> None:
+        name = "memory limit (--mem) ends the job OUT_OF_MEMORY"
+        hog = "python3 -c \"b = b'x' * (500 << 20); print('survived')\""
+        done = self.user(
+            [
+                "sbatch",
+                "--wait",
+                "--parsable",
+                "--mem=100M",
+                "-t",
+                "1",
+                "-o",
+                "/home/alice/oom.out",
+                "--wrap",
+                f"{JOB_MEMORY_MAX}; {hog}",
+            ],
+            timeout=120,
+        )
+        job = done.stdout.strip().split(";")[0]
+        state = self.job_state(job) if job.isdigit() else done.stderr.strip()
+        out = Path(self.pods.work / "home/alice/oom.out")
+        said = " ".join(out.read_text().split()) if out.exists() else ""
+        outcome = "PASS" if state == "OUT_OF_MEMORY" else "FAIL"
+        self.say(name, outcome, f"job {job} {state}; memory.max and output: {said}")
+
+    def gpus(self) -> None:
+        probe = "import os; os.close(os.open('/dev/nvidia0', os.O_RDWR)); print('opened')"
+        without = self.user(["srun", "-t", "1", "python3", "-c", probe])
+        said = [line for line in (without.stdout + without.stderr).splitlines() if line.strip()]
+        errors = [line for line in said if "Error" in line or "opened" in line]
+        refused = without.returncode != 0 and any("Operation not permitted" in e for e in errors)
+        self.say(
+            "devices constrained",
+            "PASS" if refused else "FAIL",
+            f"a job without --gres opening /dev/nvidia0: {(errors or said or [''])[-1]}",
+        )
+        script = (
+            f'echo CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES; python3 -c "{probe}"; nvidia-smi -L'
+        )
+        given = self.user(["srun", "-t", "1", "--gres=gpu:1", "sh", "-c", script], timeout=90)
+        out = given.stdout
+        ok = "CUDA_VISIBLE_DEVICES=0" in out and "opened" in out and "GPU 0:" in out
+        self.say(
+            "GPU job (--gres=gpu:1)",
+            "PASS" if ok else "FAIL",
+            " | ".join(line for line in (out + given.stderr).splitlines() if line.strip()),
+        )
+
+    def ssh_adopted(self, confined: bool, no_cgroup: str) -> None:
+        home = f"/home/{USER[0]}/.ssh"
+        self.user(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", f"{home}/id_ed25519"])
+        shutil.copy(
+            self.pods.work / "home" / USER[0] / ".ssh/id_ed25519.pub",
+            self.pods.work / "home" / USER[0] / ".ssh/authorized_keys",
+        )
+        os.chown(self.pods.work / "home" / USER[0] / ".ssh/authorized_keys", USER[1], USER[1])
+        ssh = [
+            "ssh",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-o",
+            "UserKnownHostsFile=/dev/null",
+            "-o",
+            "LogLevel=ERROR",
+            NODE,
+        ]
+        refused = self.user([*ssh, "true"])
+        said = [
+            line for line in self.pods.log("worker", 50).splitlines() if "pam_slurm_adopt" in line
+        ]
+        name = "ssh without a job on the node is refused (pam_slurm_adopt)"
+        self.say(
+            name,
+            "PASS" if refused.returncode != 0 and said else "FAIL",
+            f"exit {refused.returncode}; {said[-1] if said else 'PAM said nothing'}",
+        )
+        submitted = self.user(["sbatch", "--parsable", "-t", "2", "--wrap", "sleep 120"])
+        job = submitted.stdout.strip().split(";")[0]
+        running = wait_for(lambda: "RUNNING" if self.job_state(job) == "RUNNING" else None)
+        session = self.user([*ssh, "echo job=$SLURM_JOB_ID; cat /proc/self/cgroup"])
+        out = session.stdout
+        adopted = running and f"job={job}" in out
+        sshd = "" if adopted else self.pods.run("worker", ["tail", "/run/sshd.log"]).stdout
+        self.say(
+            "ssh session adopted into the user's job",
+            "PASS" if adopted else "FAIL",
+            f"job {job} {self.job_state(job)}; session: {' '.join(out.split())} "
+            f"{session.stderr.strip()[-300:]}{sshd}",
+        )
+        name = "ssh session in the job's cgroup"
+        if confined:
+            inside = f"job_{job}/step_extern" in out
+            self.say(name, "PASS" if inside else "FAIL", " ".join(out.split()))
+        else:
+            self.say(name, "SKIP", no_cgroup)
+        self.pods.run("controller", ["scancel", job], timeout=10)
+
+    def job_tmp(self) -> None:
+        name = "jobs do not share /tmp"
+        conf = (self.pods.config / "slurm.conf").read_text()
+        if "JobContainerType" not in conf:
+            self.say(
+                name,
+                "SKIP",
+                "not built: the rendered slurm.conf gives jobs no /tmp of "
+                "their own (no JobContainerType; issue 29, part 5)",
+            )
+            return
+        self.user(["srun", "-t", "1", "sh", "-c", "echo secret > /tmp/left-by-alice"])
+        seen = self.user(["srun", "-t", "1", "ls", "-a", "/tmp"], who=OTHER)
+        shared = "left-by-alice" in seen.stdout
+        self.say(name, "FAIL" if shared else "PASS", f"another job's /tmp: {seen.stdout.split()}")
+
+
+def with_job_container(config: Path, target: Path) -> Path:
+    """A copy of a case's configuration with each job's own /tmp and /dev/shm."""
+    shutil.copytree(config, target)
+    with (target / "slurm.conf").open("a") as conf:
+        conf.write("JobContainerType=job_container/tmpfs\n")
+    (target / "job_container.conf").write_text(
+        "AutoBasePath=true\nBasePath=/var/lib/slonk/job-tmp\nDirs=/tmp,/dev/shm\n"
+    )
+    return target
+
+
+def unpack(bundle: Path, work: Path) -> Path:
+    if bundle.is_dir():
+        return bundle
+    target = work / "bundle"
+    with tarfile.open(bundle) as archive:
+        archive.extractall(target, numeric_owner=True, filter="fully_trusted")
+    (top,) = target.iterdir()
+    return top
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bundle", type=Path, default=HERE.parents[1] / "build" / "node")
+    parser.add_argument("--logs", type=Path, help="copy the pods' logs here")
+    parser.add_argument(
+        "--job-container",
+        action="store_true",
+        help="add Slurm's job_container/tmpfs to the chart's configuration (an experiment)",
+    )
+    parser.add_argument(
+        "--privileged",
+        action="store_true",
+        help="run the worker privileged, not as the chart asks (to compare, when a check fails)",
+    )
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        print("acceptance.py: needs root (namespaces, cgroups, mounts)", file=sys.stderr)
+        return 1
+    machine = Machine.read()
+    case = machine.case()
+    print(
+        f"node: kernel {machine.kernel}, cgroup {'v2' if machine.cgroup2 else 'v1'}, "
+        f"GPUs: {len(machine.gpus)} {machine.gpus[:1]}, case {case}",
+        flush=True,
+    )
+    work = Path(tempfile.mkdtemp(prefix="slonk-node-"))
+    os.chmod(work, 0o755)
+    pods, checks = None, None
+    started = time.monotonic()
+    try:
+        bundle = unpack(args.bundle, work)
+        own_network()
+        pods = Pods(work, bundle, case, machine)
+        if args.privileged:
+            pods.specs["worker"]["privileged"] = True
+        if args.job_container:
+            pods.config = with_job_container(pods.config, work / "config")
+        pods.setup()
+        asked = capabilities(pods.specs["worker"]) or CAPABILITIES
+        missing = sorted(set(asked) - set(capability_names(status_mask("self", "CapBnd"))))
+        print(
+            f"worker container asks for: {' '.join(asked)}; this machine's bounding set "
+            f"lacks {' '.join(missing) or 'none of them'}",
+            flush=True,
+        )
+        pods.start("controller")
+        pods.start("worker")
+        checks = Checks(pods, machine)
+        checks.all()
+    finally:
+        if pods:
+            if args.logs:
+                args.logs.mkdir(parents=True, exist_ok=True)
+                for role in ("controller", "worker"):
+                    if (work / role / "log").exists():
+                        shutil.copy(work / role / "log", args.logs / f"{role}.log")
+                (args.logs / "cgroups.txt").write_text(pods.cgroups())
+            pods.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    results = checks.results if checks else []
+    failed = [r for r in results if r.outcome == "FAIL"]
+    print(
+        f"node acceptance: {len(results) - len(failed)} of {len(results)} "
+        f"passed or skipped, {len(failed)} failed, in {time.monotonic() - started:.0f} s"
+    )
+    return 1 if failed or not results else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
