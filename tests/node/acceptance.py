@@ -635,10 +635,16 @@ class Checks:
                 "their own (no JobContainerType; issue 29, part 5)",
             )
             return
-        self.user(["srun", "-t", "1", "sh", "-c", "echo secret > /tmp/left-by-alice"])
-        seen = self.user(["srun", "-t", "1", "ls", "-a", "/tmp"], who=OTHER)
-        shared = "left-by-alice" in seen.stdout
-        self.say(name, "FAIL" if shared else "PASS", f"another job's /tmp: {seen.stdout.split()}")
+        left = self.user(["srun", "-t", "1", "sh", "-c", "echo secret > /tmp/left && echo left"])
+        seen = self.user(["srun", "-t", "1", "sh", "-c", "ls -a /tmp; echo listed"], who=OTHER)
+        ran = "left" in left.stdout.split() and "listed" in seen.stdout.split()
+        shared = "left" in seen.stdout.split()
+        self.say(
+            name,
+            "PASS" if ran and not shared else "FAIL",
+            f"{USER[0]}'s job wrote /tmp/left: {left.stdout.split()} {left.stderr.strip()[-200:]}"
+            f"; {OTHER[0]}'s job lists /tmp: {seen.stdout.split()} {seen.stderr.strip()[-200:]}",
+        )
 
 
 def with_job_container(config: Path, target: Path) -> Path:
