@@ -26,6 +26,10 @@ SETTINGS = {
 }
 # Accounting's pods have no podSecurityContext in values: the runtime's default filter, fixed.
 FIXED_POD_SECURITY = {"seccompProfile": {"type": "RuntimeDefault"}}
+# The pods where srun listens (login: srun and salloc; workers: srun in a job), which reserve
+# SrunPortRange from the kernel's own choice of ports.
+SRUN_PODS = ("login", "worker")
+RESERVED_PORTS = "net.ipv4.ip_local_reserved_ports"
 # With these, the chart renders every kind of pod it has (the directory, git-sync beside slurmd).
 EVERY_POD = ["ldap-dev.yaml", "hooks.yaml"]
 
@@ -69,8 +73,12 @@ def _settings(values: dict[str, Any], component: str) -> dict[str, Any]:
 def test_every_pod_runs_under_the_default_seccomp_filter_with_no_priority_class():
     pods = _pods(_docs(EVERY_POD))
     assert {component for _, component, _ in pods} == set(SETTINGS)
-    for name, _, spec in pods:
-        assert spec["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}, name
+    for name, component, spec in pods:
+        reserved = [{"name": RESERVED_PORTS, "value": "60001-63000"}]
+        assert spec["securityContext"] == {
+            "seccompProfile": {"type": "RuntimeDefault"},
+            **({"sysctls": reserved} if component in SRUN_PODS else {}),
+        }, name
         assert "priorityClassName" not in spec, name
         for container in spec["containers"]:  # git-sync included: the pod's filter covers it
             own = container.get("securityContext", {}).get("seccompProfile")
@@ -88,7 +96,20 @@ def test_every_pod_takes_its_components_priority_class_and_security_context():
         assert spec["priorityClassName"] == settings["priorityClassName"], name
         # null (the directory's here) removes the default: no securityContext at all.
         expected = settings.get("podSecurityContext", FIXED_POD_SECURITY)
+        if component in SRUN_PODS:
+            reserved = {"name": RESERVED_PORTS, "value": "60001-63000"}
+            expected = {**expected, "sysctls": [*expected.get("sysctls", []), reserved]}
         assert spec.get("securityContext") == expected, name
+
+
+def test_a_reservation_of_srun_ports_in_values_is_kept_and_none_without_a_range():
+    own = {"name": "net/ipv4/ip_local_reserved_ports", "value": "1000-1010"}
+    docs = _docs([], {"workers": {"podSecurityContext": {"sysctls": [own]}}})
+    contexts = {component: spec["securityContext"] for _, component, spec in _pods(docs)}
+    assert contexts["worker"]["sysctls"] == [own]
+    assert contexts["login"]["sysctls"] == [{"name": RESERVED_PORTS, "value": "60001-63000"}]
+    docs = _docs([], {"slurm": {"slurmConf": {"SrunPortRange": None}}})
+    assert not any("sysctls" in spec["securityContext"] for _, _, spec in _pods(docs))
 
 
 @pytest.mark.parametrize("kube_version", ["1.29", "1.33"])

@@ -137,6 +137,9 @@ def test_one_user_holding_sruns_ports_loses_them_and_others_srun(healthy, demo):
     login = healthy.pod("slonk-login-0")
     pinned = login.check_output("scontrol show config | awk '/^SrunPortRange/ {print $3}'")
     first, last = (int(port) for port in pinned.split("-"))
+    # The kernel never hands out a port of the range (the pod's sysctl, set by local mode).
+    reserved = login.check_output("cat /proc/sys/net/ipv4/ip_local_reserved_ports").strip()
+    assert reserved == pinned.strip()
     uid = login.check_output(f"id -u {name}").strip()
     since = healthy.log_offset("slonk-login-0")
     holder = f"python3 -c {shlex.quote(HOLD_PORTS)} {first} {last}"

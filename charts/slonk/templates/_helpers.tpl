@@ -591,6 +591,25 @@ sshd and pam_slurm_adopt need beyond them (values.yaml workers.ssh says why), as
 {{- if eq .type "Unconfined" }}unconfined{{ else if eq .type "RuntimeDefault" }}runtime/default{{ else }}localhost/{{ .localhostProfile }}{{ end -}}
 {{- end }}
 
+{{/* A login or worker pod's securityContext: the values' own and, where SrunPortRange is set,
+that range reserved from the kernel's own choice of ports (net.ipv4.ip_local_reserved_ports, a
+sysctl every Kubernetes since 1.27 allows): no connection of anyone's takes a port srun listens
+on. A reservation the values make themselves is kept as it is.
+Call with (dict "root" $ "context" PODSECURITYCONTEXT); nothing when the result is empty. */}}
+{{- define "slonk.srunPodSecurityContext" -}}
+{{- $context := deepCopy (.context | default dict) -}}
+{{- $range := index (.root.Values.slurm.slurmConf | default dict) "SrunPortRange" -}}
+{{- if not (kindIs "invalid" $range) -}}
+{{- $sysctls := $context.sysctls | default list -}}
+{{- $names := list -}}
+{{- range $sysctls }}{{ $names = append $names (.name | replace "/" ".") }}{{ end -}}
+{{- if not (has "net.ipv4.ip_local_reserved_ports" $names) -}}
+{{- $_ := set $context "sysctls" (append $sysctls (dict "name" "net.ipv4.ip_local_reserved_ports" "value" (toString $range))) -}}
+{{- end -}}
+{{- end -}}
+{{- with $context }}securityContext: {{- toYaml . | nindent 2 }}{{ end -}}
+{{- end }}
+
 {{/* SrunPortRange as a NetworkPolicy port, or nothing when srun listens on ephemeral ports. */}}
 {{- define "slonk.srunPorts" -}}
 {{- $range := index (.Values.slurm.slurmConf | default dict) "SrunPortRange" -}}

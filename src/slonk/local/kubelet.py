@@ -19,7 +19,7 @@ from typing import Any
 from slonk.local import pod as pods
 from slonk.local import podman
 from slonk.local.manifests import LocalModeError, Pod
-from slonk.local.network import processes_by_netns
+from slonk.local.network import processes_by_netns, set_sysctls
 from slonk.local.sidecars import start_sidecars
 from slonk.local.state import Cluster, read_pod_spec, write_pod_spec
 
@@ -44,6 +44,7 @@ def _launch(cluster: Cluster, name: str, spec: dict[str, Any]) -> int:
     for volume in spec["binds"]:
         Path(volume["source"]).mkdir(parents=True, exist_ok=True)
     netns = cluster.network.pod_netns(name)
+    set_sysctls(netns, spec.get("sysctls", {}))
     write_pod_spec(cluster, name, spec)
     cluster.mark_container_start(name)
     if cluster.record().get("runtime") == "podman":

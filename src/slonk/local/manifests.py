@@ -17,6 +17,14 @@ RULE_KEYS = ("apiGroups", "resources", "verbs", "resourceNames")
 FAKE_GPU_RESOURCE = "nvidia.com/gpu"
 # Resources every node has, which need no device plugin.
 NODE_RESOURCES = ("cpu", "memory", "ephemeral-storage")
+# The sysctls local mode sets for a pod (securityContext.sysctls): Kubernetes' safe ones that
+# belong to the pod's network namespace, which the host runtime makes before the pod starts.
+NETWORK_SYSCTLS = (
+    "net.ipv4.ip_local_port_range", "net.ipv4.ip_local_reserved_ports",
+    "net.ipv4.ip_unprivileged_port_start", "net.ipv4.ping_group_range",
+    "net.ipv4.tcp_syncookies", "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout",
+    "net.ipv4.tcp_keepalive_intvl", "net.ipv4.tcp_keepalive_probes",
+)  # fmt: skip
 
 
 class LocalModeError(SlonkError):
@@ -65,6 +73,7 @@ class Pod:
     # then SIGTERM; the pod's terminationGracePeriodSeconds bounds both (Kubernetes' default 30).
     pre_stop: tuple[str, ...] = ()
     grace_seconds: int = 30
+    sysctls: Mapping[str, str] = field(default_factory=dict)  # NETWORK_SYSCTLS' names
     gpus: int = 0  # FAKE_GPU_RESOURCE in the container's limits: the fake device plugin's
 
 
@@ -222,6 +231,7 @@ def plan(documents: Iterable[Mapping[str, Any]], namespace: str) -> Plan:
                         seccomp_profile=_seccomp_profile(pod_spec, security),
                         pre_stop=_pre_stop(meta["name"], container),
                         grace_seconds=int(pod_spec.get("terminationGracePeriodSeconds", 30)),
+                        sysctls=_sysctls(meta["name"], pod_spec),
                         gpus=_gpus(meta["name"], container),
                     )
                 )
@@ -246,6 +256,21 @@ def _pre_stop(statefulset: str, container: Mapping[str, Any]) -> tuple[str, ...]
             f"only exec preStop hooks, not {', '.join(hook)}"
         )
     return tuple(str(arg) for arg in hook["exec"]["command"])
+
+
+def _sysctls(statefulset: str, pod_spec: Mapping[str, Any]) -> dict[str, str]:
+    """The pod's sysctls by their dotted names; one local mode does not set stops the plan,
+    named (a kubelet refuses a sysctl it does not allow, and the pod never starts)."""
+    found = {}
+    for sysctl in pod_spec.get("securityContext", {}).get("sysctls") or []:
+        name = str(sysctl["name"]).replace("/", ".")
+        if name not in NETWORK_SYSCTLS:
+            raise LocalModeError(
+                f"StatefulSet {statefulset}: local mode sets only the pod network's safe "
+                f"sysctls ({', '.join(NETWORK_SYSCTLS)}), not {name!a}"
+            )
+        found[name] = str(sysctl["value"])
+    return found
 
 
 def _gpus(statefulset: str, container: Mapping[str, Any]) -> int:

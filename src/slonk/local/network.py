@@ -81,6 +81,17 @@ def enter_network(netns: Path) -> None:
             raise OSError(ctypes.get_errno(), f"setns {netns}")
 
 
+def set_sysctls(netns: str, sysctls: Mapping[str, str]) -> None:
+    """Set a pod's network sysctls in its namespace, as a runtime does before the pod starts
+    (a /proc/sys/net file shows the namespace of the process that opens it)."""
+    for name, value in sysctls.items():
+        path = Path("/proc/sys", *name.split("."))
+        subprocess.run(
+            ["nsenter", f"--net={NETNS_DIR / netns}", "--", "tee", str(path)],
+            input=f"{value}\n", text=True, stdout=subprocess.DEVNULL, check=True,
+        )  # fmt: skip
+
+
 def is_mount_point(path: Path) -> bool:
     return any(line.split()[4] == str(path) for line in Path("/proc/self/mountinfo").open())
 

@@ -96,5 +96,6 @@ def pod_spec(cluster: Cluster, pod: Pod, hosts: str, runtime: str) -> dict[str, 
         "binds": binds,
         "files": {"/etc/hosts": hosts, "/etc/hostname": f"{pod.name}\n"},
         "sidecars": sidecar_specs(cluster, pod),
+        "sysctls": dict(pod.sysctls),
         "gpus": pod.gpus,
     }
