@@ -75,12 +75,26 @@ def running_short(first: int, last: int) -> bool:
 
 
 def _probe_socket() -> socket.socket:
+    """A socket that binds a port as srun's would: both families where the pod has IPv6."""
     try:
-        probe = socket.socket(socket.AF_INET6)
-        probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        probe = _dual_stack()
     except OSError:
         probe = socket.socket(socket.AF_INET)  # a pod without IPv6
-    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    except OSError:
+        probe.close()
+        raise
+    return probe
+
+
+def _dual_stack() -> socket.socket:
+    probe = socket.socket(socket.AF_INET6)
+    try:
+        probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    except OSError:
+        probe.close()
+        raise
     return probe
 
 

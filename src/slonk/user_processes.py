@@ -5,6 +5,7 @@ of a pod's resources (slonk.srun_ports). Small, for the Epilog's path."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 # How long the ended processes may take to leave /proc (a process in uninterruptible sleep
 # dies only once its I/O returns): the caller then says what is still there.
@@ -80,32 +81,25 @@ def _real_and_saved(pid: int) -> tuple[int, int]:
 
 def runs_processes(uid: int, proc: str = "/proc") -> bool:
     """Whether any process on the node runs as `uid`."""
-    return bool(processes(uid, proc))
+    return any(owner == uid for _, owner in _owners(proc))
 
 
 def processes(uid: int, proc: str = "/proc") -> list[str]:
-    """The PIDs of the processes on the node running as `uid` (a /proc/PID entry is owned by
-    its process's effective user)."""
-    found = []
-    for name in os.listdir(proc):
-        if name.isdigit():
-            try:
-                if os.stat(f"{proc}/{name}").st_uid == uid:
-                    found.append(name)
-            except OSError:  # ended meanwhile
-                continue
-    return found
+    """The PIDs of the processes on the node running as `uid`."""
+    return [pid for pid, owner in _owners(proc) if owner == uid]
 
 
 def running_users(proc: str = "/proc") -> set[int]:
     """The users (not root or a system account) running a process on the node."""
-    found = set()
+    return {owner for _, owner in _owners(proc) if owner > SYSTEM_UID_MAX}
+
+
+def _owners(proc: str) -> Iterator[tuple[str, int]]:
+    """Every process on the node (its PID) with its effective user, which owns its /proc
+    entry."""
     for name in os.listdir(proc):
         if name.isdigit():
             try:
-                owner = os.stat(f"{proc}/{name}").st_uid
+                yield name, os.stat(f"{proc}/{name}").st_uid
             except OSError:  # ended meanwhile
                 continue
-            if owner > SYSTEM_UID_MAX:
-                found.add(owner)
-    return found

@@ -72,7 +72,7 @@ def clear(
         ended, still = end_processes(uid, wait)
         said = [f"processes: ended {ended} uid {uid} left on the node" if ended else ""]
         if still:
-            said.append(f"{still} still there after {wait:g} s")
+            said.append(f"processes: {still} of uid {uid} still there after {wait:g} s")
     except OSError as err:
         said = [f"processes: could not end uid {uid}'s: {err}"]
     if runs_processes(uid):
