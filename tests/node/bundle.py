@@ -317,6 +317,7 @@ def main() -> int:
     if os.geteuid() != 0:
         print("bundle.py: needs root (podman's store, chroot for ldd)", file=sys.stderr)
         return 1
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".node-", dir=args.out.parent))
     try:
         with ExitStack() as stack:

@@ -120,7 +120,7 @@ def make_root(spec: dict[str, Any]) -> str:
     fake_gpus(root, int(spec.get("gpus", 0)))
     for path in spec.get("devices", ()):
         given = os.stat(path)  # a device of the machine, as a device plugin hands it over
-        os.mknod(f"{root}{path}", stat.S_IFCHR | 0o666, given.st_rdev)
+        os.mknod(f"{root}{path}", stat.S_IFMT(given.st_mode) | 0o666, given.st_rdev)
         os.chmod(f"{root}{path}", 0o666)
     if spec.get("cgroupfs"):
         # The pod's own cgroup tree (its cgroup namespace's), as a runtime mounts it for a
