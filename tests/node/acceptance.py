@@ -605,15 +605,22 @@ class Checks:
         ]
         since = len(self.pods.log("worker", None).splitlines())
         refused = self.user([*ssh, "true"])
-        said = [
-            line
-            for line in self.pods.log("worker", None).splitlines()[since:]
-            if "Access denied by pam_slurm_adopt" in line
-        ]
+        # PAM's line reaches the pod's log through its syslog reader, maybe after ssh exits.
+        said = wait_for(
+            lambda: next(
+                (
+                    line
+                    for line in self.pods.log("worker", None).splitlines()[since:]
+                    if "Access denied by pam_slurm_adopt" in line
+                ),
+                None,
+            ),
+            seconds=10,
+        )
         self.say(
             "ssh without a job on the node is refused (pam_slurm_adopt)",
             "PASS" if refused.returncode != 0 and said else "FAIL",
-            f"exit {refused.returncode}; {said[-1] if said else 'pam_slurm_adopt refused nothing'}",
+            f"exit {refused.returncode}; {said or 'pam_slurm_adopt refused nothing'}",
         )
         submitted = self.user(["sbatch", "--parsable", "-t", "2", "--wrap", "sleep 120"])
         job = submitted.stdout.strip().split(";")[0]
