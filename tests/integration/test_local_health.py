@@ -73,15 +73,25 @@ def faults(healthy: LocalCluster) -> Iterator[Faults]:
     finally:
         injected.heal()
         healthy.slonk("upgrade")  # back to the values `up` had
-        controller = healthy.pod(CONTROLLER)
-        for node, (_, reason) in healthy.nodes().items():
-            if reason.startswith("slonk:quarantine") or reason == "maintenance":
-                controller.run(f"scontrol update nodename={node} state=resume")
-            if reason.startswith("slonk:quarantine"):
-                # Whoever replaces the machine lifts its taint too: until then Kubernetes
-                # places no new pod there (the fake API server keeps such a pod Pending).
-                with contextlib.suppress(AssertionError):  # not tainted (yet): nothing to lift
-                    healthy.kubectl("taint", "node", f"local-{node}", "slonk.io/quarantine-")
+        wait_for("quarantines and maintenance lifted", lambda: _lift_drains(healthy))
+
+
+def _lift_drains(cluster: LocalCluster) -> bool:
+    """One pass of what the person replacing a quarantined machine does (and of ending a
+    test's maintenance drain): whether none was left. Passes repeat until one finds none: the
+    recycle loop may still run a test's settings for a moment after `upgrade`."""
+    controller = cluster.pod(CONTROLLER)
+    found = False
+    for node, (_, reason) in cluster.nodes().items():
+        if reason.startswith("slonk:quarantine"):
+            # Whoever replaces the machine lifts its taint too: until then Kubernetes places
+            # no new pod there (the fake API server keeps such a pod Pending).
+            with contextlib.suppress(AssertionError):  # not tainted (yet): nothing to lift
+                cluster.kubectl("taint", "node", f"local-{node}", "slonk.io/quarantine-")
+        if reason.startswith("slonk:quarantine") or reason == "maintenance":
+            controller.run(f"scontrol update nodename={node} state=resume")
+            found = True
+    return not found
 
 
 def _drained_with(cluster: LocalCluster, node: str, reason: str) -> None:
@@ -448,6 +458,11 @@ def test_a_node_failing_boot_checks_registers_drained_then_is_recycled_then_quar
     faults: Faults,
 ):
     cluster = faults.cluster
+    # Counted from the start: the recycle loop may still run the last test's fast settings
+    # for a moment (config-watch applies `upgrade`), and recycle the node as soon as it
+    # registers drained, before this test asks for them.
+    recorded = len(cluster.node_history())
+    deletes = _deletes_offset(cluster)
     # The fault appears while the pod is away: a running pod's interval check would drain
     # the node for the same reason, and only the new pod's boot checks are under test.
     started = cluster.slurmd_started(BAD)
@@ -468,8 +483,6 @@ def test_a_node_failing_boot_checks_registers_drained_then_is_recycled_then_quar
         )
 
     wait_for(f"a new slurmd on {BAD} registered drained", registered_drained)
-    recorded = len(cluster.node_history())
-    deletes = _deletes_offset(cluster)
     _recycle_fast(cluster)
     quarantine = f"slonk:quarantine: recycled 2 times in 600 s; last {reason}"
     wait_for(f"{BAD} quarantined", lambda: cluster.nodes()[BAD] == ("idle+drain", quarantine))
