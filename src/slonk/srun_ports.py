@@ -77,25 +77,20 @@ def running_short(first: int, last: int) -> bool:
 def _probe_socket() -> socket.socket:
     """A socket that binds a port as srun's would: both families where the pod has IPv6."""
     try:
-        probe = _dual_stack()
+        probe = _set(socket.socket(socket.AF_INET6), socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
     except OSError:
         probe = socket.socket(socket.AF_INET)  # a pod without IPv6
-    try:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    except OSError:
-        probe.close()
-        raise
-    return probe
+    return _set(probe, socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 
 
-def _dual_stack() -> socket.socket:
-    probe = socket.socket(socket.AF_INET6)
+def _set(sock: socket.socket, level: int, option: int, value: int) -> socket.socket:
+    """`sock` with the option set; closed, not leaked, when it cannot be."""
     try:
-        probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        sock.setsockopt(level, option, value)
     except OSError:
-        probe.close()
+        sock.close()
         raise
-    return probe
+    return sock
 
 
 def sees_bound_only() -> bool:
