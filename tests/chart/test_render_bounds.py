@@ -355,6 +355,7 @@ ARRAYS_AND_MAPS = {
     ("_helpers.tpl", ".Values.ldap.uris"): ["/properties/ldap/properties/uris"],
     ("_helpers.tpl", "$owners"): ["literal"],
     ("_helpers.tpl", "$labels"): ["/$defs/labels"],
+    ("_helpers.tpl", "$sysctls"): ["/$defs/podSecurityContext/properties/sysctls"],
     ("_accounts.tpl", ".groups"): [
         "/properties/groups",
         "/properties/ldap/properties/dev/properties/groups",
