@@ -4,10 +4,13 @@ image tests share it), skipped without root or the built images."""
 from __future__ import annotations
 
 import os
+from collections.abc import Generator, Iterator
 
 import pytest
 
-from ..support.cluster import ROLES, cluster, healthy, image, image_exists
+from slonk.local.cluster import Cluster
+
+from ..support.cluster import ROLES, LocalCluster, cluster, healthy, image, image_exists
 
 __all__ = ["cluster", "healthy"]  # fixtures, found here by pytest
 
@@ -23,3 +26,37 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.integration)
             if reason:
                 item.add_marker(pytest.mark.skip(reason=reason))
+
+
+# What a failed test leaves for whoever reads CI's output: each pod's log from the test's start
+# and the nodes as Slurm has them (the cluster is gone by the time anyone looks).
+LOG_LINES = 40
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    found = item.funcargs.get("cluster")  # type: ignore[attr-defined]
+    if isinstance(found, LocalCluster):
+        state = Cluster(found.state_dir)
+        item.stash[_LOGS_FROM] = (found, {p: state.log_offset(p) for p in state.pod_names()})
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if report.when == "call" and report.failed and _LOGS_FROM in item.stash:
+        found, offsets = item.stash[_LOGS_FROM]
+        state = Cluster(found.state_dir)
+        for pod, offset in offsets.items():
+            tail = state.log(pod, offset).splitlines()[-LOG_LINES:]
+            title = f"{pod}'s log during the test (last {LOG_LINES} lines)"
+            report.sections.append((title, "\n".join(tail)))
+        nodes = "\n".join(f"{n}: {s} {r!r}" for n, (s, r) in found.nodes().items())
+        report.sections.append(("nodes after the test", nodes))
+    return report
+
+
+_LOGS_FROM = pytest.StashKey[tuple[LocalCluster, dict[str, int]]]()
