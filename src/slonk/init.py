@@ -15,11 +15,21 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
-from slonk import cgroups, paths, rollout, secrets, services, sshd, statesave, worker_stop
+from slonk import (
+    cgroups,
+    mount_namespaces,
+    paths,
+    rollout,
+    secrets,
+    services,
+    sshd,
+    statesave,
+    worker_stop,
+)
 from slonk.accounting import database, slurmdbd
 from slonk.config import placement
 from slonk.config.model import AccountingSettings
-from slonk.config.render import conf_server, render
+from slonk.config.render import JOB_CONTAINER, conf_server, render, slurm_settings
 from slonk.config.spec import ClusterSpec, read_spec
 from slonk.errors import SlonkError
 from slonk.files import make_dir, write_atomically
@@ -262,6 +272,8 @@ def run(role: str) -> None:
     step("prepared state directories", lambda: prepare_dirs(role))
     if role == "worker" and spec.confinement == "cgroup":
         step("prepared the cgroup tree for jobs", cgroups.prepare)
+    if role == "worker" and slurm_settings(spec).get("JobContainerType") == JOB_CONTAINER:
+        step("ordered mount namespace ids for jobs' own /tmp", mount_namespaces.order_ids)
     if role in ("worker", "login"):  # where users' processes run
         step("looked at /proc", hide_other_users_processes)
     step("registered users", lambda: register_users(spec))

@@ -44,12 +44,17 @@ HEALTH_PLAN = Path(places.HEALTH_PLAN)
 # -f, see rootfs' slurmctld/run) is its only reader. Every other client and every slurmd
 # fetches what slurmctld runs; a slurm.conf at the clients' default path would shadow that.
 SLURMCTLD_CONF_DIR = Path("/etc/slurm/slurmctld")
-CONFIG_FILES = ("slurm.conf", "topology.conf", "gres.conf", "cgroup.conf")  # in that dir
+# The files slonk renders in that dir.
+CONFIG_FILES = ("slurm.conf", "topology.conf", "gres.conf", "cgroup.conf", "job_container.conf")
 CLIENT_SLURM_CONF = Path("/etc/slurm/slurm.conf")
 # slurmctld's StateSaveLocation (its volume), and on it the last configuration slurmctld
 # accepted and the last it refused.
 STATE_SAVE = Path("/var/spool/slurmctld")
 SLURMD_SPOOL = Path("/var/spool/slurmd")
+# job_container/tmpfs's BasePath: each job's /tmp is a directory under it, on the worker
+# container's own disk (the file system of the pod's /tmp, bound by its ephemeral storage),
+# removed by slurmstepd when the job ends. slurmd makes it (AutoBasePath).
+JOB_TMP_BASE = Path("/var/lib/slonk/job-tmp")
 ROLLOUT_RECORD = STATE_SAVE / "slonk-config.json"
 # Where the syncer found each node's pod, by Node label (slonk.config.placement).
 PLACEMENT = STATE_SAVE / "slonk-placement.json"

@@ -356,11 +356,14 @@ def _worker_annotations(values: dict) -> dict:
             "localhost/slurmd",
         ),
         ({"workers": {"appArmorProfile": None}}, None),  # the runtime's
-        ({"slurm": {"confinement": "none"}}, None),  # nothing to remount
+        # Without confinement, slurmstepd still mounts each job's own /tmp and /dev/shm.
+        ({"slurm": {"confinement": "none"}}, "unconfined"),
+        # Neither: nothing to mount.
+        ({"slurm": {"confinement": "none", "slurmConf": {"JobContainerType": None}}}, None),
         ({"workers": {"privileged": True}}, None),  # privileged containers run unconfined
     ],
 )
-def test_workers_apparmor_profile_lets_init_remount_the_cgroup_tree(values, expected):
+def test_workers_apparmor_profile_lets_them_mount(values, expected):
     annotations = _worker_annotations(values)
     assert annotations.get(APPARMOR) == expected
 

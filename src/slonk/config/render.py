@@ -1,4 +1,5 @@
-"""Render slurm.conf, topology.conf, gres.conf and cgroup.conf from a cluster spec."""
+"""Render slurm.conf, topology.conf, gres.conf, cgroup.conf and job_container.conf from a
+cluster spec."""
 
 from __future__ import annotations
 
@@ -12,9 +13,17 @@ import jinja2
 from slonk.config.placement import Placement
 from slonk.config.spec import ClusterSpec, NodePool
 from slonk.files import write_atomically
-from slonk.paths import CONFIG_FILES, HOOK_BIN, POWER_RESUME_PROGRAM, SLURMD_SPOOL, STATE_SAVE
+from slonk.paths import (
+    CONFIG_FILES,
+    HOOK_BIN,
+    JOB_TMP_BASE,
+    POWER_RESUME_PROGRAM,
+    SLURMD_SPOOL,
+    STATE_SAVE,
+)
 
 EMPTY: Placement = {}
+JOB_CONTAINER = "job_container/tmpfs"  # slurm.conf's JobContainerType, slonk's default
 
 # Configless Slurm: slurmctld is the only reader of these files; every slurmd and client
 # fetches what slurmctld runs, so a file slurmctld refused never reaches a node.
@@ -110,6 +119,11 @@ def slurm_settings(spec: ClusterSpec) -> dict[str, str]:
         # Contain: every job gets an extern step on its nodes, which pam_slurm_adopt adopts
         # the job's user's ssh sessions into (workers.ssh).
         "PrologFlags": "Alloc,Contain",
+        # Each job's own /tmp and /dev/shm (job_container.conf), gone when it ends: no job
+        # sees another's files or fills the node's scratch for the next. It needs Contain,
+        # and SYS_ADMIN in the worker (slurmstepd makes a mount namespace per job); in pods
+        # on Linux 6.18 and on, also slonk.mount_namespaces at the worker's start.
+        "JobContainerType": JOB_CONTAINER,
         # Open MPI 5 in the images speaks PMIx: `srun ./mpi_program` needs no --mpi.
         "MpiDefault": "pmix",
         # sstat and sacct's usage fields: gathered from the job's cgroup, or from /proc.
@@ -321,6 +335,7 @@ def render(spec: ClusterSpec, placement: Placement = EMPTY) -> dict[str, str]:
         "topology": topology_lines(spec, placement),
         "gres": gres_lines(spec),
         "cgroup": cgroup_settings(spec),
+        "job_tmp_base": JOB_TMP_BASE,
     }
     return {name: _env.get_template(f"{name}.j2").render(context) for name in CONFIG_FILES}
 
