@@ -361,10 +361,11 @@ def test_a_user_filling_a_shared_file_system_drains_one_node_and_recycles_none(f
 
 
 def test_a_users_job_filling_scratch_drains_nothing_and_leaves_nothing(faults: Faults):
-    """demo's job fills the node's scratch (a small file system at the tests' scratch path)
-    and /dev/shm, and leaves a daemon running out of its process tree: while it runs, the
-    space is the job's; as it ends, its Epilog ends the daemon and removes what demo left, so
-    no watch round drains the node, and another user's job runs there."""
+    """demo's job fills the node's scratch (a small file system at the tests' scratch path;
+    its /tmp and /dev/shm are its own, see test_local_resources) and leaves a daemon running
+    out of its process tree: while it runs, the space is the job's; as it ends, its Epilog
+    ends the daemon and removes what demo left, so no watch round drains the node, and
+    another user's job runs there."""
     cluster = faults.cluster
     victim = bystander(cluster)  # whose jobs the attacker (demo) must not stop
     faults.inject(
@@ -378,8 +379,7 @@ def test_a_users_job_filling_scratch_drains_nothing_and_leaves_nothing(faults: F
         "setsid -f sleep 3600 </dev/null >/dev/null 2>&1; "  # escapes the job (no cgroup here)
         "until [ -e $HOME/release-$SLURM_JOB_ID ]; do sleep 0.2; done",
     )
-    full = f"test -e {SCRATCH}/mine && test -s /dev/shm/mine"
-    wait_for("the job's files", lambda: cluster.pod(BAD).run(full).rc == 0)
+    wait_for("the job's files", lambda: cluster.pod(BAD).run(f"test -e {SCRATCH}/mine").rc == 0)
     filled = time.time()
     wait_for("a watch round while it runs", lambda: _watched_since(cluster, BAD, filled))
     assert "drain" not in cluster.nodes()[BAD][0].split("+")
@@ -398,7 +398,7 @@ def test_a_users_job_filling_scratch_drains_nothing_and_leaves_nothing(faults: F
     # scratch line alone, and no process of demo's was left).
     assert "still there" not in said, said
     removed = re.search(rf"scratch: removed (\d+) entries uid {uid} left", said)
-    assert removed and int(removed[1]) >= 2, said  # its two, and any an earlier job left
+    assert removed and int(removed[1]) >= 1, said  # its own, and any an earlier job left
     assert cluster.user(victim).check_output(f"srun --nodelist={BAD} hostname").strip() == BAD
 
 

@@ -1,12 +1,17 @@
 """Memory is a resource Slurm schedules and holds jobs to, as a pod's memory limit would
 (slurm.conf's CR_Core_Memory, each partition's DefMemPerCPU, and with confinement none the
-accounting sampler's OverMemoryKill). The local pool: 4 CPUs and 1024 MiB a node."""
+accounting sampler's OverMemoryKill); and each job's /tmp and /dev/shm are its own. The local
+pool: 4 CPUs and 1024 MiB a node."""
 
 from __future__ import annotations
 
 import re
+import uuid
+
+from slonk.paths import JOB_TMP_BASE
 
 from ..support.cluster import LocalCluster, wait_for
+from ..support.users import bystander
 
 NODE = "slonk-cpu-0"
 
@@ -64,3 +69,35 @@ def test_a_job_using_more_than_it_asked_is_stopped(healthy: LocalCluster):
     # Slurm says it either way: "StepId=N.batch exceeded memory limit (used > limit), being
     # killed" (the sampler) and, in most runs, also "Exceeded job memory limit".
     assert re.search(r"[Ee]xceeded (job )?memory limit", said), said
+
+
+def test_a_jobs_tmp_and_shm_are_its_own_and_go_with_it(healthy: LocalCluster):
+    """job_container/tmpfs (slonk's default): the job's steps share its /tmp and /dev/shm;
+    another user's job on the node, and the node itself, never see them; they go when it
+    ends."""
+    other = bystander(healthy)
+    tag = f"secret-{uuid.uuid4().hex}"
+    write = f"echo mine > /tmp/{tag} && echo mine > /dev/shm/{tag} && touch $HOME/{tag}"
+    job = healthy.submit(
+        f"--nodelist={NODE}", "--output=/dev/null", "--wrap", f"{write} && sleep 300"
+    )
+    try:
+        wait_for(f"job {job}'s files", lambda: healthy.user().run(f"test -e {tag}").rc == 0)
+        # Another step of the job joins its namespace.
+        step = healthy.user().check_output(f"srun --jobid={job} --overlap ls /tmp /dev/shm")
+        assert step.split().count(tag) == 2, step
+        # Another user's job beside it sees neither: its /tmp and /dev/shm hold nothing but
+        # its own step's PMIx directory (slurmstepd runs in the job's namespace).
+        beside = healthy.user(other).check_output(
+            f"srun --nodelist={NODE} --mem=64M ls -A /tmp /dev/shm"
+        )
+        entries = [e for e in beside.split() if not e.endswith(":")]
+        assert [e for e in entries if not e.startswith("spmix_appdir_")] == [], beside
+        # Nor does the node: the pod's own /tmp and /dev/shm never held them.
+        assert tag not in healthy.pod(NODE).check_output("ls -A /tmp /dev/shm")
+    finally:
+        healthy.pod("slonk-controller-0").run(f"scancel {job}")
+        healthy.user().run(f"rm -f {tag}")
+    wait_for(f"job {job} to end", lambda: job not in healthy.jobs())
+    left = healthy.pod(NODE).check_output(f"find {JOB_TMP_BASE} -name {tag}")
+    assert left == "", left
