@@ -371,6 +371,7 @@ ARRAYS_AND_MAPS = {
     ("services.yaml", ".Values.nodepools"): ["/properties/nodepools"],
     ("services.yaml", "until $replicas"): ["boundNodes"],
     ("workers.yaml", ".Values.nodepools"): ["/properties/nodepools"],
+    ("workers.yaml", ".Values.slurm.slurmConf"): ["/properties/slurm/properties/slurmConf"],
     ("rbac.yaml", ".Values.nodepools"): ["/properties/nodepools"],
     ("NOTES.txt", ".Values.nodepools"): ["/properties/nodepools"],
     ("networkpolicy.yaml", "."): [

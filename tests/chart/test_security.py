@@ -360,6 +360,7 @@ def _worker_annotations(values: dict) -> dict:
         ({"slurm": {"confinement": "none"}}, "unconfined"),
         # Neither: nothing to mount.
         ({"slurm": {"confinement": "none", "slurmConf": {"JobContainerType": None}}}, None),
+        ({"slurm": {"confinement": "none", "slurmConf": {"jobcontainertype": None}}}, None),
         ({"workers": {"privileged": True}}, None),  # privileged containers run unconfined
     ],
 )

@@ -37,8 +37,8 @@ LOG_LINES = 40
 def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     found = item.funcargs.get("cluster")  # type: ignore[attr-defined]
     if isinstance(found, LocalCluster):
-        state = Cluster(found.state_dir)
-        item.stash[_LOGS_FROM] = (found, {p: state.log_offset(p) for p in state.pod_names()})
+        pods = Cluster(found.state_dir).pod_names()
+        item.stash[_LOGS_FROM] = (found, {p: found.log_offset(p) for p in pods})
     return (yield)
 
 
@@ -49,9 +49,8 @@ def pytest_runtest_makereport(
     report = yield
     if report.when == "call" and report.failed and _LOGS_FROM in item.stash:
         found, offsets = item.stash[_LOGS_FROM]
-        state = Cluster(found.state_dir)
         for pod, offset in offsets.items():
-            tail = state.log(pod, offset).splitlines()[-LOG_LINES:]
+            tail = found.log(pod, offset).splitlines()[-LOG_LINES:]
             title = f"{pod}'s log during the test (last {LOG_LINES} lines)"
             report.sections.append((title, "\n".join(tail)))
         nodes = "\n".join(f"{n}: {s} {r!r}" for n, (s, r) in found.nodes().items())

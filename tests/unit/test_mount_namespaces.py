@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import ctypes
 import os
-import tempfile
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -27,13 +27,15 @@ def _in_child(action: Callable[[], str]) -> str:
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - reports through the pipe
-        os.close(read)
         try:
-            said = action()
-        except BaseException as err:  # whatever it was, the test reads it
-            said = f"raised {type(err).__name__}: {err}"
-        os.write(write, said.encode())
-        os._exit(0)
+            os.close(read)
+            try:
+                said = action()
+            except BaseException as err:  # whatever it was, the test reads it
+                said = f"raised {type(err).__name__}: {err}"
+            os.write(write, said.encode())
+        finally:
+            os._exit(0)
     os.close(write)
     with os.fdopen(read, "rb") as pipe:
         said = pipe.read().decode()
@@ -46,27 +48,25 @@ def _next_id(cpu: int) -> int:
 
     def made() -> str:
         os.sched_setaffinity(0, {cpu})
-        mount_namespaces._unshare()
+        mount_namespaces.unshare()
         return str(mount_namespaces.namespace_id() or 0)
 
     return int(_in_child(made))
 
 
-def _pod_ahead_of_the_other_cpus() -> str:
+def _pod_ahead_of_the_other_cpus(directory: Path) -> None:
     """Become a pod: a mount namespace of its own, made on the CPU whose ids are furthest
-    ahead (with per-CPU batches, another CPU's next namespace then has a smaller id); returns
-    a private directory in it to bind namespaces onto."""
+    ahead (with per-CPU batches, another CPU's next namespace then has a smaller id), with a
+    tmpfs of its own on `directory` to bind namespaces onto."""
     cpus = sorted(os.sched_getaffinity(0))
     os.sched_setaffinity(0, {max(cpus, key=_next_id)})
-    mount_namespaces._unshare()
+    mount_namespaces.unshare()
     os.sched_setaffinity(0, set(cpus))
     assert libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) == 0
-    directory = tempfile.mkdtemp(prefix="slonk-ns-")
-    assert libc.mount(b"tmpfs", directory.encode(), b"tmpfs", 0, None) == 0
-    return directory
+    assert libc.mount(b"tmpfs", str(directory).encode(), b"tmpfs", 0, None) == 0
 
 
-def _keep_one_per_cpu(directory: str) -> list[str]:
+def _keep_one_per_cpu(directory: Path) -> list[str]:
     """Make a namespace on each CPU, ROUNDS times, and keep each by a bind mount, as
     slurmstepd does; the CPUs where the bind failed, with why."""
     failed = []
@@ -75,41 +75,49 @@ def _keep_one_per_cpu(directory: str) -> list[str]:
             ready, go = os.pipe(), os.pipe()
             pid = os.fork()
             if pid == 0:  # pragma: no cover - waits to be bound, then leaves
-                os.sched_setaffinity(0, {cpu})
-                mount_namespaces._unshare()
-                os.write(ready[1], b"x")
-                os.read(go[0], 1)
-                os._exit(0)
-            os.read(ready[0], 1)
-            target = f"{directory}/{round_}-{cpu}"
-            open(target, "w").close()
-            done = libc.mount(f"/proc/{pid}/ns/mnt".encode(), target.encode(), None, MS_BIND, None)
-            if done != 0:
-                failed.append(f"CPU {cpu}: {os.strerror(ctypes.get_errno())}")
+                try:
+                    os.sched_setaffinity(0, {cpu})
+                    mount_namespaces.unshare()
+                    os.write(ready[1], b"x")
+                    os.read(go[0], 1)
+                finally:
+                    os._exit(0)
+            os.close(ready[1])  # a child that died unready ends the read below
+            os.close(go[0])
+            if os.read(ready[0], 1):
+                target = directory / f"{round_}-{cpu}"
+                target.touch()
+                done = libc.mount(
+                    f"/proc/{pid}/ns/mnt".encode(), bytes(target), None, MS_BIND, None
+                )
+                if done != 0:
+                    failed.append(f"CPU {cpu}: {os.strerror(ctypes.get_errno())}")
+                else:
+                    libc.umount2(bytes(target), MNT_DETACH)
             else:
-                libc.umount2(target.encode(), MNT_DETACH)
+                failed.append(f"CPU {cpu}: the child could not make a namespace")
             os.write(go[1], b"x")
             os.waitpid(pid, 0)
-            for fd in (*ready, *go):
-                os.close(fd)
+            os.close(ready[0])
+            os.close(go[1])
     return failed
 
 
-def test_after_ordering_a_namespace_made_on_any_cpu_can_be_kept():
+def test_after_ordering_a_namespace_made_on_any_cpu_can_be_kept(tmp_path: Path):
     def pod() -> str:
-        directory = _pod_ahead_of_the_other_cpus()
-        before = _keep_one_per_cpu(directory)
+        _pod_ahead_of_the_other_cpus(tmp_path)
+        before = _keep_one_per_cpu(tmp_path)
         done = mount_namespaces.order_ids()
-        after = _keep_one_per_cpu(directory)
+        after = _keep_one_per_cpu(tmp_path)
         return f"before: {len(before)} failed; {done}; after: {after}"
 
     said = _in_child(pod)
     assert said.endswith("after: []"), said
 
 
-def test_a_pod_that_may_not_unshare_is_told_what_it_needs():
+def test_a_pod_that_may_not_unshare_is_told_what_it_needs(tmp_path: Path):
     def pod() -> str:
-        _pod_ahead_of_the_other_cpus()
+        _pod_ahead_of_the_other_cpus(tmp_path)
         # Drop CAP_SYS_ADMIN (21) from the effective set, as a worker without it runs.
         header = (ctypes.c_uint32 * 2)(0x20080522, 0)
         data = (ctypes.c_uint32 * 6)()
