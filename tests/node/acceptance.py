@@ -235,6 +235,11 @@ class Pods:
         ]
         return f"127.0.0.1 localhost\n{POD_ADDRESS} {' '.join(names)}\n"
 
+    def jobs_in_namespaces(self) -> bool:
+        """Whether the rendered slurm.conf gives each job its own /tmp and /dev/shm."""
+        conf = (self.config / "slurm.conf").read_text()
+        return f"JobContainerType={JOB_CONTAINER}" in conf.splitlines()
+
     def stub_programs(self) -> str:
         """Shell lines making each job hook and health program the rendered slurm.conf names
         in the init layer's directory (slonk.paths.HOOK_BIN: hooks from git, health checks)
@@ -265,9 +270,8 @@ class Pods:
             start += CONTROLLER
         else:
             # The steps of `slonk init` the rendered configuration asks for.
-            conf = (self.config / "slurm.conf").read_text()
             prepare = [PREPARE_CGROUPS] if self.case != "none" else []
-            if self.order_namespaces and f"JobContainerType={JOB_CONTAINER}" in conf.splitlines():
+            if self.order_namespaces and self.jobs_in_namespaces():
                 prepare.append(PREPARE_JOB_NAMESPACES)
             start += WORKER.format(
                 prepare="\n".join(prepare),
@@ -659,8 +663,7 @@ class Checks:
 
     def job_tmp(self) -> None:
         name = "jobs do not share /tmp or /dev/shm"
-        conf = (self.pods.config / "slurm.conf").read_text()
-        if f"JobContainerType={JOB_CONTAINER}" not in conf.splitlines():
+        if not self.pods.jobs_in_namespaces():
             self.say(name, "SKIP", "the rendered slurm.conf gives jobs no /tmp of their own")
             return
         write = "echo secret > /tmp/left && echo secret > /dev/shm/left && echo wrote"
