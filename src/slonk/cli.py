@@ -14,10 +14,14 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from slonk import paths
 from slonk.config import accounts, patterns
 from slonk.errors import SlonkError
+
+if TYPE_CHECKING:
+    from slonk.local.state import Cluster
 
 # Arguments that name an account, a pod, a node or a path, checked as argparse reads them:
 # one that fails is refused naming the argument (exit 2), before anything runs. Each rule
@@ -172,15 +176,17 @@ def _power(args: argparse.Namespace) -> int:
 
 
 def _local(args: argparse.Namespace) -> int:
-    import subprocess
-
-    from slonk.local import cluster
-    from slonk.local.manifests import LocalModeError
-    from slonk.local.nodes import printer
-    from slonk.local.state import check_state_dir
+    from slonk.local.state import Cluster, check_state_dir
 
     # Root's alone, or no command reads or makes anything in it (slonk.local.state).
     state = check_state_dir(args.state_dir)
+    if args.local_command in ("exec", "ssh"):
+        # Only the state directory's files: scripts and tests run these by the thousand.
+        return _local_enter(args, Cluster(state.resolve()))
+
+    from slonk.local import cluster
+    from slonk.local.nodes import printer
+
     progress = printer(sys.stdout)
     if args.local_command == "up":
         local = cluster.up(
@@ -208,12 +214,17 @@ def _local(args: argparse.Namespace) -> int:
     if args.local_command in ("restart", "stop"):
         cluster.restart(state, args.pod, stop_only=args.local_command == "stop")
         return 0
-    local = cluster.Cluster(state.resolve())
-    if args.local_command == "kubeconfig":
-        from slonk.local import fake_apiserver
+    from slonk.local import fake_apiserver  # kubeconfig
 
-        print(fake_apiserver.kubeconfig(local), end="")
-        return 0
+    print(fake_apiserver.kubeconfig(Cluster(state.resolve())), end="")
+    return 0
+
+
+def _local_enter(args: argparse.Namespace, local: Cluster) -> int:
+    import subprocess
+
+    from slonk.local.manifests import LocalModeError
+
     if args.local_command == "exec":
         if not args.argv:
             raise LocalModeError("exec needs a command: slonk local exec POD -- CMD...")
@@ -432,7 +443,7 @@ def _add_power(power: argparse.ArgumentParser) -> None:
 
 
 def _add_local(local: argparse.ArgumentParser) -> None:
-    from slonk.local.cluster import DEFAULT_STATE_DIR
+    from slonk.local.state import DEFAULT_STATE_DIR
 
     local_sub = local.add_subparsers(dest="local_command", required=True)
 

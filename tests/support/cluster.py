@@ -2,8 +2,8 @@
 sshd under s6 in namespaced pods, started by `slonk local up` and driven through the `slonk`
 CLI; the session's cluster fixtures, which the directories' conftests take from here.
 
-Pods are testinfra hosts: commands reach them through `slonk local exec` (as root in the pod)
-or `slonk local ssh USER` (as a user, through the login pod's sshd).
+Pods are testinfra hosts: commands reach them as `slonk local exec` (as root in the pod) or
+`slonk local ssh USER` (as a user, through the login pod's sshd) reach them.
 
 Waits follow causes: a state Slurm reports, a new slurmd start time, a line a pod logs past an
 offset taken before the cause. A deadline only bounds such a wait, never stands for one.
@@ -28,6 +28,7 @@ from testinfra.backend import base
 
 from slonk import history, paths, slurm_state
 from slonk.local.cluster import Cluster
+from slonk.local.manifests import LocalModeError
 from slonk.local.projection import project
 from slonk.slurm_state import NodeState
 
@@ -84,18 +85,24 @@ def running(
 
 
 class _SlonkBackend(base.BaseBackend):
-    """testinfra backend running commands through a `slonk local` subcommand."""
+    """testinfra backend running commands in a pod as `slonk local exec` or `ssh` would, the
+    argv built here by the same code (slonk.local.state.Cluster): a `slonk` process per
+    command cost about half a second of CPU (its imports), and the tests' waits poll."""
 
     def __init__(self, target: str, state_dir: Path, **kwargs: Any) -> None:
         self.target, self.state_dir = target, state_dir
         super().__init__(target, **kwargs)
 
-    def prefix(self) -> list[str]:
+    def prefix(self, local: Cluster) -> list[str]:
         raise NotImplementedError
 
     def run(self, command: str, *args: str, **kwargs: Any) -> base.CommandResult:
         cmd = self.get_command(command, *args)
-        out = self.run_local(" ".join(["%s"] * len(self.prefix())) + " %s", *self.prefix(), cmd)
+        try:
+            prefix = self.prefix(Cluster(self.state_dir))
+        except LocalModeError as err:  # as the CLI answers it: status 1, the error on stderr
+            return self.result(1, self.encode(cmd), b"", f"slonk: error: {err}\n")
+        out = self.run_local(" ".join(["%s"] * len(prefix)) + " %s", *prefix, cmd)
         out.command = self.encode(cmd)
         return out
 
@@ -103,18 +110,8 @@ class _SlonkBackend(base.BaseBackend):
 class PodBackend(_SlonkBackend):
     NAME = "slonk-pod"
 
-    def prefix(self) -> list[str]:
-        return [
-            *SLONK,
-            "local",
-            "exec",
-            self.target,
-            "--state-dir",
-            str(self.state_dir),
-            "--",
-            "/bin/sh",
-            "-c",
-        ]
+    def prefix(self, local: Cluster) -> list[str]:
+        return local.enter(self.target, ["/bin/sh", "-c"])
 
 
 class UserBackend(_SlonkBackend):
@@ -122,8 +119,8 @@ class UserBackend(_SlonkBackend):
 
     NAME = "slonk-ssh"
 
-    def prefix(self) -> list[str]:
-        return [*SLONK, "local", "ssh", self.target, "--state-dir", str(self.state_dir), "--"]
+    def prefix(self, local: Cluster) -> list[str]:
+        return local.ssh(self.target)
 
 
 def service_pid(host: testinfra.host.Host, service: str) -> int:
