@@ -102,6 +102,10 @@ def test_slurms_view_shows_on_the_pods(aligned: LocalCluster) -> None:
 
 
 def test_a_goal_survives_its_pod_and_up_lifts_only_slonks_drain(aligned: LocalCluster) -> None:
+    # A person's drain first, seen by Slurm: a drain the syncer decided on before it would
+    # still overwrite its reason (Slurm's update has no compare-and-set).
+    _scontrol(aligned, "update", "nodename=slonk-cpu-1", "state=drain", "reason=mine")
+    wait_for("slonk-cpu-1 drained by a person", lambda: aligned.nodes()["slonk-cpu-1"][1] == "mine")
     for node in ("local-slonk-cpu-0", "local-slonk-cpu-1"):
         aligned.kubectl(
             "annotate",
@@ -111,7 +115,6 @@ def test_a_goal_survives_its_pod_and_up_lifts_only_slonks_drain(aligned: LocalCl
             "slonk.io/goal=drain",
             "slonk.io/goal-reason=RMA 7",
         )
-    _scontrol(aligned, "update", "nodename=slonk-cpu-1", "state=drain", "reason=mine")
     wait_for(
         "slonk-cpu-0 drained for its goal", lambda: _cause(aligned, "slonk-cpu-0") == _k8s("goal")
     )

@@ -244,13 +244,18 @@ def test_a_prolog_failing_on_every_node_drains_only_the_first(hooks: LocalCluste
     first = wait_for("the first node drained", drained)[0]
     reason = hooks.nodes()[first][1]
     assert reason == f"slonk:hook:prolog:10-tool: exit 127 (revision {broken[:12]})"
-    # Requeued (nohold_on_prolog_fail), it lands on the other node at once; should Slurm
-    # delay it (BeginTime), it is started now.
-    if "Reason=BeginTime" in _job_fields(hooks, job):
-        hooks.pod("slonk-controller-0").run(f"scontrol update jobid={job} starttime=now")
     (other,) = set(WORKERS) - {first}
     held = "JobState=PENDING Reason=job_requeued_in_held_state"
-    wait_for(f"job {job} held", lambda: held in _job_fields(hooks, job))
+
+    def held_on_other() -> bool:
+        """Requeued (nohold_on_prolog_fail), it lands on the other node at once; should Slurm
+        delay it (BeginTime, seen only once the requeue is done), it is started now."""
+        fields = _job_fields(hooks, job)
+        if "Reason=BeginTime" in fields:
+            hooks.pod("slonk-controller-0").run(f"scontrol update jobid={job} starttime=now")
+        return held in fields
+
+    wait_for(f"job {job} held", held_on_other)
     fields = _job_fields(hooks, job)
     assert f"failed on {other} (exit 127" in fields and f"as on {first} which it drained" in fields
     assert "not drained" in _hook_log(hooks, other, job)
