@@ -367,6 +367,27 @@ def test_sigterm_stops_the_agent_cleanly(tmp_path):
         agent.wait()
 
 
+def test_a_signal_while_the_stop_event_is_held_still_stops_the_agent():
+    """SIGTERM handled while the main thread holds the stop Event's lock, as it does for a
+    moment entering stop.wait(): a handler that set the Event itself waited for ever (seen
+    once: an agent that ignored SIGTERM)."""
+    script = (
+        "import os, signal, threading\n"
+        "from slonk.agent.main import stop_on_signals\n"
+        "stop = threading.Event()\n"
+        "stop_on_signals(stop)\n"
+        "with stop._cond:\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    print('handled', flush=True)\n"
+        "print('stopped' if stop.wait(30) else 'not stopped')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=LONG,
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+    )  # fmt: skip
+    assert done.stdout.split() == ["handled", "stopped"], done.stderr
+
+
 def test_the_users_sync_waits_for_its_slot_and_ends_on_stop(monkeypatch, capsys):
     from slonk.users import sync
 

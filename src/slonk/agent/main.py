@@ -21,6 +21,7 @@ start; a feature switched off later ends its task (it said so), one switched on 
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -145,16 +146,33 @@ def first_spec(path: Path, waiter: Waiter, stop: threading.Event) -> ClusterSpec
     return None
 
 
+def stop_on_signals(stop: threading.Event) -> None:
+    """SIGTERM or SIGINT sets `stop`, from a thread of its own: a Python handler runs in the
+    main thread between two of its steps, which may be inside stop.wait() holding the
+    Event's lock, and set() there waits for that lock for ever (an agent ignored SIGTERM).
+    The handler does nothing; the kernel's signal wakes the thread through the wakeup fd."""
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    signal.set_wakeup_fd(write_end)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, _ignore)
+
+    def wait() -> None:
+        os.read(read_end, 1)
+        stop.set()
+
+    threading.Thread(target=wait, name="signals", daemon=True).start()
+
+
+def _ignore(signum: int, frame: FrameType | None) -> None:
+    """Handled, so that the signal neither kills the process nor is lost: see stop_on_signals."""
+
+
 def run(role: str, spec_path: Path = paths.CLUSTER_SPEC) -> int:
     """Until SIGTERM (s6 stopping the pod or the service): exit 0 once the tasks ended."""
     sys.stdout, sys.stderr = LineWriter(1), LineWriter(2)
     stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop_on_signals(stop)
     changes = Changes(log)
     spec = first_spec(spec_path, changes.waiter(spec_path.parent, 1.0), stop)
     runner = None
