@@ -31,6 +31,21 @@ def _scontrol(cluster: LocalCluster, *args: str) -> None:
     cluster.pod(CONTROLLER).check_output("scontrol " + " ".join(args))
 
 
+def _drain_by_hand(cluster: LocalCluster, node: str, reason: str) -> None:
+    """A person's drain, once the syncer has seen it (its history says so): a pass that read
+    Slurm before it could still drain over the person's reason, since Slurm's update has no
+    compare-and-set; passes run one at a time, so every later one sees the drain."""
+    recorded = len(cluster.node_history())
+    _scontrol(cluster, "update", f"nodename={node}", "state=drain", f"reason={reason}")
+    wait_for(
+        f"the syncer to see {node} drained by hand",
+        lambda: (
+            ("drain", "human")
+            in [(e.event, e.cause) for e in cluster.node_history()[recorded:] if e.node == node]
+        ),
+    )
+
+
 @pytest.fixture
 def aligned(healthy: LocalCluster) -> Iterator[LocalCluster]:
     """The healthy cluster, its Kubernetes Nodes put back as they were after the test."""
@@ -48,7 +63,7 @@ def test_cordon_drains_only_while_it_holds_and_leaves_a_persons_drain(
     aligned: LocalCluster,
 ) -> None:
     recorded = len(aligned.node_history())
-    _scontrol(aligned, "update", "nodename=slonk-cpu-1", "state=drain", "reason=hands_off")
+    _drain_by_hand(aligned, "slonk-cpu-1", "hands_off")
     aligned.kubectl("cordon", "local-slonk-cpu-0")
     aligned.kubectl("cordon", "local-slonk-cpu-1")
     wait_for(
@@ -102,10 +117,7 @@ def test_slurms_view_shows_on_the_pods(aligned: LocalCluster) -> None:
 
 
 def test_a_goal_survives_its_pod_and_up_lifts_only_slonks_drain(aligned: LocalCluster) -> None:
-    # A person's drain first, seen by Slurm: a drain the syncer decided on before it would
-    # still overwrite its reason (Slurm's update has no compare-and-set).
-    _scontrol(aligned, "update", "nodename=slonk-cpu-1", "state=drain", "reason=mine")
-    wait_for("slonk-cpu-1 drained by a person", lambda: aligned.nodes()["slonk-cpu-1"][1] == "mine")
+    _drain_by_hand(aligned, "slonk-cpu-1", "mine")
     for node in ("local-slonk-cpu-0", "local-slonk-cpu-1"):
         aligned.kubectl(
             "annotate",

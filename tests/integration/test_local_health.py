@@ -72,7 +72,7 @@ def faults(healthy: LocalCluster) -> Iterator[Faults]:
         yield injected
     finally:
         injected.heal()
-        healthy.slonk("upgrade")  # back to the values `up` had
+        healthy.recycle_as_the_session_does()
         wait_for("quarantines and maintenance lifted", lambda: _lift_drains(healthy))
 
 
@@ -207,15 +207,12 @@ def test_a_fault_drains_its_node_and_healing_returns_it(faults: Faults, inject, 
 def _job_held_on_bad(cluster: LocalCluster) -> str:
     """A job running on BAD until _release: a fault made meanwhile surely comes while it runs.
     It writes `survived-<job>` in demo's home as it ends."""
-    job = cluster.submit(
-        f"--nodelist={BAD}",
-        "--output=/dev/null",
-        "--wrap",
+    return cluster.start(
         "until [ -e $HOME/release-$SLURM_JOB_ID ]; do sleep 0.2; done; "
         "echo done > $HOME/survived-$SLURM_JOB_ID",
+        f"--nodelist={BAD}",
+        "--output=/dev/null",
     )
-    wait_for(f"job {job} running", lambda: cluster.jobs().get(job) == "RUNNING")
-    return job
 
 
 def _release(cluster: LocalCluster, job: str) -> None:
@@ -242,6 +239,14 @@ def _watch_values(cluster: LocalCluster, seconds: int, phases: dict[str, list[st
     checks = {name: {"phases": phases} for name, phases in phases.items()}
     values.write_text(json.dumps({"health": {"watchSeconds": seconds, "checks": checks}}))
     cluster.slonk("upgrade", "-f", str(values))
+
+    def planned(pod: str) -> bool:  # `upgrade` returns on the controller's word, not theirs
+        plan = json.loads(cluster.pod(pod).check_output(f"cat {HEALTH_PLAN}"))
+        return plan["watch_seconds"] == seconds and all(
+            plan["checks"][name]["phases"] == wanted for name, wanted in phases.items()
+        )
+
+    wait_for("every worker's new health plan", lambda: all(map(planned, (GOOD, BAD))))
 
 
 @pytest.fixture
@@ -488,7 +493,12 @@ def test_a_node_failing_boot_checks_registers_drained_then_is_recycled_then_quar
     wait_for(f"a new slurmd on {BAD} registered drained", registered_drained)
     _recycle_fast(cluster)
     quarantine = f"slonk:quarantine: recycled 2 times in 600 s; last {reason}"
-    wait_for(f"{BAD} quarantined", lambda: cluster.nodes()[BAD] == ("idle+drain", quarantine))
+    # Two recycles: each a pod deleted, started, boot-checked and registered.
+    wait_for(
+        f"{BAD} quarantined",
+        lambda: cluster.nodes()[BAD] == ("idle+drain", quarantine),
+        timeout=180,
+    )
     assert _deletes(cluster, BAD, deletes) == 2
     taint = {"key": "slonk.io/quarantine", "value": BAD, "effect": "NoSchedule"}
 

@@ -166,8 +166,8 @@ def recycling(hooks: LocalCluster) -> Iterator[LocalCluster]:
         yield hooks
     finally:
         hooks.pod("slonk-cpu-0").run("rm -f /home/.fake-gpu/slonk-cpu-1")
-        hooks.wait_idle(("slonk-cpu-1",))  # a new, healthy pod resumed by its checks
-        hooks.slonk("upgrade")
+        hooks.wait_idle(("slonk-cpu-1",), timeout=180)  # a new pod, resumed by its checks
+        hooks.recycle_as_the_session_does()
 
 
 def test_a_node_a_hook_drained_is_not_recycled(recycling: LocalCluster):

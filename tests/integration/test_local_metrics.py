@@ -227,7 +227,11 @@ def test_a_quarantine_increments_its_counter(metrics: Metrics, tmp_path: Path):
         fast = tmp_path / "recycle-fast.yaml"
         fast.write_text("health: {recycle: {idleSeconds: 1, maxRecycles: 2, windowSeconds: 600}}\n")
         metrics.slonk("upgrade", "-f", str(fast))
-        wait_for(f"{BAD} quarantined", lambda: metrics.node(BAD)[1].startswith("slonk:quarantine"))
+        wait_for(  # two recycles: each a pod deleted, started, boot-checked and registered
+            f"{BAD} quarantined",
+            lambda: metrics.node(BAD)[1].startswith("slonk:quarantine"),
+            timeout=180,
+        )
         wait_for(
             "the quarantine counted",
             lambda: metrics.by(quarantines).get((), 0.0) == before + 1,

@@ -119,4 +119,8 @@ def test_the_new_pod_lifts_a_pod_drain_its_predecessor_left(healthy: LocalCluste
     offset = healthy.log_offset(NODE)
     healthy.slonk("restart", NODE)
     _back_idle(healthy, before)
-    assert "lifted the drain of the pod before" in healthy.log(NODE, offset)
+    # Said once the resume returned, which Slurm may show first.
+    wait_for(
+        "the new pod's word",
+        lambda: "lifted the drain of the pod before" in healthy.log(NODE, offset),
+    )

@@ -53,9 +53,7 @@ def demo(healthy: LocalCluster) -> testinfra.host.Host:
 
 
 def _running(cluster: LocalCluster, *sbatch_args: str) -> str:
-    job = cluster.submit("--output=/dev/null", *sbatch_args, "--wrap", "sleep 600")
-    wait_for(f"job {job} running", lambda: cluster.jobs().get(job) == "RUNNING")
-    return job
+    return cluster.start("sleep 600", "--output=/dev/null", *sbatch_args)
 
 
 def _adopted(cluster: LocalCluster, node: str, since: int, job: str) -> set[int]:

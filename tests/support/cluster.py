@@ -41,6 +41,8 @@ DRAIN_TIMEOUT = 20
 SCRATCH = "/var/tmp"  # in a pod's own writable layer
 USER_CA_SECRET = "slonk-test-user-ca"
 
+# The session cluster's recycling: as good as off, but for the tests that turn it on.
+SESSION_RECYCLE = {"idleSeconds": 3600, "periodSeconds": 1}
 VERSION = yaml.safe_load((paths.chart_dir() / "Chart.yaml").read_text())["appVersion"]
 ROLES = ("base", "controller", "worker", "login", "database")
 
@@ -254,7 +256,9 @@ class LocalCluster:
         out = self.pod("slonk-controller-0").run(shlex.join(slurm_state.QUEUE))
         return {j.id: j.state for j in slurm_state.parse_jobs(out.stdout)} if out.rc == 0 else {}
 
-    def wait_idle(self, nodes: tuple[str, ...] = ("slonk-cpu-0", "slonk-cpu-1")) -> None:
+    def wait_idle(
+        self, nodes: tuple[str, ...] = ("slonk-cpu-0", "slonk-cpu-1"), timeout: float = 60.0
+    ) -> None:
         seen: dict[str, tuple[str, str]] = {}
 
         def idle() -> bool:
@@ -262,13 +266,31 @@ class LocalCluster:
             return all(seen.get(n, ("",))[0] == "idle" for n in nodes)
 
         try:
-            wait_for(f"{', '.join(nodes)} idle", idle)
+            wait_for(f"{', '.join(nodes)} idle", idle, timeout)
         except AssertionError as err:
             raise AssertionError(f"{err}; last seen: {seen}") from None
 
     def submit(self, *sbatch_args: str, user: str = "demo") -> str:
         out = self.user(user).check_output("sbatch --parsable " + shlex.join(sbatch_args))
         return out.strip()
+
+    def recycle_as_the_session_does(self) -> None:
+        """Undo a test's recycle settings. By name: `upgrade` keeps the values in force (as
+        `helm upgrade --reuse-values`), so one with no file changes nothing."""
+        chart = yaml.safe_load((paths.chart_dir() / "values.yaml").read_text())
+        back = {"health": {"recycle": {**chart["health"]["recycle"], **SESSION_RECYCLE}}}
+        values = self.state_dir.parent / f"{self.state_dir.name}-recycle-back.yaml"
+        values.write_text(yaml.safe_dump(back))
+        self.slonk("upgrade", "-f", str(values))
+
+    def start(self, script: str, *sbatch_args: str) -> str:
+        """A job of demo's whose script has begun on its node, so its Prolog ran and its
+        extern step (what pam_slurm_adopt and the health checks look for) is there: Slurm
+        says RUNNING as soon as it allocates the job."""
+        began = "touch $HOME/.began-$SLURM_JOB_ID; "
+        job = self.submit(*sbatch_args, "--wrap", began + script)
+        wait_for(f"job {job} begun", lambda: self.user().run(f"rm .began-{job}").rc == 0)
+        return job
 
 
 def user_ca(state_dir: Path, directory: Path) -> Path:
@@ -307,7 +329,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
                 "scratch": {"path": SCRATCH},
             },
             # Recycling is as good as off, but for the tests that turn it on.
-            "recycle": {"idleSeconds": 3600, "periodSeconds": 1},
+            "recycle": SESSION_RECYCLE,
         },
         # A node resumed by hand while its Kubernetes cause holds is drained within a second.
         "syncer": {"slurmPollSeconds": 1},
