@@ -2,8 +2,9 @@
 sshd under s6 in namespaced pods, started by `slonk local up` and driven through the `slonk`
 CLI; the session's cluster fixtures, which the directories' conftests take from here.
 
-Pods are testinfra hosts: commands reach them as `slonk local exec` (as root in the pod) or
-`slonk local ssh USER` (as a user, through the login pod's sshd) reach them.
+Pods are testinfra hosts: a command reaches one as `slonk local exec` would (as root in the
+pod) or as `slonk local ssh USER` would (as a user, through the login pod's sshd), its argv
+built in the test's process.
 
 Waits follow causes: a state Slurm reports, a new slurmd start time, a line a pod logs past an
 offset taken before the cause. A deadline only bounds such a wait, never stands for one.
