@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -25,6 +26,16 @@ from slonk.config.spec import parse_spec
 from slonk.local.projection import project
 
 SRC = Path(__file__).resolve().parents[2] / "src"
+
+
+def _python(code: str, **run: Any) -> subprocess.CompletedProcess[str]:
+    """`code` run by a new interpreter with this checkout's slonk."""
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True,
+        env={**os.environ, "PYTHONPATH": str(SRC)}, **run,
+    )  # fmt: skip
+
+
 SPEC = {
     "clusterName": "c",
     "release": "slonk",
@@ -243,10 +254,7 @@ def test_a_real_emfile_falls_back_to_polling(tmp_path):
         "changes = Changes(print)\n"
         "print(changes.inotify is None)\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True,
-        env={**os.environ, "PYTHONPATH": str(SRC)},
-    )  # fmt: skip
+    done = _python(code, check=True)
     assert done.stdout.splitlines() == [
         "inotify unavailable ([Errno 24] inotify_init1: Too many open files); polling instead "
         "(fs.inotify.max_user_instances)",
@@ -381,10 +389,7 @@ def test_a_signal_while_the_stop_event_is_held_still_stops_the_agent():
         "    print('handled', flush=True)\n"
         "print('stopped' if stop.wait(30) else 'not stopped')\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=LONG,
-        env={**os.environ, "PYTHONPATH": str(SRC)},
-    )  # fmt: skip
+    done = _python(script, timeout=LONG)
     assert done.stdout.split() == ["handled", "stopped"], done.stderr
 
 
