@@ -72,6 +72,12 @@ def test_cordon_drains_only_while_it_holds_and_leaves_a_persons_drain(
     )
     assert aligned.nodes()["slonk-cpu-1"] == ("idle+drain", "hands_off")
 
+    # The history is what the syncer saw at each pass: its drain, once it has seen it (a
+    # resume before its next pass would leave neither in the history).
+    def seen(node: str) -> list[tuple[str, str]]:
+        return [(e.event, e.cause) for e in aligned.node_history()[recorded:] if e.node == node]
+
+    wait_for("the syncer to see its drain", lambda: seen("slonk-cpu-0") == [("drain", "k8s")])
     # Resumed by hand while still cordoned: drained again (the syncer says so past this mark).
     mark = aligned.log_offset(CONTROLLER)
     _scontrol(aligned, "update", "nodename=slonk-cpu-0", "state=resume")
@@ -89,9 +95,6 @@ def test_cordon_drains_only_while_it_holds_and_leaves_a_persons_drain(
     assert aligned.nodes()["slonk-cpu-1"] == ("idle+drain", "hands_off")
 
     # The node history holds each change, whoever made it (the person's resume too), once.
-    def seen(node: str) -> list[tuple[str, str]]:
-        return [(e.event, e.cause) for e in aligned.node_history()[recorded:] if e.node == node]
-
     changes = [("drain", "k8s"), ("resume", "k8s"), ("drain", "k8s"), ("resume", "k8s")]
     wait_for("slonk-cpu-0's changes in the history", lambda: seen("slonk-cpu-0") == changes)
     assert seen("slonk-cpu-1") == [("drain", "human")]
