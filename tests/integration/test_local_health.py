@@ -21,7 +21,7 @@ from slonk.health.recycle import HISTORY
 from slonk.local.cluster import Cluster
 from slonk.paths import HEALTH_PLAN
 
-from ..support.cluster import SCRATCH, LocalCluster, slonk, wait_for
+from ..support.cluster import SCRATCH, SESSION_RECYCLE, LocalCluster, slonk, wait_for
 from ..support.users import bystander
 
 BAD, GOOD = "slonk-cpu-1", "slonk-cpu-0"
@@ -415,7 +415,7 @@ def _shared_storage_undone(cluster: LocalCluster, values: Path, workers: tuple[s
     values.write_text(json.dumps({"health": {
         "watchSeconds": default_of(HealthSettings, "watch_seconds"),
         "checks": {"storage": {"phases": list(storage.phases), **storage.options}},
-        "recycle": {"idleSeconds": 3600, "periodSeconds": 1},
+        "recycle": SESSION_RECYCLE,
     }}))  # fmt: skip
     cluster.slonk("upgrade", "-f", str(values))
     wait_for(
