@@ -19,7 +19,7 @@ from slonk.config.spec import HEALTH_CHECKS
 from slonk.health.drains import LOG as HEALTH_LOG
 from slonk.health.recycle import HISTORY
 from slonk.local.cluster import Cluster
-from slonk.paths import HEALTH_PLAN
+from slonk.paths import HEALTH_PLAN, JOB_TMP_BASE
 
 from ..support.cluster import SCRATCH, SESSION_RECYCLE, LocalCluster, slonk, wait_for
 from ..support.users import bystander
@@ -49,6 +49,22 @@ class Faults:
             pod,
             f"mount -t tmpfs -o size=4m scratch {SCRATCH} && fallocate -l 4m {SCRATCH}/fill",
             f"umount {SCRATCH}",
+        )
+
+    def small_disk(self, pod: str = BAD) -> None:
+        """A small file system as the node's scratch and under its jobs' own /tmp, as a real
+        worker container's disk holds both (job_container/tmpfs keeps a job's /tmp in a
+        directory under its BasePath). The jobs' directory is private, as Slurm makes it:
+        each job's mount namespace is kept by a bind onto a file there."""
+        jobs = JOB_TMP_BASE / pod
+        self.inject(
+            pod, f"mount -t tmpfs -o size=4m,mode=1777 scratch {SCRATCH}", f"umount -l {SCRATCH}"
+        )
+        self.inject(
+            pod,
+            f"mkdir -m 700 {SCRATCH}/.jobs && mount --bind {SCRATCH}/.jobs {jobs}"
+            f" && mount --make-private {jobs}",
+            f"umount -l {jobs}",
         )
 
     def gpu(self, scenario: str, pod: str = BAD, via: str | None = None) -> None:
@@ -366,25 +382,25 @@ def test_a_user_filling_a_shared_file_system_drains_one_node_and_recycles_none(f
 
 
 def test_a_users_job_filling_scratch_drains_nothing_and_leaves_nothing(faults: Faults):
-    """demo's job fills the node's scratch (a small file system at the tests' scratch path;
-    its /tmp and /dev/shm are its own, see test_local_resources) and leaves a daemon running
-    out of its process tree: while it runs, the space is the job's; as it ends, its Epilog
-    ends the daemon and removes what demo left, so no watch round drains the node, and
-    another user's job runs there."""
+    """demo's job fills the node's disk, through its own /tmp and the node's scratch (one small
+    file system for both, as a real worker container's disk is; its /dev/shm is its own, see
+    test_local_resources) and leaves a daemon running out of its process tree: while it runs,
+    the space is the job's; as it ends, slurmstepd removes its /tmp and its Epilog ends the
+    daemon and removes what demo left, so no watch round drains the node, and another user's
+    job runs there."""
     cluster = faults.cluster
     victim = bystander(cluster)  # whose jobs the attacker (demo) must not stop
-    faults.inject(
-        BAD, f"mount -t tmpfs -o size=4m,mode=1777 scratch {SCRATCH}", f"umount -l {SCRATCH}"
-    )
+    faults.small_disk(BAD)
     job = cluster.submit(
         f"--nodelist={BAD}",
         "--output=/dev/null",
         "--wrap",
-        f"fallocate -l 4m {SCRATCH}/mine; head -c 1M /dev/zero > /dev/shm/mine; "
+        f"fallocate -l 2m /tmp/mine; fallocate -l 2m {SCRATCH}/mine; "
+        "head -c 1M /dev/zero > /dev/shm/mine; "
         "setsid -f sleep 3600 </dev/null >/dev/null 2>&1; "  # escapes the job (no cgroup here)
         "until [ -e $HOME/release-$SLURM_JOB_ID ]; do sleep 0.2; done",
     )
-    wait_for("the job's files", lambda: cluster.pod(BAD).run(f"test -e {SCRATCH}/mine").rc == 0)
+    wait_for("the job to fill the disk", lambda: _free_percent(cluster, BAD) < 5)
     filled = time.time()
     wait_for("a watch round while it runs", lambda: _watched_since(cluster, BAD, filled))
     assert "drain" not in cluster.nodes()[BAD][0].split("+")
@@ -394,6 +410,7 @@ def test_a_users_job_filling_scratch_drains_nothing_and_leaves_nothing(faults: F
     wait_for("a watch round after it", lambda: _watched_since(cluster, BAD, ended))
     assert "drain" not in cluster.nodes()[BAD][0].split("+"), cluster.nodes()[BAD]
     pod = cluster.pod(BAD)
+    assert _free_percent(cluster, BAD) == 100
     assert pod.check_output(f"find {SCRATCH} /dev/shm -mindepth 1 -user demo") == ""
     assert pod.run("pgrep -u demo").rc == 1, pod.run("ps -fu demo").stdout
     uid = pod.check_output("id -u demo").strip()
@@ -405,6 +422,12 @@ def test_a_users_job_filling_scratch_drains_nothing_and_leaves_nothing(faults: F
     removed = re.search(rf"scratch: removed (\d+) entries uid {uid} left", said)
     assert removed and int(removed[1]) >= 1, said  # its own, and any an earlier job left
     assert cluster.user(victim).check_output(f"srun --nodelist={BAD} hostname").strip() == BAD
+
+
+def _free_percent(cluster: LocalCluster, pod: str) -> float:
+    out = cluster.pod(pod).check_output(f"stat --file-system --format='%a %b' {SCRATCH}")
+    free, total = (int(n) for n in out.split())
+    return 100.0 * free / total
 
 
 def _shared_storage_undone(cluster: LocalCluster, values: Path, workers: tuple[str, ...]) -> None:
