@@ -277,6 +277,30 @@ def test_srun_ports_pinned_by_default_and_ephemeral_on_request(default_docs):
     assert not allowed(policies, OUTSIDE, pods["login"], 45123)
 
 
+def _sysctls(docs, statefulset: str) -> dict[str, str]:
+    context = _get(docs, "StatefulSet", statefulset)["spec"]["template"]["spec"]["securityContext"]
+    return {s["name"]: s["value"] for s in context.get("sysctls", [])}
+
+
+def test_time_wait_is_capped_at_half_the_srun_ports_on_request(default_docs):
+    """Off by default: Kubernetes refuses the sysctl unless the kubelets allow it."""
+    cap = "net.ipv4.tcp_max_tw_buckets"
+    assert cap not in _sysctls(default_docs, "slonk-login")
+    docs = _docs({"slurm": {"capTimeWait": True, "slurmConf": {"SrunPortRange": "40000-40009"}}})
+    for statefulset in ("slonk-login", "slonk-cpu"):
+        assert _sysctls(docs, statefulset) == {
+            "net.ipv4.ip_local_reserved_ports": "40000-40009",
+            cap: "5",
+        }
+    assert _sysctls(docs, "slonk-controller") == {}
+    own = {"sysctls": [{"name": "net/ipv4/tcp_max_tw_buckets", "value": "64"}]}
+    docs = _docs({"slurm": {"capTimeWait": True}, "login": {"podSecurityContext": own}})
+    assert _sysctls(docs, "slonk-login")["net/ipv4/tcp_max_tw_buckets"] == "64"
+    assert cap not in _sysctls(docs, "slonk-login")
+    docs = _docs({"slurm": {"capTimeWait": True, "slurmConf": {"SrunPortRange": None}}})
+    assert _sysctls(docs, "slonk-login") == {}
+
+
 def test_workers_egress_is_open_without_exceptions():
     docs = _docs({"networkPolicy": {"workers": {"egressExcept": []}}})
     workers = _get(docs, "NetworkPolicy", "slonk-workers")

@@ -26,6 +26,7 @@ import yaml
 
 from slonk.local.cluster import Cluster
 from slonk.local.projection import project
+from slonk.srun_ports import SAMPLE
 
 from ..support.cluster import LocalCluster, slonk, wait_for
 from ..support.users import bystander
@@ -133,11 +134,10 @@ def test_one_user_holding_sruns_ports_loses_them_and_others_srun(healthy, demo):
     processes within its look, saying who and how many ports, and demo's srun runs."""
     name = bystander(healthy)
     login = healthy.pod("slonk-login-0")
-    pinned = login.check_output("scontrol show config | awk '/^SrunPortRange/ {print $3}'")
-    first, last = (int(port) for port in pinned.split("-"))
+    first, last = _srun_ports(login)
     # The kernel never hands out a port of the range (the pod's sysctl, set by local mode).
     reserved = login.check_output("cat /proc/sys/net/ipv4/ip_local_reserved_ports").strip()
-    assert reserved == pinned.strip()
+    assert reserved == f"{first}-{last}"
     uid = login.check_output(f"id -u {name}").strip()
     since = healthy.log_offset("slonk-login-0")
     holder = f"python3 -c {shlex.quote(HOLD_PORTS)} {first} {last}"
@@ -157,6 +157,60 @@ def test_one_user_holding_sruns_ports_loses_them_and_others_srun(healthy, demo):
         assert demo.check_output("srun -N1 hostname").strip() in ("slonk-cpu-0", "slonk-cpu-1")
     finally:
         login.run(f"pkill -KILL -u {name}; pkill -u demo -x -f 'sleep 1801'")
+
+
+def _srun_ports(login: testinfra.host.Host) -> tuple[int, int]:
+    pinned = login.check_output("scontrol show config | awk '/^SrunPortRange/ {print $3}'")
+    first, last = (int(port) for port in pinned.split("-"))
+    return first, last
+
+
+# A connection from every port of srun's range, each closed first from that end, so that the
+# kernel keeps the port in TIME_WAIT for a minute, owned by no one; then how many ports of the
+# range still bind as srun binds them (SO_REUSEADDR).
+CLOSE_FROM_PORTS = """
+import socket, sys
+first, last = int(sys.argv[1]), int(sys.argv[2])
+server = socket.create_server(("127.0.0.1", 0), backlog=64)
+for port in range(first, last + 1):
+    client = socket.socket()
+    try:
+        client.bind(("127.0.0.1", port))
+        client.connect(server.getsockname())
+    except OSError:
+        client.close()
+        continue
+    accepted, _ = server.accept()
+    client.close()
+    accepted.close()
+free = 0
+for port in range(first, last + 1):
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("0.0.0.0", port))
+            free += 1
+        except OSError:
+            pass
+print(free)
+"""
+
+
+def test_connections_closed_from_sruns_ports_hold_at_most_half_of_them(healthy, demo):
+    """Another user connects from every port of srun's range and closes first: each port
+    would wait a minute in TIME_WAIT with no owner to blame, and every srun on the pod failed
+    (README, "srun's ports"). The pod caps its TIME_WAIT sockets at half the range
+    (slurm.capTimeWait, on in local mode): half the range still binds, and demo's srun runs."""
+    login = healthy.pod("slonk-login-0")
+    first, last = _srun_ports(login)
+    size = last - first + 1
+    cap = login.check_output("cat /proc/sys/net/ipv4/tcp_max_tw_buckets").strip()
+    assert cap == str(size // 2)
+    attacker = healthy.user(bystander(healthy))
+    free = attacker.check_output(f"python3 -c {shlex.quote(CLOSE_FROM_PORTS)} {first} {last}")
+    # (The pod's agent binds up to SAMPLE ports of the range for a moment each second.)
+    assert int(free) >= size // 2 - SAMPLE, f"{free.strip()} of {size} ports free"
+    assert demo.check_output("srun -N1 hostname").strip() in ("slonk-cpu-0", "slonk-cpu-1")
 
 
 def test_a_job_reaches_its_other_node_by_ssh(healthy, demo):

@@ -15,6 +15,7 @@ import yaml
 from slonk import chart
 from slonk.local.manifests import LocalModeError, plan
 from slonk.local.network import set_sysctls
+from slonk.local.release import LOCAL_VALUES
 
 
 def _pods(values: dict[str, Any]) -> dict[str, Any]:
@@ -29,6 +30,11 @@ def test_login_and_worker_pods_reserve_the_srun_ports():
     assert pods["slonk-login-0"].sysctls == reserved
     assert pods["slonk-cpu-0"].sysctls == reserved
     assert pods["slonk-controller-0"].sysctls == {}
+
+
+def test_local_mode_caps_time_wait_as_an_allowing_kubelet_would():
+    pods = _pods(chart.user_values([LOCAL_VALUES]))
+    assert pods["slonk-login-0"].sysctls["net.ipv4.tcp_max_tw_buckets"] == "1500"
 
 
 def test_a_sysctl_outside_the_pods_network_is_refused():

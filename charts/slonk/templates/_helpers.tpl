@@ -594,7 +594,9 @@ sshd and pam_slurm_adopt need beyond them (values.yaml workers.ssh says why), as
 {{/* A login or worker pod's securityContext: the values' own and, where SrunPortRange is set,
 that range reserved from the kernel's own choice of ports (net.ipv4.ip_local_reserved_ports, a
 sysctl every Kubernetes since 1.27 allows): no connection of anyone's takes a port srun listens
-on. A reservation the values make themselves is kept as it is.
+on. With slurm.capTimeWait, the pod's sockets in TIME_WAIT are capped at half the range
+(net.ipv4.tcp_max_tw_buckets, a sysctl kubelets must be told to allow): closed connections
+never hold more than half of srun's ports. A sysctl the values set themselves is kept as it is.
 Call with (dict "root" $ "context" PODSECURITYCONTEXT); nothing when the result is empty. */}}
 {{- define "slonk.srunPodSecurityContext" -}}
 {{- $context := deepCopy (.context | default dict) -}}
@@ -604,8 +606,14 @@ Call with (dict "root" $ "context" PODSECURITYCONTEXT); nothing when the result 
 {{- $names := list -}}
 {{- range $sysctls }}{{ $names = append $names (.name | replace "/" ".") }}{{ end -}}
 {{- if not (has "net.ipv4.ip_local_reserved_ports" $names) -}}
-{{- $_ := set $context "sysctls" (append $sysctls (dict "name" "net.ipv4.ip_local_reserved_ports" "value" (toString $range))) -}}
+{{- $sysctls = append $sysctls (dict "name" "net.ipv4.ip_local_reserved_ports" "value" (toString $range)) -}}
 {{- end -}}
+{{- if and .root.Values.slurm.capTimeWait (not (has "net.ipv4.tcp_max_tw_buckets" $names)) -}}
+{{- $ports := splitList "-" (toString $range) -}}
+{{- $half := div (add1 (sub (index $ports 1 | int) (index $ports 0 | int))) 2 -}}
+{{- $sysctls = append $sysctls (dict "name" "net.ipv4.tcp_max_tw_buckets" "value" (toString $half)) -}}
+{{- end -}}
+{{- with $sysctls }}{{ $_ := set $context "sysctls" . }}{{ end -}}
 {{- end -}}
 {{- with $context }}securityContext: {{- toYaml . | nindent 2 }}{{ end -}}
 {{- end }}

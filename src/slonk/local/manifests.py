@@ -18,12 +18,14 @@ FAKE_GPU_RESOURCE = "nvidia.com/gpu"
 # Resources every node has, which need no device plugin.
 NODE_RESOURCES = ("cpu", "memory", "ephemeral-storage")
 # The sysctls local mode sets for a pod (securityContext.sysctls): Kubernetes' safe ones that
-# belong to the pod's network namespace, which the host runtime makes before the pod starts.
+# belong to the pod's network namespace, which the host runtime makes before the pod starts,
+# and the unsafe one slurm.capTimeWait needs, as a kubelet told to allow it would.
 NETWORK_SYSCTLS = (
     "net.ipv4.ip_local_port_range", "net.ipv4.ip_local_reserved_ports",
     "net.ipv4.ip_unprivileged_port_start", "net.ipv4.ping_group_range",
     "net.ipv4.tcp_syncookies", "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout",
     "net.ipv4.tcp_keepalive_intvl", "net.ipv4.tcp_keepalive_probes",
+    "net.ipv4.tcp_max_tw_buckets",
 )  # fmt: skip
 
 
