@@ -182,7 +182,8 @@ def run_forever(ports: tuple[int, int], stop: threading.Event) -> None:
         if done == [] and not unexplained:
             say(
                 f"srun's ports {ports[0]}-{ports[1]} run short and no user over a share holds "
-                "them (connections in TIME_WAIT, or a user alone on the pod): sruns here may fail"
+                "them (connections in TIME_WAIT, which slurm.capTimeWait caps, or a user alone "
+                "on the pod): sruns here may fail"
             )
         unexplained = done == []
 
