@@ -22,6 +22,7 @@ from slonk.local.cluster import Cluster
 from slonk.paths import HEALTH_PLAN, JOB_TMP_BASE
 
 from ..support.cluster import SCRATCH, SESSION_RECYCLE, LocalCluster, slonk, wait_for
+from ..support.scrape import scrape, values
 from ..support.users import bystander
 
 BAD, GOOD = "slonk-cpu-1", "slonk-cpu-0"
@@ -424,6 +425,12 @@ def test_a_users_job_filling_scratch_drains_nothing_and_leaves_nothing(faults: F
     assert cluster.user(victim).check_output(f"srun --nodelist={BAD} hostname").strip() == BAD
 
 
+def _quarantines_counted(cluster: LocalCluster) -> float:
+    """slonk_node_events_total{event="quarantine"} as the controller's exporter serves it."""
+    served = scrape(cluster, CONTROLLER)
+    return sum(values(served, "slonk_node_events_total", event="quarantine", cause="quarantine"))
+
+
 def _free_percent(cluster: LocalCluster, pod: str) -> float:
     out = cluster.pod(pod).check_output(f"stat --file-system --format='%a %b' {SCRATCH}")
     free, total = (int(n) for n in out.split())
@@ -491,8 +498,10 @@ def test_a_node_failing_boot_checks_registers_drained_then_is_recycled_then_quar
     cluster = faults.cluster
     # Counted from the start: the recycle loop may still run the last test's fast settings
     # for a moment (config-watch applies `upgrade`), and recycle the node as soon as it
-    # registers drained, before this test asks for them.
+    # registers drained, before this test asks for them. (A first scrape starts the
+    # controller's exporter counting, if none has yet.)
     recorded = len(cluster.node_history())
+    quarantines = _quarantines_counted(cluster)
     deletes = _deletes_offset(cluster)
     # The fault appears while the pod is away: a running pod's interval check would drain
     # the node for the same reason, and only the new pod's boot checks are under test.
@@ -533,6 +542,10 @@ def test_a_node_failing_boot_checks_registers_drained_then_is_recycled_then_quar
         return node if taint in node["spec"].get("taints", []) else None
 
     node = wait_for(f"local-{BAD} tainted", tainted)
+    wait_for(
+        "the quarantine counted (metrics)",
+        lambda: _quarantines_counted(cluster) == quarantines + 1,
+    )
     assert node["metadata"]["annotations"]["slonk.io/quarantine-reason"] == quarantine
     # The machine's history holds all three, each from another pod of the same node, with
     # the GPU serial its boot run reported (one GPU visible: one serial).
