@@ -231,6 +231,9 @@ def run(load: Callable[[], ClusterSpec]) -> None:
                 if str(err) != refused:
                     log(f"keeping the last good settings: {err}")
                 refused = str(err)
+            if current.syncer is not None:  # the pace as the settings say now
+                gate.window = current.syncer.topology_window_seconds
+                gate.interval = current.syncer.topology_min_interval_seconds
             if not kube.synced:
                 continue  # a list failed: its objects' absence would read as pods gone
             started = time.monotonic()

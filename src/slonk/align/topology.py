@@ -29,10 +29,12 @@ from dataclasses import dataclass, field
 
 from slonk import paths
 from slonk.config import placement
+from slonk.config.model import SyncerSettings, default_of
 from slonk.config.spec import ClusterSpec, SpecError, load_spec
 
-WINDOW_SECONDS = 10.0
-MIN_INTERVAL_SECONDS = 30.0
+# The defaults of syncer.topologyWindowSeconds and topologyMinIntervalSeconds.
+WINDOW_SECONDS = float(default_of(SyncerSettings, "topology_window_seconds"))
+MIN_INTERVAL_SECONDS = float(default_of(SyncerSettings, "topology_min_interval_seconds"))
 SHOWN_NODES = 5  # a log line names this many moved nodes, then counts the rest
 
 Places = dict[str, dict[str, str]]

@@ -177,6 +177,9 @@ class SyncerSettings:
     slurm_poll_seconds: int = 5
     node_conditions: tuple[str, ...] = ()
     topology_labels: Mapping[str, str] = field(default_factory=dict)  # switch|block -> label
+    # The pace of topology changes (slonk.align.topology.Gate, where the defaults are argued).
+    topology_window_seconds: int = 10
+    topology_min_interval_seconds: int = 30
 
 
 @dataclass(frozen=True)

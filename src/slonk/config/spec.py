@@ -119,6 +119,9 @@ STATEFULSET_NAME_MAX = 52
 # The longest StatefulSet name the chart makes from the release alone.
 RELEASE_MAX = STATEFULSET_NAME_MAX - len("-controller")
 MAX_PORT = 65535
+# A topology change waits at most this long (window or interval): labels steer new jobs, and
+# an hour-old topology is as stale as anyone should choose.
+MAX_TOPOLOGY_PACE_SECONDS = 3600
 SSH_PORT = 22  # sshd on login pods and workers
 SPEC_KEYS = frozenset(
     "version clusterName release namespace clusterDomain slurmctldPort slurmdPort nodepools "
@@ -664,7 +667,10 @@ def _health(data: Any, path: str) -> HealthSettings | None:
 
 
 def _syncer(data: Any, path: str) -> SyncerSettings | None:
-    keys = {"enabled", "resyncSeconds", "slurmPollSeconds", "nodeConditions", "topologyLabels"}
+    keys = {
+        "enabled", "resyncSeconds", "slurmPollSeconds", "nodeConditions", "topologyLabels",
+        "topologyWindowSeconds", "topologyMinIntervalSeconds",
+    }  # fmt: skip
     r = _Reader(data or {}, path, keys)
     if not r.get("enabled", bool, True):
         return None
@@ -685,6 +691,18 @@ def _syncer(data: Any, path: str) -> SyncerSettings | None:
             for kind in ("switch", "block")
             if (key := labels.text(kind, patterns.LABEL_KEY, "a Kubernetes label key"))
         },
+        topology_window_seconds=r.count(
+            "topologyWindowSeconds",
+            default=synced("topology_window_seconds"),
+            minimum=1,
+            maximum=MAX_TOPOLOGY_PACE_SECONDS,
+        ),
+        topology_min_interval_seconds=r.count(
+            "topologyMinIntervalSeconds",
+            default=synced("topology_min_interval_seconds"),
+            minimum=1,
+            maximum=MAX_TOPOLOGY_PACE_SECONDS,
+        ),
     )
 
 
