@@ -105,9 +105,9 @@ def _init(args: argparse.Namespace) -> int:
 
 
 def _agent(args: argparse.Namespace) -> int:
-    from slonk.agent import main
+    from slonk import pod_agent
 
-    return main.run(args.role, args.cluster)
+    return pod_agent.run(args.role, args.cluster)
 
 
 def _users_sync(args: argparse.Namespace) -> int:

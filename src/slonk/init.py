@@ -213,7 +213,7 @@ def prepare_directory(spec: ClusterSpec) -> str:
 def optional_services(spec: ClusterSpec, role: str) -> tuple[str, ...]:
     """The s6 services a role runs beyond its own (services.ROLE_SERVICES), as cluster.yaml
     asks for them. The pod's loops (users sync, hooks, metrics, recycling) are tasks of its
-    agent (slonk.agent.main), which the controller and workers always run, and a login pod
+    agent (slonk.pod_agent), which the controller and workers always run, and a login pod
     when it has one: the users sync, or srun's ports to keep."""
     login_agent = role == "login" and (spec.ldap or spec.srun_ports)
     extra: tuple[str, ...] = ("agent",) if login_agent else ()

@@ -41,11 +41,10 @@ from typing import Any
 
 import hostlist
 
-from slonk import paths, slurm_nodes
+from slonk import paths, reasons, slurm_nodes
 from slonk.config import patterns
 from slonk.errors import SlonkError
 from slonk.files import write_atomically
-from slonk.health import reasons
 from slonk.slurm_state import NodeState, SlurmError
 
 LENT = "lent"  # the syncer's cause word: `slonk:k8s:lent: <detail>`

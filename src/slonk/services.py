@@ -11,7 +11,7 @@ from typing import NoReturn
 
 from slonk import paths
 
-# agent: the pod's own loops (slonk.agent.main), among them config-watch: the controller
+# agent: the pod's own loops (slonk.pod_agent), among them config-watch: the controller
 # applies cluster.yaml's Slurm configuration, a worker its own health plan and job programs.
 # A login pod has nothing of its own to follow (its clients fetch the configuration slurmctld
 # runs): it runs an agent only to sync users from LDAP (init.optional_services).

@@ -1,5 +1,5 @@
 """Slurm node state through scontrol: read the nodes, drain one with a reason, resume one.
-What a reason says and who may lift it is slonk.health.reasons'; reading Slurm's JSON is
+What a reason says and who may lift it is slonk.reasons'; reading Slurm's JSON is
 slonk.slurm_state's."""
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from slonk import reasons
 from slonk.errors import SlonkError
-from slonk.health import reasons
 
 # One call for every node (or the named ones), one for the queue.
 SHOW_NODES = ("scontrol", "show", "node", "--json")

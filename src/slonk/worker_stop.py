@@ -27,8 +27,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from slonk import slurm_nodes
-from slonk.health import reasons
+from slonk import reasons, slurm_nodes
 from slonk.slurm_state import QUEUE, Job, NodeState, SlurmError, parse_jobs
 
 # The one reason this module writes; a constant detail, so nothing untrusted to clean.

@@ -27,7 +27,7 @@ def test_slurm_runs_the_checks(default_manifest):
     assert "HealthCheckInterval=300" in lines
     assert "HealthCheckNodeState=ANY,CYCLE" in lines  # a few nodes at a time
     # The agent watches the machine beside the jobs: Slurm forks nothing before each one,
-    # and after it only the Epilog that clears what the job's user left (slonk.hooks.leftovers).
+    # and after it only the Epilog that clears what the job's user left (slonk.leftovers).
     assert [line for line in lines if line.startswith(("Prolog=", "Epilog="))] == [EPILOG]
 
 

@@ -10,8 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from slonk import paths
-from slonk.health import reasons
+from slonk import paths, reasons
 
 from ..support.cluster import SLONK, LocalCluster, wait_for
 

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from slonk.align.recycle import HISTORY
 from slonk.config.model import HealthSettings, default_of
 from slonk.config.spec import HEALTH_CHECKS
 from slonk.health.drains import LOG as HEALTH_LOG
-from slonk.health.recycle import HISTORY
 from slonk.local.cluster import Cluster
 from slonk.paths import HEALTH_PLAN, JOB_TMP_BASE
 

@@ -12,7 +12,7 @@ import subprocess
 from collections.abc import Iterator
 from typing import Any
 
-from slonk.health import reasons
+from slonk import reasons
 
 from ..support.cluster import SLONK, LocalCluster, wait_for
 

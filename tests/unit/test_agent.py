@@ -20,10 +20,10 @@ from slonk import jitter
 from slonk.agent import inotify
 from slonk.agent.changes import Changes
 from slonk.agent.lines import LineWriter
-from slonk.agent.main import tasks_for
 from slonk.agent.runner import Board, Runner, Task
 from slonk.config.spec import parse_spec
 from slonk.local.projection import project
+from slonk.pod_agent import tasks_for
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
@@ -381,7 +381,7 @@ def test_a_signal_while_the_stop_event_is_held_still_stops_the_agent():
     once: an agent that ignored SIGTERM)."""
     script = (
         "import os, signal, threading\n"
-        "from slonk.agent.main import stop_on_signals\n"
+        "from slonk.pod_agent import stop_on_signals\n"
         "stop = threading.Event()\n"
         "stop_on_signals(stop)\n"
         "with stop._cond:\n"

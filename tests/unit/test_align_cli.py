@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from slonk import reasons
 from slonk.align import lending, pool, report, topology
 from slonk.align import plan as p
 from slonk.config.spec import SpecError, parse_spec
-from slonk.health import reasons
 from slonk.slurm_state import NodeState
 
 

@@ -13,12 +13,11 @@ from typing import Any
 import pytest
 import yaml
 
-from slonk import chart, slurm_nodes
+from slonk import chart, reasons, slurm_nodes
 from slonk.align import lease, lending, syncer
 from slonk.align import plan as planning
 from slonk.align.kube import Cluster
 from slonk.config.spec import parse_spec
-from slonk.health import reasons
 from slonk.health.kube import KubeError
 from slonk.local import manifests
 from slonk.slurm_state import NodeState

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from slonk import reasons
 from slonk.align import plan as p
-from slonk.health import reasons
 from slonk.slurm_state import NodeState
 
 SETTINGS = p.Settings(release="slonk", pools={"cpu": 2}, conditions=frozenset({"GPUProblem"}))

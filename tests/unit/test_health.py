@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from slonk import slurm_nodes
+from slonk import reasons, slurm_nodes
+from slonk.align import recycle
 from slonk.config.spec import HEALTH_CHECKS, RecycleSettings, SpecError, parse_spec
-from slonk.health import checks, drains, gpu, probe, reasons, recycle, runner
+from slonk.health import checks, drains, gpu, probe, runner
 from slonk.health.kube import KubeError
 from slonk.health.probe import Unhealthy, bounded
 

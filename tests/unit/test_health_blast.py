@@ -11,9 +11,10 @@ import json
 import pytest
 
 from slonk import slurm_nodes
+from slonk.align import recycle
+from slonk.config.health_checks import SHARED_CHECKS
 from slonk.config.spec import RecycleSettings
-from slonk.health import blast, checks, drains, probe, recycle, runner
-from slonk.health.catalogue import SHARED_CHECKS
+from slonk.health import blast, checks, drains, probe, runner
 
 from . import slurm_json
 

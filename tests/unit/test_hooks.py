@@ -609,7 +609,7 @@ def test_dispatcher_runs_in_order_logs_and_fails_on_the_first_error(tmp_path, mo
 
 
 def test_every_epilog_clears_leftovers_first_and_says_so_in_the_jobs_log(tmp_path, monkeypatch):
-    from slonk.hooks import leftovers
+    from slonk import leftovers
 
     seen = []
     monkeypatch.setenv("SLURM_JOB_ID", "42")
@@ -623,7 +623,7 @@ def test_every_epilog_clears_leftovers_first_and_says_so_in_the_jobs_log(tmp_pat
 
 
 def test_leftovers_that_cannot_be_cleared_never_fail_the_epilog(tmp_path, monkeypatch, capsys):
-    from slonk.hooks import leftovers
+    from slonk import leftovers
 
     def broken() -> str:
         raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "a user's file name")

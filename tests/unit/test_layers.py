@@ -1,14 +1,19 @@
-"""How slonk's modules depend on each other: a pod's commands load no local mode (nor its
-HTTP server's http.server and ssl), the pods' modules import no CLI of another's, and every
-user-facing error ends a command in one line, not a traceback."""
+"""How slonk's modules depend on each other: each imports only from the layers below its own
+(pyproject.toml's contract, checked by import-linter in ci/lint), a pod's commands load no
+local mode (nor its HTTP server's http.server and ssl), the pods' modules import no CLI of
+another's, and every user-facing error ends a command in one line, not a traceback."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+import slonk
 from slonk import chart, cli, init, secrets, slurm_state, statesave
 from slonk.config.spec import SpecError
 from slonk.errors import SlonkError
@@ -20,6 +25,40 @@ from slonk.users import directory, sync
 # only the commands that never talk to a directory are held to it.
 LOCAL = ("slonk.local", "http.server")
 NO_SSL = ("ssl",)
+
+
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+PYPROJECT = Path(__file__).parents[2] / "pyproject.toml"
+
+
+def _lint_imports(source: Path) -> subprocess.CompletedProcess[str]:
+    """import-linter over the copy of slonk in `source`, with the project's contract."""
+    return subprocess.run(
+        [LINT_IMPORTS, "--no-cache", "--config", PYPROJECT],
+        env={**os.environ, "PYTHONPATH": str(source)},
+        capture_output=True, text=True, cwd=source, check=False,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(("change", "said"), [
+    (("paths.py", "\nfrom slonk.health import drains\n"),
+     "slonk.paths is not allowed to import slonk.health"),
+    (("config/spec.py", "\nimport slonk.align.recycle\n"),  # lazily or not, upward
+     "slonk.config is not allowed to import slonk.align"),
+    (("unplaced.py", ""), "unplaced"),  # a new module takes its place in the contract
+])  # fmt: skip
+def test_the_layer_contract_holds_and_refuses_an_upward_import(change, said, tmp_path):
+    shutil.copytree(
+        Path(slonk.__file__).parent, tmp_path / "slonk", ignore=shutil.ignore_patterns("*.pyc")
+    )
+    kept = _lint_imports(tmp_path)
+    assert kept.returncode == 0, kept.stdout[-2000:]
+    name, text = change
+    with (tmp_path / "slonk" / name).open("a") as module:
+        module.write(text)
+    broken = _lint_imports(tmp_path)
+    assert broken.returncode == 1, broken.stdout[-2000:]
+    assert said in broken.stdout
 
 
 def _loaded_by_cli(*args: str, cwd) -> tuple[set[str], subprocess.CompletedProcess[str]]:
@@ -82,9 +121,9 @@ def test_every_command_is_still_listed_and_local_modes_help_works(args, tmp_path
 
 
 @pytest.mark.parametrize("module", [
-    "slonk.cli", "slonk.init", "slonk.agent.main", "slonk.watch", "slonk.worker",
+    "slonk.cli", "slonk.init", "slonk.pod_agent", "slonk.watch", "slonk.worker",
     "slonk.users.sync", "slonk.hooks.dispatch", "slonk.hooks.revision", "slonk.health.command",
-    "slonk.health.drains", "slonk.health.recycle", "slonk.health.kube", "slonk.align.syncer",
+    "slonk.health.drains", "slonk.align.recycle", "slonk.health.kube", "slonk.align.syncer",
     "slonk.align.pool",
 ])  # fmt: skip
 def test_the_pods_modules_import_no_local_mode(module):

@@ -7,8 +7,7 @@ import json
 
 import pytest
 
-from slonk import slurm_state
-from slonk.health import reasons
+from slonk import reasons, slurm_state
 from slonk.slurm_state import SlurmError, parse_jobs, parse_nodes
 
 from . import slurm_json

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from slonk import worker_stop
-from slonk.health import reasons
+from slonk import reasons, worker_stop
 from slonk.slurm_state import Job, NodeState, SlurmError
 
 NAME = "slonk-cpu-1"

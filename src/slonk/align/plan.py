@@ -20,8 +20,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from slonk import power
-from slonk.health import reasons
+from slonk import power, reasons
 from slonk.slurm_state import NodeState
 
 GOAL = "slonk.io/goal"

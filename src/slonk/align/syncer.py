@@ -17,14 +17,13 @@ import sys
 import time
 from collections.abc import Callable
 
-from slonk import node_events, paths, power, slurm_nodes
+from slonk import node_events, paths, power, reasons, slurm_nodes
 from slonk.align import lease, lending, topology
 from slonk.align import plan as planning
 from slonk.align.kube import BACKOFF_SECONDS, Cluster
 from slonk.align.stats import Stats
 from slonk.config.spec import ClusterSpec, SpecError
 from slonk.errors import SlonkError
-from slonk.health import reasons
 from slonk.health.kube import KubeError
 from slonk.slurm_state import SlurmError
 

@@ -140,7 +140,7 @@ class HookSettings:
 @dataclass(frozen=True)
 class CheckSettings:
     """One health check: when it runs, how long it may take, and its own options. The
-    checks and their defaults: slonk.health.catalogue."""
+    checks and their defaults: slonk.config.health_checks."""
 
     phases: tuple[str, ...]
     timeout_seconds: float
@@ -323,7 +323,7 @@ class ClusterSpec:
     def job_phases(self) -> tuple[str, ...]:
         """The Prolog/Epilog (and task) programs Slurm runs: for hooks from git, and for
         health checks around jobs. The Epilog always: it clears what the job's user left on
-        the node, processes and scratch (slonk.hooks.leftovers)."""
+        the node, processes and scratch (slonk.leftovers)."""
         phases = {"epilog"} | (set(self.hooks.phases) if self.hooks else set())
         for pool in self.nodepools:
             phases |= {p for c in self.health_checks(pool).values() for p in c.phases}

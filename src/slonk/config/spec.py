@@ -18,6 +18,12 @@ import yaml
 
 from slonk.config import accounts, patterns
 from slonk.config.accounts import AccountError, AccountRules
+from slonk.config.health_checks import (
+    CHECK_OPTION_MAXIMUM,
+    CHECK_OPTION_SHAPES,
+    CHECK_TIMEOUT_MAXIMUM_SECONDS,
+    HEALTH_CHECKS,
+)
 from slonk.config.model import (
     CONFINEMENTS,
     HEALTH_PHASES,
@@ -52,12 +58,6 @@ from slonk.config.model import (
 )
 from slonk.config.patterns import matches
 from slonk.errors import SlonkError
-from slonk.health.catalogue import (
-    CHECK_OPTION_MAXIMUM,
-    CHECK_OPTION_SHAPES,
-    CHECK_TIMEOUT_MAXIMUM_SECONDS,
-    HEALTH_CHECKS,
-)
 
 # The model's names, for the modules that read a spec through this one.
 __all__ = [

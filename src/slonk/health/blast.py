@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
-from slonk.health import reasons
+from slonk import reasons
 from slonk.slurm_state import NodeState
 
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from slonk import leftovers
 from slonk.health import gpu
 from slonk.health.probe import Inconclusive, TimedOut, Unhealthy, bounded
-from slonk.hooks import leftovers
 from slonk.paths import SLURMD_SPOOL
 
 SYS_NET = Path("/sys/class/net")
@@ -139,10 +139,10 @@ def check_storage(node: Node, options: Mapping[str, Any], phase: str, timeout: f
 
 def check_scratch(node: Node, options: Mapping[str, Any], phase: str, timeout: float) -> str:
     """Free space on the node's scratch, judged between jobs: space a running job holds is the
-    job's. With no job on the node, what users left there goes first (slonk.hooks.leftovers: as
+    job's. With no job on the node, what users left there goes first (slonk.leftovers: as
     each Epilog does, for anyone whose Epilog did not; only in the node's own /tmp, /var/tmp
     or /dev/shm); what is still full then drains the node (never recycled,
-    slonk.health.catalogue.SHARED_CHECKS)."""
+    slonk.config.health_checks.SHARED_CHECKS)."""
     path, least = options["path"], options["minFreePercent"]
     started, deadline = time.time(), time.monotonic() + timeout
     percent = _free_percent(path, timeout)

@@ -9,8 +9,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from slonk import slurm_nodes
-from slonk.health import blast, reasons, runner
+from slonk import reasons, slurm_nodes
+from slonk.health import blast, runner
 from slonk.health.runner import Result
 from slonk.slurm_state import NodeState, SlurmError
 

@@ -15,8 +15,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from slonk import reasons
 from slonk.files import write_atomically
-from slonk.health import probe, reasons
+from slonk.health import probe
 from slonk.health.checks import CHECKS, Node
 from slonk.paths import HEALTH_PLAN, HEALTH_STATE
 

@@ -27,8 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from slonk import chart
-from slonk.health import reasons
+from slonk import chart, reasons
 from slonk.local import fake_apiserver, firewall, prometheus
 from slonk.local.cluster import require_root
 from slonk.local.kubelet import start_pods, stop_pods, write_hosts

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from slonk.config.health_checks import HEALTH_CHECKS
 from slonk.config.model import HEALTH_PHASES
-from slonk.health.catalogue import HEALTH_CHECKS
 from slonk.health.runner import results_path
 from slonk.metrics.family import GAUGE, Family, PartialError, RecordError, number, read_record
 

@@ -106,7 +106,8 @@ def _hooks(load: Callable[[], ClusterSpec], changes: Changes) -> Task:
 
 
 def _recycle(load: Callable[[], ClusterSpec], stop: threading.Event) -> None:
-    from slonk.health import kube, recycle
+    from slonk.align import recycle
+    from slonk.health import kube
 
     recycle.run_forever(load, kube.KubeApi, stop)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from slonk.hooks import leftovers
+from slonk import leftovers
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="files of other users need root")
 
@@ -168,7 +168,7 @@ def test_nothing_goes_while_slurm_shows_another_job_of_theirs_here(tmp, left, mo
 _NODE = """
 import os, signal, subprocess, sys, time
 from slonk import user_processes
-from slonk.hooks import leftovers
+from slonk import leftovers
 
 signal.signal(signal.SIGCHLD, signal.SIG_IGN)
 leftovers.other_job = lambda uid, job, node: ""

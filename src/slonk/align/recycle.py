@@ -1,12 +1,12 @@
 """The controller's recycle loop (the agent's task `health-recycle`).
 
-A node a health check drained (the machine's fault, see slonk.health.reasons) that has sat
+A node a health check drained (the machine's fault, see slonk.reasons) that has sat
 idle for `idleSeconds` gets its pod deleted: Kubernetes makes a fresh one, which runs its
 boot checks and, healthy, is resumed by its first health run. A node recycled `maxRecycles`
 times within `windowSeconds` is not recycled again: it stays drained as `slonk:quarantine`
 and its Kubernetes node is tainted for replacement. Nodes a job hook drained are left alone:
 a bad script is fixed in git, not by replacing machines. So are nodes drained by a check a
-user or a shared service can fail (catalogue.SHARED_CHECKS) or by a check holding more nodes
+user or a shared service can fail (health_checks.SHARED_CHECKS) or by a check holding more nodes
 than its share (slonk.health.blast): a new pod cannot fix a shared dependency, and a user's
 files are no hardware fault.
 """
@@ -22,11 +22,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from slonk import node_events, paths, slurm_nodes
+from slonk import node_events, paths, reasons, slurm_nodes
+from slonk.config.health_checks import SHARED_CHECKS
 from slonk.config.spec import ClusterSpec, RecycleSettings, SpecError
 from slonk.files import write_atomically
-from slonk.health import blast, reasons
-from slonk.health.catalogue import SHARED_CHECKS
+from slonk.health import blast
 from slonk.health.kube import KubeError
 from slonk.slurm_state import NodeState, SlurmError
 

@@ -47,7 +47,7 @@ HEALTH_CHECKS: Mapping[str, CheckSettings] = {
 # system, cluster DNS, slurmctld), which a user can fill or an outage fail on every node at
 # once, and scratch, which jobs write to (jobs share the node's /tmp). A new pod does not fix
 # the first, and a machine quarantined for a user's files is a healthy one lost: their
-# drains are never recycled or quarantined (slonk.health.recycle), only lifted once the
+# drains are never recycled or quarantined (slonk.align.recycle), only lifted once the
 # check passes again.
 SHARED_CHECKS = frozenset({"storage", "dns", "controller", "scratch"})
 
