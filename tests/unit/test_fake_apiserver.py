@@ -556,3 +556,83 @@ def test_a_watch_asked_for_as_older_clients_do_is_a_watch(fake: Fake):
         code, event = _raw(fake, "GET", f"/api/v1/nodes?watch={spelling}&timeoutSeconds=1"
                            "&fieldSelector=metadata.name%3Dlocal-slonk-cpu-0")  # fmt: skip
         assert (code, event["type"]) == (200, "ADDED"), spelling
+
+
+def _leases(fake: Fake, *names: str) -> Any:
+    from kubernetes import client
+
+    leases = client.CoordinationV1Api(fake.client())
+    for name in names:
+        leases.create_namespaced_lease(NAMESPACE, {"metadata": {"name": name}, "spec": {}})
+    return leases
+
+
+@needs_kubectl
+def test_a_list_comes_in_pages_and_a_page_after_a_change_is_expired(fake: Fake):
+    from kubernetes.client.exceptions import ApiException
+
+    leases = _leases(fake, "e", "c", "a", "d", "b")
+    first = leases.list_namespaced_lease(NAMESPACE, limit=2)
+    assert [i.metadata.name for i in first.items] == ["a", "b"]
+    assert first.metadata.remaining_item_count == 3
+    second = leases.list_namespaced_lease(NAMESPACE, limit=2, _continue=first.metadata._continue)
+    last = leases.list_namespaced_lease(NAMESPACE, limit=2, _continue=second.metadata._continue)
+    assert [i.metadata.name for i in [*second.items, *last.items]] == ["c", "d", "e"]
+    assert last.metadata._continue is None
+    # kubectl pages by itself (500 a page unless told), and reads every page.
+    names = fake.kubectl("get", "lease", "--chunk-size=2", "-o", "name").stdout.split()
+    assert names == [f"lease.coordination.k8s.io/{n}" for n in "abcde"]
+    # The fake keeps no snapshot: a page after a change is expired, as a compacted one is.
+    leases.delete_namespaced_lease("e", NAMESPACE)
+    with pytest.raises(ApiException) as expired:
+        leases.list_namespaced_lease(NAMESPACE, limit=2, _continue=first.metadata._continue)
+    assert expired.value.status == 410
+    for query in ("limit=-1", "limit=many", "limit=1&continue=not-a-token"):
+        code, status = _raw(fake, "GET", f"/apis/coordination.k8s.io/v1/leases?{query}")
+        assert (code, status["kind"]) == (400, "Status"), query
+
+
+@needs_kubectl
+def test_delete_options_it_would_not_honour_are_refused(fake: Fake):
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    _leases(fake, "kept", "gone")
+    for cascade in ("foreground", "orphan"):
+        said = fake.kubectl("delete", "lease", "kept", f"--cascade={cascade}", check=False)
+        assert said.returncode != 0 and "deletes in the Background only" in said.stderr
+    fake.kubectl("delete", "lease", "gone")  # kubectl's default: Background
+    said = fake.kubectl("delete", "pod", "slonk-cpu-0", "--grace-period=5", check=False)
+    assert said.returncode != 0 and "terminationGracePeriodSeconds" in said.stderr, said.stderr
+    pods = client.CoreV1Api(fake.client())
+    with pytest.raises(ApiException) as refused:
+        pods.delete_namespaced_pod("slonk-cpu-0", NAMESPACE, grace_period_seconds=0)
+    assert refused.value.status == 400
+    code, _ = _raw(fake, "DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods/slonk-cpu-0"
+                   "?propagationPolicy=Orphan")  # fmt: skip
+    assert code == 400
+    names = fake.kubectl("get", "lease,pod", "-o", "name").stdout.split()
+    assert "lease.coordination.k8s.io/kept" in names and "pod/slonk-cpu-0" in names
+
+
+@pytest.mark.parametrize(("metadata", "field"), [
+    ({"labels": {"bad key": "x"}}, "metadata.labels"),
+    ({"labels": {"k": "x" * 64}}, "metadata.labels"),
+    ({"labels": {"k": "-x"}}, "metadata.labels"),
+    ({"labels": {"Upper.Case/k": "x"}}, "metadata.labels"),
+    ({"labels": {"/k": "x"}}, "metadata.labels"),
+    ({"annotations": {"a" * 64: "x"}}, "metadata.annotations"),
+    ({"annotations": {"big": "x" * (256 * 1024)}}, "metadata.annotations"),
+])  # fmt: skip
+def test_labels_and_annotations_the_api_server_refuses_are_refused(fake: Fake, metadata, field):
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    nodes = client.CoreV1Api(fake.client())
+    with pytest.raises(ApiException) as refused:
+        nodes.patch_node("local-slonk-cpu-0", {"metadata": metadata})
+    assert refused.value.status == 422
+    assert json.loads(refused.value.body)["details"]["causes"][0]["field"] == field
+    ok = {"example.org/k": "v-1.x_y", "k": ""}
+    nodes.patch_node("local-slonk-cpu-0", {"metadata": {"labels": ok}})
+    assert fake.node("local-slonk-cpu-0")["metadata"]["labels"].items() >= ok.items()

@@ -20,7 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from slonk.local.apiserver import patches, resources, tables
+from slonk.local.apiserver import metadata, paging, patches, resources, tables
 from slonk.local.apiserver.controllers import Controllers
 from slonk.local.apiserver.rbac import Authorizer, Request
 from slonk.local.apiserver.resources import Resource
@@ -250,6 +250,8 @@ class Handler(BaseHTTPRequestHandler):
             return self._watch(api, target, query)
         if verb == "list":
             return self._list(api, target, query)
+        if verb == "delete":  # its options may come in the query too
+            body = {**_query_delete_options(query), **(body if isinstance(body, dict) else {})}
         handler: Callable[[Api, Target, Any], tuple[int, Object]] = getattr(self, f"_{verb}")
         code, result = handler(api, target, body)
         if verb == "get" and "as=Table" in self.headers.get("Accept", ""):
@@ -276,10 +278,12 @@ class Handler(BaseHTTPRequestHandler):
     def _list(self, api: Api, target: Target, query: Mapping[str, str]) -> None:
         match = self._matching(query)
         items, rv = api.store.list(target.key, target.namespace or None)
-        items = [i for i in items if match(i)]
+        items, more = paging.page([i for i in items if match(i)], rv, query)
         if "as=Table" in self.headers.get("Accept", ""):
             full = query.get("includeObject") == "Object"
-            return self._send(200, tables.table(target.resource.kind, items, rv, full))
+            table = tables.table(target.resource.kind, items, rv, full)
+            table["metadata"].update(more)
+            return self._send(200, table)
         for item in items:
             item.pop("apiVersion", None), item.pop("kind", None)
         self._send(
@@ -287,7 +291,7 @@ class Handler(BaseHTTPRequestHandler):
             {
                 "kind": target.resource.list_kind,
                 "apiVersion": target.resource.api_version,
-                "metadata": {"resourceVersion": str(rv)},
+                "metadata": {"resourceVersion": str(rv), **more},
                 "items": items,
             },
         )
@@ -458,6 +462,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _delete(self, api: Api, target: Target, body: Any) -> tuple[int, Object]:
         current = api.store.get(target.key, target.namespace, target.name)
+        _check_delete_options(body, current, target.resource.kind)
         wanted = (body or {}).get("preconditions") or {} if isinstance(body, dict) else {}
         for field in ("uid", "resourceVersion"):
             if wanted.get(field) and wanted[field] != current["metadata"].get(field):
@@ -483,6 +488,41 @@ class Handler(BaseHTTPRequestHandler):
         }
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _handle
+
+
+def _query_delete_options(query: Mapping[str, str]) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    if "propagationPolicy" in query:
+        options["propagationPolicy"] = query["propagationPolicy"]
+    if "orphanDependents" in query:
+        options["orphanDependents"] = flag(query["orphanDependents"])
+    if "gracePeriodSeconds" in query:
+        try:
+            options["gracePeriodSeconds"] = int(query["gracePeriodSeconds"])
+        except ValueError:
+            raise ApiError(400, "gracePeriodSeconds must be an integer") from None
+    return options
+
+
+def _check_delete_options(body: Any, current: Object, kind: str) -> None:
+    """DeleteOptions the fake would not honour are refused, never ignored: it deletes in the
+    background (what kubectl asks by default), runs no dry run, and stops a pod with its own
+    terminationGracePeriodSeconds."""
+    options = body if isinstance(body, dict) else {}
+    policy = options.get("propagationPolicy")
+    if policy not in (None, "Background") or options.get("orphanDependents"):
+        asked = policy or "Orphan (orphanDependents)"
+        raise ApiError(400, f"the fake API server deletes in the Background only, not {asked}")
+    if options.get("dryRun"):
+        raise ApiError(400, "the fake API server does no dry runs: it would have deleted")
+    grace = options.get("gracePeriodSeconds")
+    own = current.get("spec", {}).get("terminationGracePeriodSeconds", 30)
+    if kind == "Pod" and grace is not None and grace != own:
+        raise ApiError(
+            400,
+            f"the fake API server stops a pod with its spec's terminationGracePeriodSeconds "
+            f"({own} s), not gracePeriodSeconds {grace}",
+        )
 
 
 def replicas(obj: Object) -> int:
@@ -524,12 +564,7 @@ def _checked(body: Any, target: Target) -> Object:
         )
     if resource.namespaced:
         meta["namespace"] = target.namespace
-    for key in ("labels", "annotations"):
-        values = meta.get(key) or {}
-        if not isinstance(values, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in values.items()
-        ):
-            raise invalid(resource.kind, meta.get("name", ""), f"metadata.{key}", "strings only")
+    metadata.check(resource.kind, meta)
     return obj
 
 
