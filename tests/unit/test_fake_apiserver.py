@@ -313,7 +313,12 @@ def test_every_kind_reads_back_through_the_clients_models(fake: Fake):
             "regarding": {"kind": "Pod", "name": "slonk-cpu-1"},
         },
     )
-    assert client.EventsV1Api(admin).list_namespaced_event(NAMESPACE).items[0].reason == "Lent"
+    # (Only events.k8s.io's own: the client's model refuses a core Event, which has no
+    # eventTime, as it does against a real API server.)
+    lent = client.EventsV1Api(admin).list_namespaced_event(
+        NAMESPACE, field_selector="regarding.name=slonk-cpu-1"
+    )
+    assert [e.reason for e in lent.items] == ["Lent"]
 
 
 def test_an_eviction_honours_the_disruption_budget(fake: Fake):
@@ -636,3 +641,49 @@ def test_labels_and_annotations_the_api_server_refuses_are_refused(fake: Fake, m
     ok = {"example.org/k": "v-1.x_y", "k": ""}
     nodes.patch_node("local-slonk-cpu-0", {"metadata": {"labels": ok}})
     assert fake.node("local-slonk-cpu-0")["metadata"]["labels"].items() >= ok.items()
+
+
+@needs_kubectl
+def test_both_event_apis_serve_the_same_events(fake: Fake):
+    """slonk writes core v1 Events; `kubectl events` reads events.k8s.io/v1: one store."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(fake.client())
+    core.create_namespaced_event(
+        NAMESPACE,
+        {
+            "metadata": {"name": "drained"},
+            "reason": "Drained",
+            "type": "Normal",
+            "message": "slonk:k8s:cordoned",
+            "involvedObject": {"kind": "Pod", "name": "slonk-cpu-0", "namespace": NAMESPACE},
+        },
+    )
+    client.EventsV1Api(fake.client()).create_namespaced_event(
+        NAMESPACE,
+        {
+            "metadata": {"name": "lent"},
+            "reason": "Lent",
+            "type": "Normal",
+            "action": "Scale",
+            "note": "lent to Kubernetes",
+            "eventTime": "2026-01-01T00:00:00.000000Z",
+            "reportingController": "slonk",
+            "reportingInstance": "syncer",
+            "regarding": {"kind": "Pod", "name": "slonk-cpu-1", "namespace": NAMESPACE},
+        },
+    )
+    seen = {e.involved_object.name: e.message for e in core.list_namespaced_event(NAMESPACE).items}
+    assert seen == {"slonk-cpu-0": "slonk:k8s:cordoned", "slonk-cpu-1": "lent to Kubernetes"}
+    shown = fake.kubectl("events", f"--namespace={NAMESPACE}").stdout
+    assert "slonk:k8s:cordoned" in shown and "lent to Kubernetes" in shown, shown
+    v1 = f"/apis/events.k8s.io/v1/namespaces/{NAMESPACE}/events"
+    code, drained = _raw(fake, "GET", f"{v1}/drained")
+    assert code == 200 and drained["note"] == "slonk:k8s:cordoned" and "message" not in drained
+    assert drained["regarding"]["name"] == "slonk-cpu-0"
+    body = {"metadata": {"name": "odd"}, "message": "core v1's field, not this API's"}
+    code, status = _raw(
+        fake, "POST", v1,
+        body=json.dumps(body).encode(), headers={"Content-Type": "application/json"},
+    )  # fmt: skip
+    assert code == 400 and "message" in status["message"], status

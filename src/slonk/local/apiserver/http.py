@@ -20,7 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from slonk.local.apiserver import metadata, paging, patches, resources, tables
+from slonk.local.apiserver import events, metadata, paging, patches, resources, tables
 from slonk.local.apiserver.controllers import Controllers
 from slonk.local.apiserver.rbac import Authorizer, Request
 from slonk.local.apiserver.resources import Resource
@@ -48,6 +48,8 @@ class Target:
 
     @property
     def key(self) -> str:
+        if events.served_as_v1(self.resource):
+            return events.CORE_KEY
         return f"{self.resource.group}/{self.resource.name}"
 
 
@@ -255,9 +257,10 @@ class Handler(BaseHTTPRequestHandler):
         handler: Callable[[Api, Target, Any], tuple[int, Object]] = getattr(self, f"_{verb}")
         code, result = handler(api, target, body)
         if verb == "get" and "as=Table" in self.headers.get("Accept", ""):
+            row = events.to_core(result) if events.served_as_v1(target.resource) else result
             result = tables.table(
                 result["kind"],
-                [result],
+                [row],
                 int(result["metadata"].get("resourceVersion", 0)),
                 query.get("includeObject") == "Object",
             )
@@ -284,6 +287,8 @@ class Handler(BaseHTTPRequestHandler):
             table = tables.table(target.resource.kind, items, rv, full)
             table["metadata"].update(more)
             return self._send(200, table)
+        if events.served_as_v1(target.resource):
+            items = [events.to_events_v1(item) for item in items]
         for item in items:
             item.pop("apiVersion", None), item.pop("kind", None)
         self._send(
@@ -312,12 +317,17 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
 
         def send(kind: str, obj: Object) -> None:
-            if as_table and kind in ("ADDED", "MODIFIED", "DELETED"):
-                obj = tables.table(
-                    target.resource.kind,
-                    [obj],
-                    int(obj["metadata"]["resourceVersion"]),
-                    query.get("includeObject") == "Object",
+            """An object as stored (a change) or as sent (a bookmark)."""
+            if kind in ("ADDED", "MODIFIED", "DELETED"):
+                obj = (
+                    tables.table(
+                        target.resource.kind,
+                        [obj],
+                        int(obj["metadata"]["resourceVersion"]),
+                        query.get("includeObject") == "Object",
+                    )
+                    if as_table
+                    else _typed(obj, target.resource)
                 )
             self._chunk(json.dumps({"type": kind, "object": obj}).encode() + b"\n")
 
@@ -327,7 +337,7 @@ class Handler(BaseHTTPRequestHandler):
                 items, cursor = api.store.list(target.key, target.namespace or None)
                 for item in items:
                     if match(item):
-                        send("ADDED", _typed(item, target.resource))
+                        send("ADDED", item)
             else:
                 cursor = int(start) if start.isdigit() else -1
                 if cursor < 0:
@@ -345,7 +355,7 @@ class Handler(BaseHTTPRequestHandler):
                 for change in changes:
                     kind = _event(change.type, change.object, change.old, target.namespace, match)
                     if kind:
-                        send(kind, _typed(change.object, target.resource))
+                        send(kind, change.object)
                 cursor = head
                 if bookmarks and time.monotonic() - last_bookmark >= BOOKMARK_SECONDS:
                     send(
@@ -386,7 +396,7 @@ class Handler(BaseHTTPRequestHandler):
                 "Required value: name or generateName is required",
             )
         _name(meta["name"])
-        if (target.resource.group, target.resource.kind) == ("", "Event"):
+        if target.resource.kind == "Event":
             _check_event_namespace(obj, target.namespace)
         if (
             target.resource.namespaced
@@ -530,6 +540,9 @@ def replicas(obj: Object) -> int:
 
 
 def _typed(obj: Object, resource: Resource) -> Object:
+    if events.served_as_v1(resource):
+        return {"apiVersion": resource.api_version, "kind": resource.kind,
+                **events.to_events_v1(obj)}  # fmt: skip
     return {"apiVersion": resource.api_version, "kind": resource.kind, **obj}
 
 
@@ -565,6 +578,9 @@ def _checked(body: Any, target: Target) -> Object:
     if resource.namespaced:
         meta["namespace"] = target.namespace
     metadata.check(resource.kind, meta)
+    if resource.kind == "Event":
+        core = events.to_core(obj) if events.served_as_v1(resource) else obj
+        return events.with_canonical_times(core)
     return obj
 
 

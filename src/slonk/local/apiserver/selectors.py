@@ -26,7 +26,8 @@ FIELDS: dict[str, tuple[str, ...]] = {
     # `kubectl describe node` asks for these too (a Node's: namespace "", uid its name)
     "involvedObject.namespace": ("involvedObject", "namespace"),
     "involvedObject.uid": ("involvedObject", "uid"),
-    "regarding.name": ("regarding", "name"),
+    # events.k8s.io/v1's name for it: the store keeps Events in core v1's form
+    "regarding.name": ("involvedObject", "name"),
 }
 
 
