@@ -145,7 +145,7 @@ def publish(
 ) -> None:
     """Each event on its pod and Node; one the API refuses is said and dropped (the history
     holds it)."""
-    from slonk.health.kube import KubeError
+    from slonk.kube import KubeError
 
     for e in events:
         for where, body in bodies(e, namespace):

@@ -106,10 +106,10 @@ def _hooks(load: Callable[[], ClusterSpec], changes: Changes) -> Task:
 
 
 def _recycle(load: Callable[[], ClusterSpec], stop: threading.Event) -> None:
+    from slonk import kube
     from slonk.align import recycle
-    from slonk.health import kube
 
-    recycle.run_forever(load, kube.KubeApi, stop)
+    recycle.run_forever(load, kube.Api, stop)
 
 
 def _metrics(

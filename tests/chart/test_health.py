@@ -60,7 +60,7 @@ def test_a_check_put_in_a_job_phase_makes_slurm_fork_its_program(
 # Both record node events on pods (here) and Nodes (in `default`): slonk.node_events.
 EVENTS = [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
 # What each part of the controller calls (slonk.align.kube, slonk.align.syncer's Lease,
-# slonk.health.kube): the chart grants exactly the union of the enabled parts'.
+# slonk.kube): the chart grants exactly the union of the enabled parts'.
 SYNCER_ROLE = [
     {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["list", "watch"]},
     {

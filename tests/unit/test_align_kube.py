@@ -18,7 +18,7 @@ from slonk.align import lease, lending, syncer
 from slonk.align import plan as planning
 from slonk.align.kube import Cluster
 from slonk.config.spec import parse_spec
-from slonk.health.kube import KubeError
+from slonk.kube import KubeError
 from slonk.local import manifests
 from slonk.slurm_state import NodeState
 

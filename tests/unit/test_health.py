@@ -16,8 +16,8 @@ from slonk import reasons, slurm_nodes
 from slonk.align import recycle
 from slonk.config.spec import HEALTH_CHECKS, RecycleSettings, SpecError, parse_spec
 from slonk.health import checks, drains, gpu, probe, runner
-from slonk.health.kube import KubeError
 from slonk.health.probe import Unhealthy, bounded
+from slonk.kube import KubeError
 
 from . import slurm_json
 

@@ -14,10 +14,9 @@ from pathlib import Path
 import pytest
 
 import slonk
-from slonk import chart, cli, init, secrets, slurm_state, statesave
+from slonk import chart, cli, init, kube, secrets, slurm_state, statesave
 from slonk.config.spec import SpecError
 from slonk.errors import SlonkError
-from slonk.health import kube
 from slonk.local import cluster, manifests, network, pod, podman
 from slonk.users import directory, sync
 
@@ -123,7 +122,7 @@ def test_every_command_is_still_listed_and_local_modes_help_works(args, tmp_path
 @pytest.mark.parametrize("module", [
     "slonk.cli", "slonk.init", "slonk.pod_agent", "slonk.watch", "slonk.worker",
     "slonk.users.sync", "slonk.hooks.dispatch", "slonk.hooks.revision", "slonk.health.command",
-    "slonk.health.drains", "slonk.align.recycle", "slonk.health.kube", "slonk.align.syncer",
+    "slonk.health.drains", "slonk.align.recycle", "slonk.kube", "slonk.align.syncer",
     "slonk.align.pool",
 ])  # fmt: skip
 def test_the_pods_modules_import_no_local_mode(module):

@@ -13,31 +13,15 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from slonk.health.kube import KubeError
+from slonk.kube import CONNECT_SECONDS, Api, KubeError
 
 WATCH_SECONDS = 240  # each watch request ends by then; the next resumes from the last version
 BACKOFF_SECONDS = (1, 2, 5, 10, 30)
-CONNECT_SECONDS, LIST_SECONDS, WRITE_SECONDS = 10, 120, 30
+LIST_SECONDS = 120
 
 
 def log(message: str) -> None:
     print(f"slonk syncer: {message}", file=sys.stderr, flush=True)
-
-
-def api_client() -> Any:
-    """A client from the pod's ServiceAccount, or, outside a pod, the operator's kubeconfig."""
-    try:
-        from kubernetes import client, config  # heavy: only the controller image has it
-    except ImportError:
-        raise KubeError("the syncer needs the Kubernetes client: slonk[kube]") from None
-    try:
-        config.load_incluster_config()
-    except config.ConfigException:
-        try:
-            config.load_kube_config()
-        except (config.ConfigException, OSError) as err:
-            raise KubeError(f"no Kubernetes API: not in a pod, and no kubeconfig ({err})") from err
-    return client.ApiClient()
 
 
 class Reflector:
@@ -143,20 +127,18 @@ class Reflector:
         return self
 
 
-class Cluster:
+class Cluster(Api):
     """The release's Kubernetes objects the syncer follows, and its writes."""
 
     def __init__(
         self, namespace: str, release: str, resync_seconds: float, api: Any = None
     ) -> None:
+        super().__init__(namespace, api)
         from kubernetes import client
 
-        self.namespace, self.release = namespace, release
+        self.release = release
         self.changed = threading.Event()
-        self.api_client = api or api_client()
-        self.core = client.CoreV1Api(self.api_client)
         self.apps = client.AppsV1Api(self.api_client)
-        self._error = client.ApiException
         instance = f"app.kubernetes.io/instance={release}"
         self.nodes = Reflector("nodes", self.core.list_node, self.changed, resync_seconds)
         self.pods = Reflector(
@@ -175,7 +157,6 @@ class Cluster:
             namespace=namespace,
             label_selector=instance,
         )
-        self.writes = 0
 
     @property
     def reflectors(self) -> tuple[Reflector, ...]:
@@ -212,17 +193,6 @@ class Cluster:
             for name, sts in self.statefulsets.snapshot().items()
         }
 
-    def _call(self, what: str, method: Callable[..., Any], *args: Any) -> Any:
-        from urllib3.exceptions import HTTPError
-
-        self.writes += 1
-        try:
-            return method(*args, _request_timeout=(CONNECT_SECONDS, WRITE_SECONDS))
-        except self._error as err:
-            raise KubeError(f"{what}: {err.status} {err.reason}") from err
-        except HTTPError as err:  # no answer: the network, or the API server away
-            raise KubeError(f"{what}: {type(err).__name__}: {err}") from err
-
     def patch_pod(
         self, name: str, labels: Mapping[str, str], annotations: Mapping[str, str]
     ) -> None:
@@ -244,16 +214,6 @@ class Cluster:
             "count": 1,
         }
         self._call(f"event on pod {pod}", self.core.create_namespaced_event, self.namespace, body)
-
-    def create_event(self, namespace: str, body: Mapping[str, Any]) -> None:
-        """A core/v1 Event slonk.node_events made (on a pod, or a Node in `default`)."""
-        about = body.get("involvedObject") or {}
-        self._call(
-            f"event on {str(about.get('kind', '')).lower()} {about.get('name')}",
-            self.core.create_namespaced_event,
-            namespace,
-            dict(body),
-        )
 
     def scale(self, statefulset: str, replicas: int) -> None:
         body = {"spec": {"replicas": replicas}}

@@ -27,7 +27,7 @@ from slonk.config.health_checks import SHARED_CHECKS
 from slonk.config.spec import ClusterSpec, RecycleSettings, SpecError
 from slonk.files import write_atomically
 from slonk.health import blast
-from slonk.health.kube import KubeError
+from slonk.kube import KubeError
 from slonk.slurm_state import NodeState, SlurmError
 
 # On the controller's state volume, beside slurmctld's own state: a controller restart must

@@ -24,7 +24,7 @@ from slonk.align.kube import BACKOFF_SECONDS, Cluster
 from slonk.align.stats import Stats
 from slonk.config.spec import ClusterSpec, SpecError
 from slonk.errors import SlonkError
-from slonk.health.kube import KubeError
+from slonk.kube import KubeError
 from slonk.slurm_state import SlurmError
 
 LEASE_SECONDS, RENEW_SECONDS, RETRY_SECONDS = 15, 10, 2
