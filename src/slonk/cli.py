@@ -380,9 +380,9 @@ def _pool(args: argparse.Namespace) -> int:
 
 
 def _nodes(args: argparse.Namespace) -> int:
-    from slonk import fleet
+    from slonk import node_report
 
-    return fleet.main(args.nodes_command or "", getattr(args, "node", None))
+    return node_report.main(args.nodes_command or "", getattr(args, "node", None))
 
 
 def _add_nodes(parser: argparse.ArgumentParser) -> None:

@@ -36,12 +36,12 @@ from slonk.files import make_dir, write_atomically
 from slonk.health import runner as health
 from slonk.health import serials
 from slonk.identity import pod_name
+from slonk.job_programs import install_job_programs
 from slonk.ldapdev import DevDirectory, seed_ldif
 from slonk.slurmctld import Slurmctld
 from slonk.users import homes
 from slonk.users import sync as users_sync
 from slonk.users.directory import DirectoryError
-from slonk.worker import install_job_programs
 
 BOOT_LDAP_WAIT_SECONDS = 5.0
 

@@ -62,10 +62,10 @@ def tasks_for(
 
     tasks: list[Task] = []
     if role in ("controller", "worker"):
-        from slonk import watch
+        from slonk import config_watch
 
-        spec_dir = changes.waiter(spec_path.parent, watch.POLL_SECONDS)
-        follow = lambda stop: watch.watch(role, stop, spec_dir, spec_path)  # noqa: E731
+        spec_dir = changes.waiter(spec_path.parent, config_watch.POLL_SECONDS)
+        follow = lambda stop: config_watch.watch(role, stop, spec_dir, spec_path)  # noqa: E731
         tasks.append(Task("config-watch", follow))
     if role == "controller" and spec.accounting:
         tasks.append(Task("associations", lambda stop: _associations(load, stop)))

@@ -64,7 +64,7 @@ def test_a_k8s_reason_reads_back_as_the_syncers() -> None:
 def test_a_topology_slurmctld_cannot_take_yet_is_tried_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, demo_spec: dict
 ) -> None:
-    from slonk import watch
+    from slonk import config_watch
     from slonk.config import placement
 
     saved = tmp_path / "placement.json"
@@ -75,9 +75,9 @@ def test_a_topology_slurmctld_cannot_take_yet_is_tried_again(
 
     def not_now(self: object, spec: object) -> str:
         calls.append("apply")
-        raise watch.NotNow("slurmctld is not answering")
+        raise config_watch.NotNow("slurmctld is not answering")
 
-    monkeypatch.setattr(watch.Controller, "apply", not_now)
+    monkeypatch.setattr(config_watch.Controller, "apply", not_now)
     spec = parse_spec(demo_spec)
     found = {"slonk-gpu-0": {"block": "nvl1"}}
     said = topology.place(found, spec)

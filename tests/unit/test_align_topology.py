@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from slonk import watch
+from slonk import config_watch
 from slonk.align import syncer, topology
 from slonk.config import placement
 from slonk.config.spec import ClusterSpec, parse_spec
@@ -40,7 +40,7 @@ class Slurmctld:
 
     def apply(self, _spec: object) -> str:  # bound to the fake: Controller() is not passed
         if self.not_now:
-            raise watch.NotNow("slurmctld is not answering")
+            raise config_watch.NotNow("slurmctld is not answering")
         self.runs.append((self.clock.now, placement.load()))
         return RAN
 
@@ -64,7 +64,7 @@ def clock() -> Clock:
 @pytest.fixture
 def slurmctld(clock: Clock, monkeypatch: pytest.MonkeyPatch) -> Slurmctld:
     fake = Slurmctld(clock)
-    monkeypatch.setattr(watch.Controller, "apply", fake.apply)
+    monkeypatch.setattr(config_watch.Controller, "apply", fake.apply)
     return fake
 
 

@@ -1,5 +1,5 @@
 """The node history (slonk.history), its events (slonk.node_events), the GPU serials' channel
-(slonk.health.serials) and `slonk nodes` (slonk.fleet): hostile text, corrupt lines,
+(slonk.health.serials) and `slonk nodes` (slonk.node_report): hostile text, corrupt lines,
 concurrent writers, compaction."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from slonk import fleet, history, node_events, slurm_nodes
+from slonk import history, node_events, node_report, slurm_nodes
 from slonk.health import serials
 from slonk.slurm_state import NodeState
 
@@ -324,13 +324,13 @@ def test_nodes_history_finds_a_machine_across_pods_and_prints_one_line_each(
         _event(2, "quarantine", podUID="pod-three", reason="slonk:quarantine:\n\x1b[31mred"),
         _event(3, "drain", node="slonk-gpu-2", machine="node-b", gpus=()),
     ]
-    printed = fleet.history_table(reversed(events), "node-a")
+    printed = node_report.history_table(reversed(events), "node-a")
     lines = printed.splitlines()
     assert [line.split()[2] for line in lines[1:]] == ["recycle", "recycle", "quarantine"]
     assert "\x1b" not in printed and "slonk:quarantine:??[31mred" in printed
-    assert len(fleet.history_table(events, "1654000000011").splitlines()) == 4  # by GPU
-    assert len(fleet.history_table(events, "slonk-gpu-2").splitlines()) == 2  # by node
-    assert len(fleet.history_table(events, None).splitlines()) == 5
+    assert len(node_report.history_table(events, "1654000000011").splitlines()) == 4  # by GPU
+    assert len(node_report.history_table(events, "slonk-gpu-2").splitlines()) == 2  # by node
+    assert len(node_report.history_table(events, None).splitlines()) == 5
 
 
 def test_nodes_shows_state_cause_since_and_recycles_in_the_window(
@@ -343,7 +343,7 @@ def test_nodes_shows_state_cause_since_and_recycles_in_the_window(
     monkeypatch.setattr(slurm_nodes, "read_nodes", lambda *names: nodes)
     monkeypatch.setattr(node_events, "load_machines", lambda path=None: {"slonk-gpu-2": "node-b"})
     events = [_event(0, "recycle"), _event(500, "recycle"), _event(600, "drain")]
-    lines = fleet.overview(events, window_seconds=300, now=1700.0).splitlines()
+    lines = node_report.overview(events, window_seconds=300, now=1700.0).splitlines()
     assert lines[0].split() == ["NODE", "STATE", "CAUSE", "SINCE", "RECYCLES", "MACHINE"]
     assert lines[1].split() == [
         "slonk-gpu-1", "idle+drain", "quarantine", "1970-01-01", "00:26:40", "1", "node-a"
@@ -388,7 +388,7 @@ def test_a_line_with_an_impossible_time_is_skipped(tmp_path: Path, stamp: bytes)
     path.write_bytes(b'{"time": %s, "event": "drain", "node": "bad"}\n' % stamp)
     found = history.load(path)
     assert (found.events, found.skipped) == ([], 1)
-    fleet.history_table(found.events, None)  # prints, never raises
+    node_report.history_table(found.events, None)  # prints, never raises
 
 
 def test_serials_reach_the_node_once_slurm_answers_and_a_pod_without_gpus_clears_them(

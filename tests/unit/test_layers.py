@@ -120,7 +120,7 @@ def test_every_command_is_still_listed_and_local_modes_help_works(args, tmp_path
 
 
 @pytest.mark.parametrize("module", [
-    "slonk.cli", "slonk.init", "slonk.pod_agent", "slonk.watch", "slonk.worker",
+    "slonk.cli", "slonk.init", "slonk.pod_agent", "slonk.config_watch", "slonk.job_programs",
     "slonk.users.sync", "slonk.hooks.dispatch", "slonk.hooks.revision", "slonk.health.command",
     "slonk.health.drains", "slonk.align.recycle", "slonk.kube", "slonk.align.syncer",
     "slonk.align.pool",
@@ -132,9 +132,9 @@ def test_the_pods_modules_import_no_local_mode(module):
 def test_dependencies_point_one_way():
     """A command's module is imported by no other module: config-watch runs no `init`, a
     job's hooks no `health` CLI; what both need lives below them."""
-    assert _of(_loaded_by_import("slonk.watch", "slonk.worker"), "slonk.init") == []
+    assert _of(_loaded_by_import("slonk.config_watch", "slonk.job_programs"), "slonk.init") == []
     # A worker's config-watch renders no Slurm configuration: the controller's does.
-    assert _of(_loaded_by_import("slonk.watch", "slonk.worker"), "jinja2") == []
+    assert _of(_loaded_by_import("slonk.config_watch", "slonk.job_programs"), "jinja2") == []
     job_time = _loaded_by_import("slonk.hooks.dispatch", "slonk.health.drains")
     assert _of(job_time, "slonk.health.command", "slonk.cli", "slonk.init") == []
     # Prolog and Epilog run for every job: no YAML, no spec.

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from slonk import watch
+from slonk import config_watch
 from slonk.config.spec import SpecError
 from slonk.local import cluster as local
 from slonk.local import release, upgrade
@@ -31,7 +31,7 @@ from . import slurm_json
     ],
 )
 def test_the_watchers_verdict_is_read_from_its_own_log_line(capsys, message, word):
-    watch.log(message)
+    config_watch.log(message)
     line = capsys.readouterr().err
     assert verdict(line) == (word, line.strip())
     # podman's k8s-file log puts a time, the stream and a tag before the line.

@@ -20,8 +20,8 @@ import yaml
 from slonk import paths, rollout
 from slonk.config.render import render
 from slonk.config.spec import parse_spec, read_spec
+from slonk.config_watch import Controller, Follower, NotApplied, NotNow, fingerprint, started_on
 from slonk.slurmctld import Refused, _what_it_said, needs_restart
-from slonk.watch import Controller, Follower, NotApplied, NotNow, fingerprint, started_on
 
 VERSION = "slurm-wlm 24.11.5"
 FATAL = "fatal: Can't find plugin for select/bogus"

@@ -152,7 +152,7 @@ def place(
 def _apply(old: Places, new: Places, spec: ClusterSpec, said: str, gate: Gate | None = None) -> str:
     """Save the placement and have slurmctld run it; returns the line to log."""
     placement.save(new)
-    from slonk.watch import Controller, NotApplied, NotNow  # the controller's alone
+    from slonk.config_watch import Controller, NotApplied, NotNow  # the controller's alone
 
     said += f" ({moved(old, new)})"
     try:

@@ -1,5 +1,5 @@
 """`slonk health run` by hand, and Slurm's HealthCheckProgram (`python -m`, see
-slonk.worker). What runs the checks and acts on them is slonk.health.drains'."""
+slonk.job_programs). What runs the checks and acts on them is slonk.health.drains'."""
 
 from __future__ import annotations
 

@@ -63,7 +63,7 @@ VERDICT = re.compile(r"\b(applied|refused|could not)\b")
 def verdict(line: str) -> tuple[str, str] | None:
     """config-watch's verdict on a cluster.yaml change in one pod log line: ('applied',
     'refused' or 'could not', the line), None for any other line. The words are those
-    slonk.watch logs; the first one in the message decides."""
+    slonk.config_watch logs; the first one in the message decides."""
     line = line.rstrip("\r\n")
     found = WATCH_LINE.fullmatch(line)
     word = VERDICT.search(found["message"]) if found else None

@@ -162,9 +162,9 @@ class Controller:
 
 
 def apply_worker(spec: ClusterSpec) -> str:
-    from slonk import worker  # a controller needs none of the health and hooks code
+    from slonk import job_programs  # a controller needs none of the health and hooks code
 
-    return worker.update_node_programs(spec, pod_name())
+    return job_programs.update_node_programs(spec, pod_name())
 
 
 @dataclass
