@@ -20,11 +20,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from slonk.local.apiserver import events, metadata, paging, patches, resources, tables
+from slonk.local.apiserver import deletion, events, metadata, paging, patches, resources, tables
 from slonk.local.apiserver.controllers import Controllers
 from slonk.local.apiserver.rbac import Authorizer, Request
 from slonk.local.apiserver.resources import Resource
-from slonk.local.apiserver.selectors import fields, labels
+from slonk.local.apiserver.selectors import fields, flag, labels
 from slonk.local.apiserver.status import ApiError, invalid
 from slonk.local.apiserver.store import Object, Store
 
@@ -72,12 +72,6 @@ class Api:
             if scheme.lower() == "bearer" and secrets.compare_digest(known, token.strip()):
                 return account
         raise ApiError(401, "Unauthorized")
-
-
-def flag(value: str | None) -> bool:
-    """A boolean query parameter as the API reads it (Go's ParseBool): older Python clients
-    send `watch=True`, newer ones `watch=true`, kubectl `watch=1`."""
-    return value in ("1", "t", "T", "true", "True", "TRUE")
 
 
 def _name(name: str) -> str:
@@ -253,7 +247,7 @@ class Handler(BaseHTTPRequestHandler):
         if verb == "list":
             return self._list(api, target, query)
         if verb == "delete":  # its options may come in the query too
-            body = {**_query_delete_options(query), **(body if isinstance(body, dict) else {})}
+            body = {**deletion.from_query(query), **(body if isinstance(body, dict) else {})}
         handler: Callable[[Api, Target, Any], tuple[int, Object]] = getattr(self, f"_{verb}")
         code, result = handler(api, target, body)
         if verb == "get" and "as=Table" in self.headers.get("Accept", ""):
@@ -472,7 +466,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _delete(self, api: Api, target: Target, body: Any) -> tuple[int, Object]:
         current = api.store.get(target.key, target.namespace, target.name)
-        _check_delete_options(body, current, target.resource.kind)
+        deletion.check(body, current, target.resource.kind)
         wanted = (body or {}).get("preconditions") or {} if isinstance(body, dict) else {}
         for field in ("uid", "resourceVersion"):
             if wanted.get(field) and wanted[field] != current["metadata"].get(field):
@@ -498,41 +492,6 @@ class Handler(BaseHTTPRequestHandler):
         }
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _handle
-
-
-def _query_delete_options(query: Mapping[str, str]) -> dict[str, Any]:
-    options: dict[str, Any] = {}
-    if "propagationPolicy" in query:
-        options["propagationPolicy"] = query["propagationPolicy"]
-    if "orphanDependents" in query:
-        options["orphanDependents"] = flag(query["orphanDependents"])
-    if "gracePeriodSeconds" in query:
-        try:
-            options["gracePeriodSeconds"] = int(query["gracePeriodSeconds"])
-        except ValueError:
-            raise ApiError(400, "gracePeriodSeconds must be an integer") from None
-    return options
-
-
-def _check_delete_options(body: Any, current: Object, kind: str) -> None:
-    """DeleteOptions the fake would not honour are refused, never ignored: it deletes in the
-    background (what kubectl asks by default), runs no dry run, and stops a pod with its own
-    terminationGracePeriodSeconds."""
-    options = body if isinstance(body, dict) else {}
-    policy = options.get("propagationPolicy")
-    if policy not in (None, "Background") or options.get("orphanDependents"):
-        asked = policy or "Orphan (orphanDependents)"
-        raise ApiError(400, f"the fake API server deletes in the Background only, not {asked}")
-    if options.get("dryRun"):
-        raise ApiError(400, "the fake API server does no dry runs: it would have deleted")
-    grace = options.get("gracePeriodSeconds")
-    own = current.get("spec", {}).get("terminationGracePeriodSeconds", 30)
-    if kind == "Pod" and grace is not None and grace != own:
-        raise ApiError(
-            400,
-            f"the fake API server stops a pod with its spec's terminationGracePeriodSeconds "
-            f"({own} s), not gracePeriodSeconds {grace}",
-        )
 
 
 def replicas(obj: Object) -> int:

@@ -63,6 +63,12 @@ def _requirement(found: re.Match[str]) -> Callable[[Mapping[str, str]], bool]:
     return lambda got: key in got
 
 
+def flag(value: str | None) -> bool:
+    """A boolean query parameter as the API reads it (Go's ParseBool): older Python clients
+    send `watch=True`, newer ones `watch=true`, kubectl `watch=1`."""
+    return value in ("1", "t", "T", "true", "True", "TRUE")
+
+
 def fields(selector: str) -> Match:
     """A fieldSelector (`a=b`, `a==b`, `a!=b`, comma-joined) over the fields in FIELDS."""
     tests: list[Match] = []
