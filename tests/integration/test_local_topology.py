@@ -136,13 +136,16 @@ PROBE = (
 
 
 def _flap(cluster: LocalCluster, node: str, values: list[str]) -> float:
-    """Set (or, for "", remove) the node's label to each value as fast as kubectl goes, as
-    whoever may label a Node can; returns how long it took."""
+    """Set (or, for "", remove) the node's label to each value as fast as the API takes them
+    (one client, one connection: a kubectl process per change took up to a second each on a
+    loaded machine, and the flap outlasted the window), as whoever may label a Node can;
+    returns how long it took."""
+    from kubernetes import client
+
+    nodes = client.CoreV1Api(cluster.kube_client())
     started = time.monotonic()
     for value in values:
-        cluster.kubectl(
-            "label", "--overwrite", "node", node, f"{LABEL}={value}" if value else f"{LABEL}-"
-        )
+        nodes.patch_node(node, {"metadata": {"labels": {LABEL: value or None}}})
     return time.monotonic() - started
 
 
@@ -168,11 +171,14 @@ def test_a_flapping_label_reconfigures_a_bounded_number_of_times_while_squeue_an
     node, user = "local-slonk-b-1", blocks.user()
     mark = blocks.log_offset(CONTROLLER)
     took = _flap(blocks, node, ["nvl1", ""] * 10)
-    wait_for(
-        "the syncer's word on the flap that came back",
-        lambda: "came back to the applied topology" in blocks.log(CONTROLLER, mark),
-        timeout=WINDOW + INTERVAL + 30,
-    )
+    if took < WINDOW:  # one window held it all: the labels came back, nothing to apply
+        wait_for(
+            "the syncer's word on the flap that came back",
+            lambda: "came back to the applied topology" in blocks.log(CONTROLLER, mark),
+            timeout=WINDOW + INTERVAL + 30,
+        )
+    else:  # a machine too slow for one window: its windows applied what each ended on
+        wait_for("the pools' own blocks", lambda: _blocks(blocks) == BLOCKS, timeout=90)
     allowed = 0 if took < WINDOW else 1 + int(took // INTERVAL)
     assert _starts(blocks, mark) <= allowed, f"20 changes in {took:.1f} s"
     assert _blocks(blocks) == BLOCKS

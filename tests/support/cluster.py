@@ -211,13 +211,24 @@ class LocalCluster:
         """Where the log of the pod's current container (its last start) begins."""
         return Cluster(self.state_dir).container_log_offset(pod)
 
-    def kubectl(self, *args: str) -> str:
-        """Real kubectl against the cluster's fake API server, with `slonk local kubeconfig`'s
-        admin rights (the operator's at the host); fails the test on an error."""
+    def _kubeconfig(self) -> Path:
+        """`slonk local kubeconfig`'s file: the admin rights of the operator at the host."""
         config = self.state_dir.parent / f"{self.state_dir.name}-kubeconfig"
         if not config.exists():
             config.write_text(self.slonk("kubeconfig").stdout)
             config.chmod(0o600)
+        return config
+
+    def kube_client(self) -> Any:
+        """The official client against the cluster's fake API server, as the operator."""
+        from kubernetes import config
+
+        return config.new_client_from_config(config_file=str(self._kubeconfig()))
+
+    def kubectl(self, *args: str) -> str:
+        """Real kubectl against the cluster's fake API server, with `slonk local kubeconfig`'s
+        admin rights (the operator's at the host); fails the test on an error."""
+        config = self._kubeconfig()
         cache = config.with_name(f"{config.name}-cache")  # not root's ~/.kube
         done = subprocess.run(
             ["kubectl", f"--kubeconfig={config}", f"--cache-dir={cache}", *args],
