@@ -574,6 +574,7 @@ def _leases(fake: Fake, *names: str) -> Any:
 
 @needs_kubectl
 def test_a_list_comes_in_pages_and_a_page_after_a_change_is_expired(fake: Fake):
+    from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
     leases = _leases(fake, "e", "c", "a", "d", "b")
@@ -587,7 +588,17 @@ def test_a_list_comes_in_pages_and_a_page_after_a_change_is_expired(fake: Fake):
     # kubectl pages by itself (500 a page unless told), and reads every page.
     names = fake.kubectl("get", "lease", "--chunk-size=2", "-o", "name").stdout.split()
     assert names == [f"lease.coordination.k8s.io/{n}" for n in "abcde"]
-    # The fake keeps no snapshot: a page after a change is expired, as a compacted one is.
+    # A change to another kind leaves the pages of this one as they were.
+    client.CoreV1Api(fake.client()).patch_node(
+        "local-slonk-cpu-0", {"metadata": {"annotations": {"paged": "yes"}}}
+    )
+    again = leases.list_namespaced_lease(NAMESPACE, limit=2, _continue=first.metadata._continue)
+    assert [i.metadata.name for i in again.items] == ["c", "d"]
+    # With a selector, as the API server, no count of what remains.
+    chosen = leases.list_namespaced_lease(NAMESPACE, limit=2, field_selector="metadata.name!=x")
+    assert chosen.metadata._continue and chosen.metadata.remaining_item_count is None
+    # The fake keeps no snapshot: a page after a change to its kind is expired, as a
+    # compacted one is.
     leases.delete_namespaced_lease("e", NAMESPACE)
     with pytest.raises(ApiException) as expired:
         leases.list_namespaced_lease(NAMESPACE, limit=2, _continue=first.metadata._continue)
@@ -616,6 +627,18 @@ def test_delete_options_it_would_not_honour_are_refused(fake: Fake):
     code, _ = _raw(fake, "DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods/slonk-cpu-0"
                    "?propagationPolicy=Orphan")  # fmt: skip
     assert code == 400
+    # An eviction's deleteOptions are DeleteOptions: the same refusals, the same preconditions.
+    eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "slonk-cpu-0"}}
+    for options, status in (
+        ({"gracePeriodSeconds": 0}, 400),
+        ({"dryRun": ["All"]}, 400),
+        ({"preconditions": {"uid": "not-its-uid"}}, 409),
+    ):
+        with pytest.raises(ApiException) as refused:
+            pods.create_namespaced_pod_eviction(
+                "slonk-cpu-0", NAMESPACE, {**eviction, "deleteOptions": options}
+            )
+        assert refused.value.status == status, options
     names = fake.kubectl("get", "lease,pod", "-o", "name").stdout.split()
     assert "lease.coordination.k8s.io/kept" in names and "pod/slonk-cpu-0" in names
 

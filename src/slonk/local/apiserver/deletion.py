@@ -1,6 +1,7 @@
-"""DeleteOptions, from a DELETE's body or its query, and which of them the fake honours: it
-deletes in the background (what kubectl asks by default), runs no dry run, and stops a pod
-with its own terminationGracePeriodSeconds; any other is refused, never ignored."""
+"""DeleteOptions, from a DELETE's body, its query or an Eviction's deleteOptions, and which of
+them the fake honours: preconditions; it deletes in the background (what kubectl asks by
+default), runs no dry run, and stops a pod with its own terminationGracePeriodSeconds; any
+other is refused, never ignored."""
 
 from __future__ import annotations
 
@@ -28,10 +29,18 @@ def from_query(query: Mapping[str, str]) -> dict[str, Any]:
 
 
 def check(body: Any, current: Object, kind: str) -> None:
-    """DeleteOptions the fake would not honour are refused, never ignored: it deletes in the
-    background (what kubectl asks by default), runs no dry run, and stops a pod with its own
-    terminationGracePeriodSeconds."""
+    """Preconditions that do not hold fail (409), as Kubernetes'; DeleteOptions the fake would
+    not honour are refused, never ignored: it deletes in the background (what kubectl asks by
+    default), runs no dry run, and stops a pod with its own terminationGracePeriodSeconds."""
     options = body if isinstance(body, dict) else {}
+    wanted = options.get("preconditions") or {}
+    for field in ("uid", "resourceVersion"):
+        if wanted.get(field) and wanted[field] != current["metadata"].get(field):
+            raise ApiError(
+                409,
+                f"Precondition failed: {field} in precondition: {wanted[field]}, "
+                f"{field} in object meta: {current['metadata'].get(field)}",
+            )
     policy = options.get("propagationPolicy")
     if policy not in (None, "Background") or options.get("orphanDependents"):
         asked = policy or "Orphan (orphanDependents)"

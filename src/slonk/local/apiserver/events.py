@@ -1,5 +1,6 @@
 """Events kept once and served through both of the API server's Event APIs: core v1 (slonk's
-own Events, `kubectl get events`) and events.k8s.io/v1 (`kubectl events`, newer clients).
+own Events; `kubectl get events` and `kubectl events` read these) and events.k8s.io/v1 (newer
+clients).
 The store holds core v1's form; events.k8s.io/v1 reads and writes it through Kubernetes'
 own field conversion. A field neither form has is refused, never dropped."""
 

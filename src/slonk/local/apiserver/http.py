@@ -275,7 +275,13 @@ class Handler(BaseHTTPRequestHandler):
     def _list(self, api: Api, target: Target, query: Mapping[str, str]) -> None:
         match = self._matching(query)
         items, rv = api.store.list(target.key, target.namespace or None)
-        items, more = paging.page([i for i in items if match(i)], rv, query)
+        items, more = paging.page(
+            [i for i in items if match(i)],
+            rv,
+            query,
+            lambda since: api.store.changed_after(target.key, since),
+            counted=not (query.get("labelSelector") or query.get("fieldSelector")),
+        )
         if "as=Table" in self.headers.get("Accept", ""):
             full = query.get("includeObject") == "Object"
             table = tables.table(target.resource.kind, items, rv, full)
@@ -370,6 +376,8 @@ class Handler(BaseHTTPRequestHandler):
         if target.subresource == "eviction":
             if not isinstance(body, dict) or body.get("kind") != "Eviction":
                 raise ApiError(400, "an eviction's body is a policy/v1 Eviction")
+            pod = api.store.get(target.key, target.namespace, target.name)
+            deletion.check(body.get("deleteOptions"), pod, "Pod")
             api.controllers.evict(target.name)
             return 201, {
                 "kind": "Status",
@@ -467,15 +475,6 @@ class Handler(BaseHTTPRequestHandler):
     def _delete(self, api: Api, target: Target, body: Any) -> tuple[int, Object]:
         current = api.store.get(target.key, target.namespace, target.name)
         deletion.check(body, current, target.resource.kind)
-        wanted = (body or {}).get("preconditions") or {} if isinstance(body, dict) else {}
-        for field in ("uid", "resourceVersion"):
-            if wanted.get(field) and wanted[field] != current["metadata"].get(field):
-                raise ApiError(
-                    409,
-                    f"Precondition failed: {field} in precondition: "
-                    f"{wanted[field]}, {field} in object meta: "
-                    f"{current['metadata'].get(field)}",
-                )
         if target.resource.kind == "Pod":
             return 200, _typed(api.controllers.delete_pod(target.name), target.resource)
         gone = api.store.delete(target.key, target.namespace, target.name)

@@ -1,16 +1,17 @@
 """A list in pages, as the API server serves `limit` and `continue`: items in the order of
 their namespace and name, at most `limit` of them, and a token naming where the next page
-starts, with how many items remain. The real server reads each further page from the first
-page's snapshot; the fake keeps no snapshot, so a token from before any change is expired
-(410), as the real server's is once compacted: clients then list again from the start
-(client-go's pager does so by itself)."""
+starts, with how many items remain (not counted for a list with a selector, as the real
+server). The real server reads each further page from the first page's snapshot; the fake
+keeps no snapshot, so a token from before a change to that kind is expired (410), as the real
+server's is once compacted: a client must then list again from the start (client-go's pager
+does so by itself, kubectl does not)."""
 
 from __future__ import annotations
 
 import base64
 import binascii
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from slonk.local.apiserver.status import ApiError
@@ -18,7 +19,8 @@ from slonk.local.apiserver.store import Object
 
 EXPIRED = (
     "the provided continue parameter is too old to display a consistent list result "
-    "(the fake API server keeps no snapshot: any change expires it); list again without it"
+    "(the fake API server keeps no snapshot: a change to the kind expires it); list again "
+    "without it"
 )
 
 
@@ -32,7 +34,7 @@ def _token(rv: int, after: tuple[str, str]) -> str:
     return base64.urlsafe_b64encode(raw).decode()
 
 
-def _start(token: str, rv: int) -> tuple[str, str]:
+def _start(token: str, changed_after: Callable[[int], bool]) -> tuple[str, str]:
     try:
         found = json.loads(base64.urlsafe_b64decode(token.encode()))
         at, after = int(found["rv"]), tuple(str(part) for part in found["after"])
@@ -40,14 +42,22 @@ def _start(token: str, rv: int) -> tuple[str, str]:
         raise ApiError(400, f"continue key is not valid: {token!a}") from None
     if len(after) != 2:
         raise ApiError(400, f"continue key is not valid: {token!a}")
-    if at != rv:
+    if changed_after(at):
         raise ApiError(410, EXPIRED, "Expired")
     return after[0], after[1]
 
 
-def page(items: list[Object], rv: int, query: Mapping[str, str]) -> tuple[list[Object], Any]:
+def page(
+    items: list[Object],
+    rv: int,
+    query: Mapping[str, str],
+    changed_after: Callable[[int], bool],
+    counted: bool = True,
+) -> tuple[list[Object], Any]:
     """The items of the page `query` asks for, and the list's metadata beyond its
-    resourceVersion ({} for a list that was not paged, or its last page)."""
+    resourceVersion ({} for a list that was not paged, or its last page). `items` are the
+    kind's as of `rv`; `changed_after(rv)` tells whether the kind changed since a token's rv;
+    `counted`: whether to say how many items remain (False for a list with a selector)."""
     text = query.get("limit", "")
     try:
         limit = int(text) if text else 0
@@ -57,10 +67,12 @@ def page(items: list[Object], rv: int, query: Mapping[str, str]) -> tuple[list[O
         raise ApiError(400, f"limit must not be negative, got {limit}")
     items = sorted(items, key=_key)
     if query.get("continue"):
-        after = _start(query["continue"], rv)
+        after = _start(query["continue"], changed_after)
         items = [item for item in items if _key(item) > after]
     if not limit or len(items) <= limit:
         return items, {}
     shown = items[:limit]
-    left = len(items) - limit
-    return shown, {"continue": _token(rv, _key(shown[-1])), "remainingItemCount": left}
+    more: dict[str, Any] = {"continue": _token(rv, _key(shown[-1]))}
+    if counted:
+        more["remainingItemCount"] = len(items) - limit
+    return shown, more

@@ -42,6 +42,7 @@ class Store:
         self.rv = 0
         self._objects: dict[str, dict[tuple[str, str], Object]] = {}
         self._history: deque[Change] = deque(maxlen=history)
+        self._last_change: dict[str, int] = {}  # each kind's latest resourceVersion
         self.compacted = 0  # changes up to here are gone from the history
 
     def _record(
@@ -50,6 +51,7 @@ class Store:
         if len(self._history) == self._history.maxlen:
             self.compacted = self._history[0].rv
         change = Change(self.rv, change_type, resource, copy.deepcopy(obj), old)
+        self._last_change[resource] = self.rv
         self._history.append(change)
         if self.on_change:
             self.on_change(change)
@@ -167,6 +169,11 @@ class Store:
             self._next(current)
             self._record("DELETED", resource, current)
             return copy.deepcopy(current)
+
+    def changed_after(self, resource: str, rv: int) -> bool:
+        """Whether any object of `resource` changed after resourceVersion `rv`."""
+        with self.changed:
+            return self._last_change.get(resource, 0) > rv
 
     def changes(self, resource: str, since: int) -> tuple[builtins.list[Change], int]:
         """The changes to `resource` after resourceVersion `since`, and the resourceVersion
