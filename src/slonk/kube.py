@@ -27,11 +27,13 @@ def api_client() -> Any:
         raise KubeError("the controller's loops need the Kubernetes client: slonk[kube]") from None
     try:
         config.load_incluster_config()
-    except config.ConfigException:
+    except config.ConfigException as in_pod:
         try:
             config.load_kube_config()
         except (config.ConfigException, OSError) as err:
-            raise KubeError(f"no Kubernetes API: not in a pod, and no kubeconfig ({err})") from err
+            raise KubeError(
+                f"no Kubernetes API: not in a pod ({in_pod}), and no kubeconfig ({err})"
+            ) from err
     return client.ApiClient()
 
 
@@ -47,12 +49,12 @@ class Api:
         self._error = client.ApiException
         self.writes = 0
 
-    def _call(self, what: str, method: Callable[..., Any], *args: Any) -> Any:
+    def _call(self, what: str, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         from urllib3.exceptions import HTTPError
 
         self.writes += 1
         try:
-            return method(*args, _request_timeout=(CONNECT_SECONDS, WRITE_SECONDS))
+            return method(*args, **kwargs, _request_timeout=(CONNECT_SECONDS, WRITE_SECONDS))
         except self._error as err:
             raise KubeError(f"{what}: {err.status} {err.reason}") from err
         except HTTPError as err:  # no answer: the network, or the API server away
@@ -73,9 +75,34 @@ class Api:
         found = self._call(f"read pod {name}", self.core.read_namespaced_pod, name, self.namespace)
         return found.spec.node_name or "", found.metadata.uid or ""
 
-    def delete_pod(self, name: str) -> None:
-        """Its StatefulSet makes it anew: fresh containers, boot checks, slurmd registers."""
-        self._call(f"delete pod {name}", self.core.delete_namespaced_pod, name, self.namespace)
+    def delete_pod(self, name: str, uid: str = "") -> None:
+        """Its StatefulSet makes it anew: fresh containers, boot checks, slurmd registers.
+        With `uid`, that pod only (a precondition), never one made since. A delete left
+        without an answer may still have been done: the pod is read back, and gone, going or
+        made anew, the delete went through (the caller must not count it as undone)."""
+        body = {"preconditions": {"uid": uid}} if uid else None
+        try:
+            self._call(
+                f"delete pod {name}",
+                self.core.delete_namespaced_pod,
+                name,
+                self.namespace,
+                body=body,
+            )
+        except KubeError as err:
+            if isinstance(err.__cause__, self._error) or not self._went(name, uid):
+                raise
+
+    def _went(self, name: str, uid: str) -> bool:
+        """Whether the pod `name` (of `uid`, if given) is gone or going."""
+        try:
+            found = self._call(
+                f"read pod {name}", self.core.read_namespaced_pod, name, self.namespace
+            )
+        except KubeError as err:
+            return getattr(err.__cause__, "status", None) == 404
+        meta = found.metadata
+        return bool(meta.deletion_timestamp) or bool(uid and meta.uid != uid)
 
     def quarantine_node(self, pod: str, slurm_node: str, reason: str) -> str:
         """Taint the Kubernetes node under `pod` (nothing new lands there) and say why, for

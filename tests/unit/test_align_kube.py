@@ -219,3 +219,40 @@ def test_node_events_show_in_kubectl_describe_node_and_go_nowhere_else(
     with pytest.raises(client.ApiException) as refused:
         admin.create_namespaced_event("kube-public", on_node)
     assert refused.value.status == 422
+
+
+def test_a_pod_delete_left_unanswered_is_read_back(api: Fake) -> None:
+    """The recycle loop's delete: one whose answer was lost (a timeout) but which was done
+    counts as done, so the recycle is recorded; one that never reached the API server stays
+    an error; the uid precondition spares a pod made since."""
+    from urllib3.exceptions import ReadTimeoutError
+
+    from slonk.kube import Api
+
+    kube = Api(NAMESPACE, api.client("controller-token"))
+    real = kube.core.delete_namespaced_pod
+
+    def uid(name: str) -> str:
+        try:
+            return kube.pod_place(name)[1]
+        except KubeError:
+            return ""
+
+    def unsent(*args: Any, **kwargs: Any) -> None:
+        raise ReadTimeoutError(None, "", "read timed out")  # type: ignore[arg-type]
+
+    def lost(*args: Any, **kwargs: Any) -> None:  # the request arrives, its answer never does
+        real(*args, **kwargs)
+        unsent()
+
+    first = uid("slonk-cpu-0")
+    kube.core.delete_namespaced_pod = unsent
+    with pytest.raises(KubeError, match="delete pod slonk-cpu-1: ReadTimeoutError"):
+        kube.delete_pod("slonk-cpu-1", uid("slonk-cpu-1"))
+    kube.core.delete_namespaced_pod = lost
+    kube.delete_pod("slonk-cpu-0", first)
+    kube.core.delete_namespaced_pod = real
+    wait_for("slonk-cpu-0 made anew", lambda: uid("slonk-cpu-0") not in ("", first))
+    with pytest.raises(KubeError, match="409"):
+        kube.delete_pod("slonk-cpu-0", first)
+    assert uid("slonk-cpu-1"), "the unsent delete deleted nothing"

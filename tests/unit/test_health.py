@@ -588,7 +588,7 @@ class FlakyKubernetes:
     def __init__(self) -> None:
         self.tainted: list[str] = []
 
-    def delete_pod(self, name: str) -> None:
+    def delete_pod(self, name: str, uid: str = "") -> None:
         raise AssertionError("no pod is due")
 
     def quarantine_node(self, pod: str, slurm_node: str, reason: str) -> str:
@@ -742,7 +742,7 @@ class RecordingKubernetes:
     def create_event(self, namespace: str, body: dict) -> None:
         self.events.append((namespace, body))
 
-    def delete_pod(self, name: str) -> None:
+    def delete_pod(self, name: str, uid: str = "") -> None:
         if name in self.refuse:
             raise KubeError(f"delete pod {name}: 422 Unprocessable Entity")
         self.deleted.append(name)

@@ -41,7 +41,7 @@ def log(message: str) -> None:
 
 
 class Kubernetes(Protocol):
-    def delete_pod(self, name: str) -> None: ...
+    def delete_pod(self, name: str, uid: str = "") -> None: ...
     def quarantine_node(self, pod: str, slurm_node: str, reason: str) -> str: ...
     def pod_place(self, name: str) -> tuple[str, str]: ...
     def create_event(self, namespace: str, body: Mapping[str, Any]) -> None: ...
@@ -155,7 +155,7 @@ def pass_once(spec: ClusterSpec, kube: Kubernetes, history: History, now: float)
         pod = _pod(kube, node.name)
         try:
             if action == "recycle":
-                kube.delete_pod(node.name)
+                kube.delete_pod(node.name, pod.uid)
                 record = node_events.event("recycle", node, pod, node.reason, now)
                 history.recycles[node.name].append(now)
                 history.restarting[node.name] = node.slurmd_started
