@@ -1,1 +1,2 @@
-"""Node health checks: run them, drain and undrain nodes, recycle the pods of bad ones."""
+"""Node health checks: run them, drain and undrain nodes (the pods of drained nodes are
+recycled by the controller's recycle loop, slonk.align.recycle)."""
