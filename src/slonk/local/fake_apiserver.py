@@ -32,9 +32,10 @@ import yaml
 from slonk.files import write_atomically
 from slonk.local.apiserver import objects as api_objects
 from slonk.local.apiserver.controllers import PDBS, RELIST_SECONDS, STS, Controllers
-from slonk.local.apiserver.http import Api, Server, replicas
+from slonk.local.apiserver.http import Server
 from slonk.local.apiserver.rbac import ADMIN, Authorizer
 from slonk.local.apiserver.store import HISTORY, Change, Store
+from slonk.local.apiserver.verbs import Api, replicas
 from slonk.local.kubelet import start_saved, stop_pods
 from slonk.local.manifests import LocalModeError, Plan
 from slonk.local.network import BRIDGE_ADDRESS, NETNS_DIR, enter_network

@@ -12,5 +12,11 @@ what is checked here. Each part has one job:
   tables       `kubectl get`'s columns (meta.k8s.io/v1 Table)
   objects      a local cluster's Pods, Nodes, StatefulSets and PDBs as API objects
   controllers  what Kubernetes does on its own: kubelet's status, StatefulSets, evictions
-  http         the request handler: authentication, routing, verbs, Status errors
+  routes       the URL layout: a resource URL as a Target, discovery documents
+  verbs        the verbs answering with one object, with the API server's rules of writing
+  deletion     DeleteOptions, honoured or refused
+  paging       lists in pages (limit, continue)
+  metadata     label and annotation syntax
+  events       Events kept once, served by both Event APIs
+  http         the HTTP side: authentication, RBAC, lists and watches, Status errors
 """
