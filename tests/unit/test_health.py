@@ -401,6 +401,12 @@ def test_a_check_out_of_time_asleep_on_a_starved_probe_cannot_tell(monkeypatch, 
     )
     assert runner.run(plan, "interval") == []
     assert "dns inconclusive: timed out after 1 s, starved of CPU" in capsys.readouterr().err
+    # The abandoned check's probe is killed at its own timeout: wait for it, or a run whose
+    # last test this is exits first and leaves two `yes` spinning (seen).
+    deadline = time.monotonic() + 30
+    while probe.PROBING and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not probe.PROBING, "the starving probe outlived its timeout"
 
 
 def test_storage_and_scratch_checks(tmp_path, monkeypatch):
