@@ -11,9 +11,9 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
-from typing import TypeVar
 
 from slonk import (
     cgroups,
@@ -168,9 +168,11 @@ def _users_without_directory(spec: ClusterSpec) -> tuple[users_sync.Result, str]
         return users_sync.sync(replace(spec, ldap=None)), "static users only"
 
 
-def boot_checks(plan: health.CheckPlan) -> str:
+def boot_checks(plan: health.CheckPlan | None) -> str:
     """Before slurmd starts: the results stand for the pod's life, and the first health run
     (slurmd's, before it registers) drains the node for any failure."""
+    if plan is None:
+        return "none planned"
     health.write_plan(plan)
     results = health.run(plan, "boot")
     health.save_boot_results(results)
@@ -224,14 +226,78 @@ def optional_services(spec: ClusterSpec, role: str) -> tuple[str, ...]:
     return extra
 
 
-_T = TypeVar("_T")
+@dataclass(frozen=True)
+class Pod:
+    """What a step may read: the pod's spec, role and name."""
+
+    spec: ClusterSpec
+    role: str
+    name: str
+
+    @cached_property
+    def health_plan(self) -> health.CheckPlan | None:
+        return health.plan_for(self.spec, self.name) if self.role == "worker" else None
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of a pod's start: run for `roles`, when `needed`; logs one line."""
+
+    what: str
+    roles: frozenset[str]
+    action: Callable[[Pod], object]
+    needed: Callable[[Pod], bool] = lambda pod: True
+
+
+SLURM_ROLES = frozenset({"controller", "worker", "login"})
+WORKER, LOGIN = frozenset({"worker"}), frozenset({"login"})
+# Every role's start, in order (a role's steps keep the table's order).
+STEPS = (
+    Step("prepared the development directory", frozenset({"ldap"}),
+         lambda pod: prepare_directory(pod.spec)),
+    Step("prepared the database", frozenset({"database"}),
+         lambda pod: database.prepare(accounting_of(pod.spec, pod.role).database)),
+    Step("checked slurmctld's state", frozenset({"controller"}), lambda pod: check_state()),
+    Step("prepared the Slurm configuration", SLURM_ROLES,
+         lambda pod: prepare_slurm_config(pod.spec, pod.role)),
+    Step("installed the munge key", SLURM_ROLES | {"slurmdbd"},
+         lambda pod: secrets.install_munge_key()),
+    Step("prepared sshd", SLURM_ROLES, lambda pod: sshd.prepare(pod.spec, pod.role),
+         lambda pod: sshd.runs_sshd(pod.spec, pod.role)),
+    Step("prepared state directories", SLURM_ROLES | {"slurmdbd"},
+         lambda pod: prepare_dirs(pod.role)),
+    Step("prepared slurmdbd", frozenset({"slurmdbd"}),
+         lambda pod: slurmdbd.prepare(accounting_of(pod.spec, pod.role), pod.name)),
+    Step("waited for the database", frozenset({"slurmdbd"}),
+         lambda pod: slurmdbd.wait_for_database(accounting_of(pod.spec, pod.role))),
+    Step("prepared the cgroup tree for jobs", WORKER, lambda pod: cgroups.prepare(),
+         lambda pod: pod.spec.confinement == "cgroup"),
+    Step("ordered mount namespace ids for jobs' own /tmp", WORKER,
+         lambda pod: mount_namespaces.order_ids(),
+         lambda pod: slurm_settings(pod.spec).get("JobContainerType") == JOB_CONTAINER),
+    Step("looked at /proc", WORKER | LOGIN,  # where users' processes run
+         lambda pod: hide_other_users_processes()),
+    Step("registered users", SLURM_ROLES, lambda pod: register_users(pod.spec)),
+    Step("offered the site's modulefiles", LOGIN, lambda pod: offer_shared_modulefiles()),
+    Step("ran boot health checks", WORKER, lambda pod: boot_checks(pod.health_plan),
+         lambda pod: pod.health_plan is not None),
+    Step("installed job programs", WORKER, lambda pod: install_job_programs(pod.spec),
+         lambda pod: bool(pod.spec.job_phases or pod.spec.health)),
+    Step("wrote s6 services", SLURM_ROLES | {"ldap", "database", "slurmdbd"},
+         lambda pod: services.write_scan_dir(pod.role, optional_services(pod.spec, pod.role))),
+)  # fmt: skip
+
+
+def steps_for(pod: Pod) -> list[Step]:
+    """The steps a pod runs, in order."""
+    return [step for step in STEPS if pod.role in step.roles and step.needed(pod)]
 
 
 def run(role: str) -> None:
     """Every step of a pod's start, then exec s6-svscan (never returns on success)."""
     started = time.perf_counter()
 
-    def step(what: str, action: Callable[[], _T]) -> _T:
+    def timed(what: str, action: Callable[[], object]) -> object:
         t = time.perf_counter()
         result = action()
         detail = f": {result}" if isinstance(result, str) else ""
@@ -239,53 +305,14 @@ def run(role: str) -> None:
         return result
 
     name = pod_name()
-    spec, started_on = step(f"read {paths.CLUSTER_SPEC}", lambda: read_spec(paths.CLUSTER_SPEC))
+    spec, started_on = read_spec(paths.CLUSTER_SPEC)
+    log(f"read {paths.CLUSTER_SPEC} ({(time.perf_counter() - started) * 1000:.1f} ms)")
     paths.SPEC_STARTED_ON.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(paths.SPEC_STARTED_ON, started_on)
     check_identity(spec, role, name)
-    if role == "ldap":
-        step("prepared the development directory", lambda: prepare_directory(spec))
-        step("wrote s6 services", lambda: services.write_scan_dir(role))
-        log(f"ldap {name} ready in {(time.perf_counter() - started) * 1000:.0f} ms")
-        services.exec_svscan(role)
-    if role == "database":
-        db = accounting_of(spec, role).database
-        step("prepared the database", lambda: database.prepare(db))
-        step("wrote s6 services", lambda: services.write_scan_dir(role))
-        log(f"database {name} ready in {(time.perf_counter() - started) * 1000:.0f} ms")
-        services.exec_svscan(role)
-    if role == "slurmdbd":
-        accounting = accounting_of(spec, role)
-        step("installed the munge key", secrets.install_munge_key)
-        step("prepared state directories", lambda: prepare_dirs(role))
-        step("prepared slurmdbd", lambda: slurmdbd.prepare(accounting, name))
-        step("waited for the database", lambda: slurmdbd.wait_for_database(accounting))
-        step("wrote s6 services", lambda: services.write_scan_dir(role))
-        log(f"slurmdbd {name} ready in {(time.perf_counter() - started) * 1000:.0f} ms")
-        services.exec_svscan(role)
-    if role == "controller":
-        step("checked slurmctld's state", check_state)
-    step("prepared the Slurm configuration", lambda: prepare_slurm_config(spec, role))
-    step("installed the munge key", secrets.install_munge_key)
-    if sshd.runs_sshd(spec, role):
-        step("prepared sshd", lambda: sshd.prepare(spec, role))
-    step("prepared state directories", lambda: prepare_dirs(role))
-    if role == "worker" and spec.confinement == "cgroup":
-        step("prepared the cgroup tree for jobs", cgroups.prepare)
-    if role == "worker" and slurm_settings(spec).get("JobContainerType") == JOB_CONTAINER:
-        step("ordered mount namespace ids for jobs' own /tmp", mount_namespaces.order_ids)
-    if role in ("worker", "login"):  # where users' processes run
-        step("looked at /proc", hide_other_users_processes)
-    step("registered users", lambda: register_users(spec))
-    if role == "login":
-        step("offered the site's modulefiles", offer_shared_modulefiles)
-    plan = health.plan_for(spec, name) if role == "worker" else None
-    if plan:
-        step("ran boot health checks", lambda: boot_checks(plan))
-    if role == "worker" and (spec.job_phases or spec.health):
-        step("installed job programs", lambda: install_job_programs(spec))
-    extra = optional_services(spec, role)
-    step("wrote s6 services", lambda: services.write_scan_dir(role, extra))
+    pod = Pod(spec, role, name)
+    for step in steps_for(pod):
+        timed(step.what, lambda: step.action(pod))  # noqa: B023 (called at once)
     if role == "worker":  # lifts the drain a stopping pod may have left (slonk.worker_stop)
         worker_stop.release_in_background(name)
     log(f"{role} {name} ready in {(time.perf_counter() - started) * 1000:.0f} ms; exec s6-svscan")

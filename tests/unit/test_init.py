@@ -23,6 +23,34 @@ def test_identity(demo_spec):
         check_identity(spec, "controller", "other-controller-0")
 
 
+def test_each_role_runs_its_own_steps_in_order(demo_spec):
+    """init's table of steps, read per role without running them: every role ends by
+    writing its s6 services; Slurm's roles register users; only workers prepare jobs'
+    cgroups and install job programs; slurmdbd waits for its database."""
+    spec = parse_spec(demo_spec)
+
+    def steps(role: str, name: str) -> list[str]:
+        return [step.what for step in init.steps_for(init.Pod(spec, role, name))]
+
+    assert steps("slurmdbd", "slonk-slurmdbd-0") == [
+        "installed the munge key",
+        "prepared state directories",
+        "prepared slurmdbd",
+        "waited for the database",
+        "wrote s6 services",
+    ]
+    controller = steps("controller", "slonk-controller-0")
+    assert controller[:2] == ["checked slurmctld's state", "prepared the Slurm configuration"]
+    worker, login = steps("worker", "slonk-gpu-3"), steps("login", "slonk-login-0")
+    assert "prepared the cgroup tree for jobs" in worker and "installed job programs" in worker
+    assert "installed job programs" not in {*controller, *login}
+    assert "ran boot health checks" not in worker  # this spec has no health checks
+    assert "offered the site's modulefiles" in login and "looked at /proc" in login
+    assert all("registered users" in found for found in (controller, worker, login))
+    for found in (controller, worker, login, steps("ldap", "slonk-ldap-0")):
+        assert found[-1] == "wrote s6 services", found
+
+
 def test_munge_key_is_installed_for_munge_only(tmp_path):
     source = tmp_path / "secret" / "munge.key"
     with pytest.raises(MissingSecret, match="no munge key; mount the Secret <release>-munge"):
