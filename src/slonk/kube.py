@@ -19,6 +19,10 @@ class KubeError(SlonkError):
     pass
 
 
+class PodReplaced(KubeError):
+    """The pod to delete is gone or was made anew since it was inspected."""
+
+
 def api_client() -> Any:
     """A client from the pod's ServiceAccount, or, outside a pod, the operator's kubeconfig."""
     try:
@@ -77,9 +81,10 @@ class Api:
 
     def delete_pod(self, name: str, uid: str = "") -> None:
         """Its StatefulSet makes it anew: fresh containers, boot checks, slurmd registers.
-        With `uid`, that pod only (a precondition), never one made since. A delete left
-        without an answer may still have been done: the pod is read back, and gone, going or
-        made anew, the delete went through (the caller must not count it as undone)."""
+        With `uid`, that pod only (a precondition), never one made since: PodReplaced when it
+        is another, or gone. A delete left without an answer may still have been done: the
+        pod is read back, and gone, going or made anew, the delete went through (the caller
+        must not count it as undone)."""
         body = {"preconditions": {"uid": uid}} if uid else None
         try:
             self._call(
@@ -90,7 +95,10 @@ class Api:
                 body=body,
             )
         except KubeError as err:
-            if isinstance(err.__cause__, self._error) or not self._went(name, uid):
+            status = getattr(err.__cause__, "status", None)
+            if status in (404, 409):  # gone, or its uid no longer the one inspected
+                raise PodReplaced(str(err)) from err
+            if status is not None or not self._went(name, uid):
                 raise
 
     def _went(self, name: str, uid: str) -> bool:

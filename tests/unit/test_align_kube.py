@@ -227,7 +227,7 @@ def test_a_pod_delete_left_unanswered_is_read_back(api: Fake) -> None:
     an error; the uid precondition spares a pod made since."""
     from urllib3.exceptions import ReadTimeoutError
 
-    from slonk.kube import Api
+    from slonk.kube import Api, PodReplaced
 
     kube = Api(NAMESPACE, api.client("controller-token"))
     real = kube.core.delete_namespaced_pod
@@ -253,6 +253,6 @@ def test_a_pod_delete_left_unanswered_is_read_back(api: Fake) -> None:
     kube.delete_pod("slonk-cpu-0", first)
     kube.core.delete_namespaced_pod = real
     wait_for("slonk-cpu-0 made anew", lambda: uid("slonk-cpu-0") not in ("", first))
-    with pytest.raises(KubeError, match="409"):
+    with pytest.raises(PodReplaced, match="409"):  # the uid inspected is gone: not ours
         kube.delete_pod("slonk-cpu-0", first)
     assert uid("slonk-cpu-1"), "the unsent delete deleted nothing"

@@ -17,7 +17,7 @@ from slonk.align import recycle
 from slonk.config.spec import HEALTH_CHECKS, RecycleSettings, SpecError, parse_spec
 from slonk.health import checks, drains, gpu, probe, runner
 from slonk.health.probe import Unhealthy, bounded
-from slonk.kube import KubeError
+from slonk.kube import KubeError, PodReplaced
 
 from . import slurm_json
 
@@ -399,13 +399,15 @@ def test_a_check_out_of_time_asleep_on_a_starved_probe_cannot_tell(monkeypatch, 
     plan = runner.CheckPlan(
         NODE, True, {"dns": {"phases": ["interval"], "timeoutSeconds": 1, "options": {}}}, 10
     )
-    assert runner.run(plan, "interval") == []
-    assert "dns inconclusive: timed out after 1 s, starved of CPU" in capsys.readouterr().err
-    # The abandoned check's probe is killed at its own timeout: wait for it, or a run whose
-    # last test this is exits first and leaves two `yes` spinning (seen).
-    deadline = time.monotonic() + 30
-    while probe.PROBING and time.monotonic() < deadline:
-        time.sleep(0.05)
+    try:
+        assert runner.run(plan, "interval") == []
+        assert "dns inconclusive: timed out after 1 s, starved of CPU" in capsys.readouterr().err
+    finally:
+        # The abandoned check's probe is killed at its own timeout: wait for it, or a run
+        # whose last test this is exits first and leaves two `yes` spinning (seen).
+        deadline = time.monotonic() + 30
+        while probe.PROBING and time.monotonic() < deadline:
+            time.sleep(0.05)
     assert not probe.PROBING, "the starving probe outlived its timeout"
 
 
@@ -737,9 +739,9 @@ RECYCLE_NOW = {
 
 
 class RecordingKubernetes:
-    def __init__(self, refuse=()) -> None:
+    def __init__(self, refuse=(), replaced=()) -> None:
         self.deleted: list[str] = []
-        self.refuse = refuse
+        self.refuse, self.replaced = refuse, replaced
         self.events: list[tuple[str, dict]] = []
 
     def pod_place(self, name: str) -> tuple[str, str]:
@@ -751,6 +753,9 @@ class RecordingKubernetes:
     def delete_pod(self, name: str, uid: str = "") -> None:
         if name in self.refuse:
             raise KubeError(f"delete pod {name}: 422 Unprocessable Entity")
+        if name in self.replaced:
+            raise PodReplaced(f"delete pod {name}: 409 Conflict")
+        assert uid == f"uid-{name}", "only the pod inspected"
         self.deleted.append(name)
 
     def quarantine_node(self, pod: str, slurm_node: str, reason: str) -> str:
@@ -781,6 +786,19 @@ def test_the_recycler_goes_on_past_a_refused_node(monkeypatch, capsys):
     kube.refuse = ()
     _recycle_pass(monkeypatch, text, kube, history)
     assert kube.deleted == ["slonk-cpu-1", "slonk-cpu-0"]
+
+
+def test_a_pod_replaced_since_it_was_inspected_is_left_to_its_new_slurmd(monkeypatch, capsys):
+    """Replaced by someone else between the look and the delete (409 on the uid): no recycle
+    counted, no event, and the node waits for the new pod's slurmd as after a recycle."""
+    drained = [_record("slonk-cpu-0", "IDLE+DRAIN", "slonk:gpu: XID 79")]
+    kube, history = RecordingKubernetes(replaced=("slonk-cpu-0",)), recycle.History()
+    _recycle_pass(monkeypatch, drained, kube, history)
+    assert "its pod was replaced since it was looked at" in capsys.readouterr().err
+    assert (kube.deleted, kube.events, history.recycles["slonk-cpu-0"]) == ([], [], [])
+    kube.replaced = ()
+    _recycle_pass(monkeypatch, drained, kube, history)  # the old slurmd's drain still showing
+    assert kube.deleted == []
 
 
 def test_a_record_the_recycler_cannot_read_fails_the_pass_and_recycles_nothing(monkeypatch):

@@ -27,7 +27,7 @@ from slonk.config.health_checks import SHARED_CHECKS
 from slonk.config.spec import ClusterSpec, RecycleSettings, SpecError
 from slonk.files import write_atomically
 from slonk.health import blast
-from slonk.kube import KubeError
+from slonk.kube import KubeError, PodReplaced
 from slonk.slurm_state import NodeState, SlurmError
 
 # On the controller's state volume, beside slurmctld's own state: a controller restart must
@@ -173,6 +173,11 @@ def pass_once(spec: ClusterSpec, kube: Kubernetes, history: History, now: float)
                 log(f"quarantined {node.name}: {reason}")
                 if settings.taint_nodes:
                     history.untainted[node.name] = reason
+        except PodReplaced as err:  # not by us: uncounted, but its new slurmd is awaited too
+            history.restarting[node.name] = node.slurmd_started
+            history.idle_since.pop(node.name, None)
+            log(f"not recycling {node.name}: its pod was replaced since it was looked at ({err})")
+            continue
         except (SlurmError, KubeError) as err:
             log(f"could not {action} {node.name}, trying again next pass: {err}")
             continue
