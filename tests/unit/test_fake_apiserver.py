@@ -639,6 +639,11 @@ def test_delete_options_it_would_not_honour_are_refused(fake: Fake):
                 "slonk-cpu-0", NAMESPACE, {**eviction, "deleteOptions": options}
             )
         assert refused.value.status == status, options
+    for options in ({"preconditions": "uid"}, "Background"):  # what the client would not send
+        sent = json.dumps({**eviction, "deleteOptions": options}).encode()
+        path = f"/api/v1/namespaces/{NAMESPACE}/pods/slonk-cpu-0/eviction"
+        code, said = _raw(fake, "POST", path, body=sent)
+        assert (code, said["kind"]) == (400, "Status"), (options, said)
     names = fake.kubectl("get", "lease,pod", "-o", "name").stdout.split()
     assert "lease.coordination.k8s.io/kept" in names and "pod/slonk-cpu-0" in names
 

@@ -32,8 +32,12 @@ def check(body: Any, current: Object, kind: str) -> None:
     """Preconditions that do not hold fail (409), as Kubernetes'; DeleteOptions the fake would
     not honour are refused, never ignored: it deletes in the background (what kubectl asks by
     default), runs no dry run, and stops a pod with its own terminationGracePeriodSeconds."""
-    options = body if isinstance(body, dict) else {}
+    if body is not None and not isinstance(body, dict):
+        raise ApiError(400, "DeleteOptions must be an object")
+    options = body or {}
     wanted = options.get("preconditions") or {}
+    if not isinstance(wanted, dict):
+        raise ApiError(400, "DeleteOptions.preconditions must be an object")
     for field in ("uid", "resourceVersion"):
         if wanted.get(field) and wanted[field] != current["metadata"].get(field):
             raise ApiError(
