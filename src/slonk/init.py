@@ -63,6 +63,8 @@ def check_identity(spec: ClusterSpec, role: str, name: str) -> None:
     if role == "worker" and spec.pool_of(name) is None:
         pools = ", ".join(p.name for p in spec.nodepools) or "none"
         raise InitError(f"pod {name!r} is not a node of cluster.yaml (pools: {pools})")
+    if role in ("database", "slurmdbd"):
+        accounting_of(spec, role)  # before any step changes anything
 
 
 def prepare_slurm_config(spec: ClusterSpec, role: str) -> str:

@@ -15,6 +15,8 @@ from slonk.secrets import MissingSecret, install_munge_key, install_ssh_host_key
 
 def test_identity(demo_spec):
     spec = parse_spec(demo_spec)
+    with pytest.raises(InitError, match=r"role slurmdbd needs accounting in cluster\.yaml"):
+        check_identity(spec, "slurmdbd", "slonk-slurmdbd-0")
     check_identity(spec, "controller", "slonk-controller-0")
     check_identity(spec, "worker", "slonk-gpu-3")
     with pytest.raises(InitError, match=r"pod 'slonk-gpu-4' is not a node of cluster\.yaml"):
@@ -42,6 +44,18 @@ def test_each_role_runs_its_own_steps_in_order(demo_spec):
     controller = steps("controller", "slonk-controller-0")
     assert controller[:2] == ["checked slurmctld's state", "prepared the Slurm configuration"]
     worker, login = steps("worker", "slonk-gpu-3"), steps("login", "slonk-login-0")
+    assert worker == [
+        "prepared the Slurm configuration",
+        "installed the munge key",
+        "prepared sshd",
+        "prepared state directories",
+        "prepared the cgroup tree for jobs",
+        "ordered mount namespace ids for jobs' own /tmp",
+        "looked at /proc",
+        "registered users",
+        "installed job programs",
+        "wrote s6 services",
+    ]
     assert "prepared the cgroup tree for jobs" in worker and "installed job programs" in worker
     assert "installed job programs" not in {*controller, *login}
     assert "ran boot health checks" not in worker  # this spec has no health checks
