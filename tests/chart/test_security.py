@@ -301,6 +301,20 @@ def test_time_wait_is_capped_at_half_the_srun_ports_on_request(default_docs):
     assert _sysctls(docs, "slonk-login") == {}
 
 
+def _notes(values: dict[str, Any]) -> str:
+    rendered = chart.render(chart.default_chart(), values, namespace="hpc")
+    return next(text for path, text in rendered.items() if path.endswith("NOTES.txt"))
+
+
+def test_every_install_without_the_time_wait_cap_is_told_what_it_leaves_open():
+    """The hole the cap closes is open by default (the kubelets must allow the sysctl): each
+    `helm install` and `upgrade` says so, and stops saying it once the cap is on or srun's
+    ports are not pinned."""
+    assert "slurm.capTimeWait is off" in _notes({})
+    assert "capTimeWait" not in _notes({"slurm": {"capTimeWait": True}})
+    assert "capTimeWait" not in _notes({"slurm": {"slurmConf": {"SrunPortRange": None}}})
+
+
 def test_workers_egress_is_open_without_exceptions():
     docs = _docs({"networkPolicy": {"workers": {"egressExcept": []}}})
     workers = _get(docs, "NetworkPolicy", "slonk-workers")
