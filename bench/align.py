@@ -31,8 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from slonk import reasons, slurm_state
 from slonk.align import plan as p
+from slonk.slurm import reasons, slurm_state
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "unit" / "data" / "scontrol-show-node.json"
 POOLS, PER_POOL = 20, 750

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import yaml
 
-from slonk import paths
+from slonk.base import paths
 from slonk.local.podman import image_layers
 
 VERSION = yaml.safe_load((paths.chart_dir() / "Chart.yaml").read_text())["appVersion"]

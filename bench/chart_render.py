@@ -2,9 +2,9 @@
 node count rendered by the same Helm library in the same process. Prints one JSON document.
 
 Timings per chart, each the best of RUNS runs taken in turns (the machine is shared): `render`
-is Helm's library alone (load the chart, render its templates: `slonk.chart.render`),
+is Helm's library alone (load the chart, render its templates: `slonk.kube.chart.render`),
 `template` adds what `slonk chart template` does after it (split, order and print the
-manifest: `slonk.chart.manifest`), and `render_no_nodes` renders the same pools at 0 replicas
+manifest: `slonk.kube.chart.manifest`), and `render_no_nodes` renders the same pools at 0 replicas
 (what the chart costs whatever the node count). Bytes are those of the printed manifest, as
 `helm template` prints it. The public column is left out where ../shared (the public chart)
 is absent.
@@ -20,7 +20,7 @@ from typing import Any
 
 from render_scale import NODES, POOLS, values
 
-from slonk import chart
+from slonk.kube import chart
 
 RUNS = 9
 REPO = Path(__file__).resolve().parents[1]

@@ -5,7 +5,7 @@
   dropped (no hooks either: slurm.conf names no Prolog/Epilog at all, which the run checks:
   bare Slurm, run first and again last, to show how much the machine drifts within the run);
   checks off with slonk's Epilog alone (it clears what each job's user left on the node,
-  slonk.leftovers: on by default); default checks on a GPU
+  slonk.health.leftovers: on by default); default checks on a GPU
   pool (the worker's gpu check made to expect 2 GPUs, which a fake nvidia-smi shows) and on a
   CPU pool; the same GPU pool with its machine checks also in every job (`prolog` and
   `epilog` in their phases); and Prolog/Epilog that do nothing (/bin/true): what Slurm's
@@ -30,7 +30,7 @@ from pathlib import Path
 
 from local_cluster import workload
 
-from slonk import paths
+from slonk.base import paths
 from slonk.local import cluster as local
 
 FAKE_GPU = Path(__file__).resolve().parents[1] / "tests" / "fakes" / "fake-gpu"

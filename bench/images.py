@@ -22,7 +22,7 @@ from pathlib import Path
 
 import yaml
 
-from slonk import paths
+from slonk.base import paths
 from slonk.local import cluster as local
 from slonk.local.podman import podman
 

@@ -13,14 +13,14 @@ one JSON document.
   host through each pod's root (/proc/<PID 1>/root), every 50 ms, without entering the pods:
     config: a health setting changed by `slonk local upgrade` (as a values change reaches
             pods locally: the ConfigMap's projection) until the worker's health plan
-            (slonk.paths.HEALTH_PLAN) changes; from the start of the upgrade.
+            (slonk.base.paths.HEALTH_PLAN) changes; from the start of the upgrade.
     ldap:   a user added to the directory (ldapadd in the slapd pod) until every pod's
             /etc/passwd, what `getent passwd` reads, has it (the controller's too).
     git:    a commit to the hooks repository until the worker's active hook revision
-            (slonk.paths.HOOKS_STATE/active) is that commit.
+            (slonk.base.paths.HOOKS_STATE/active) is that commit.
 - down_seconds: `slonk local down`.
 
-It reads files and the pods' state only through slonk.paths and slonk.local, so it measures
+It reads files and the pods' state only through slonk.base.paths and slonk.local, so it measures
 whatever services the pods run. Run as root, alone on the machine if the figures matter.
 """
 
@@ -42,7 +42,7 @@ from typing import Any
 
 import yaml
 
-from slonk import paths
+from slonk.base import paths
 from slonk.local import cluster as local
 from slonk.local import upgrade
 from slonk.local.network import processes_by_netns

@@ -15,7 +15,7 @@ were read) beyond its RSS then):
 - `json_loads_baseline`: json.loads of the same documents, one at a time, and nothing else:
   what any exporter that loads Slurm's JSON whole pays before it counts anything. There is
   no public Slonk exporter to run (public Slonk's ran `sinfo`/`squeue` text per scrape, a
-  different input), so this is the baseline. slonk.slurm_state keeps only the fields read
+  different input), so this is the baseline. slonk.slurm.slurm_state keeps only the fields read
   of each record as it parses (an object hook), so the scrape can cost less than it.
 Slurm's own time to print the documents (slurmctld with 15,000 nodes) is not in it.
 """

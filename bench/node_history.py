@@ -1,4 +1,5 @@
-"""The node history (slonk.history), measured on this machine's disk. Prints one JSON document.
+"""The node history (slonk.health.history), measured on this machine's disk. Prints one JSON
+document.
 
 - one append (a whole line under the file's lock), the syncer's and recycle loop's cost per
   event, timed over APPENDS appends to a file near its bound;
@@ -15,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from slonk import history
+from slonk.health import history
 
 APPENDS = 2000
 REASON = "slonk:gpu: GPU 1 (00000000:2A:00.0): 2 uncorrectable ECC errors; XID 79 on PCI:0000:2a"

@@ -17,7 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from slonk.config.spec import Group, User
-from slonk.ldapdev import seed_ldif
+from slonk.pod.ldapdev import seed_ldif
 from slonk.users.directory import read_directory
 from slonk.users.sync import Paths, sync
 from tests.integration.slapd import SUFFIX, running_slapd

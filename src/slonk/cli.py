@@ -16,9 +16,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from slonk import paths
+from slonk.base import paths
+from slonk.base.errors import SlonkError
 from slonk.config import accounts, patterns
-from slonk.errors import SlonkError
 
 if TYPE_CHECKING:
     from slonk.local.state import Cluster
@@ -79,7 +79,7 @@ _history_subject = _named(patterns.SLURM_NAME, "a node, machine or GPU serial", 
 
 
 def _chart_template(args: argparse.Namespace) -> int:
-    from slonk import chart
+    from slonk.kube import chart
 
     sys.stdout.write(
         chart.template(
@@ -141,8 +141,8 @@ def _health(args: argparse.Namespace) -> int:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from slonk import worker_stop
-    from slonk.identity import pod_name
+    from slonk.base.identity import pod_name
+    from slonk.pod import worker_stop
 
     # Kubernetes keeps no output of a preStop hook: its lines go to the pod's log (`kubectl
     # logs`) through PID 1's stderr. SIGTERM's `down` and init's `release` write there anyway.
@@ -163,7 +163,7 @@ def _worker(args: argparse.Namespace) -> int:
 
 
 def _power(args: argparse.Namespace) -> int:
-    from slonk import power
+    from slonk.slurm import power
 
     if args.power_command == "resume":
         # slurmctld's ResumeProgram (rootfs' bin/power-resume): the hostlist comes after `--`.
@@ -272,7 +272,7 @@ def _add_render_config(render: argparse.ArgumentParser) -> None:
 
 
 def _add_init(init: argparse.ArgumentParser) -> None:
-    from slonk.services import ROLE_SERVICES
+    from slonk.pod.services import ROLE_SERVICES
 
     init.add_argument("--role", required=True, choices=tuple(ROLE_SERVICES))
     init.set_defaults(run=_init)

@@ -15,30 +15,22 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 
-from slonk import (
-    cgroups,
-    mount_namespaces,
-    paths,
-    rollout,
-    secrets,
-    services,
-    sshd,
-    statesave,
-    worker_stop,
-)
 from slonk.accounting import database, slurmdbd
+from slonk.base import paths
+from slonk.base.errors import SlonkError
+from slonk.base.files import make_dir, write_atomically
+from slonk.base.identity import pod_name
 from slonk.config import placement
 from slonk.config.model import AccountingSettings
 from slonk.config.render import JOB_CONTAINER, conf_server, render, slurm_settings
 from slonk.config.spec import ClusterSpec, read_spec
-from slonk.errors import SlonkError
-from slonk.files import make_dir, write_atomically
 from slonk.health import runner as health
 from slonk.health import serials
-from slonk.identity import pod_name
-from slonk.job_programs import install_job_programs
-from slonk.ldapdev import DevDirectory, seed_ldif
-from slonk.slurmctld import Slurmctld
+from slonk.pod import cgroups, mount_namespaces, secrets, services, sshd, worker_stop
+from slonk.pod.job_programs import install_job_programs
+from slonk.pod.ldapdev import DevDirectory, seed_ldif
+from slonk.slurm import rollout, statesave
+from slonk.slurm.slurmctld import Slurmctld
 from slonk.users import homes
 from slonk.users import sync as users_sync
 from slonk.users.directory import DirectoryError
@@ -71,7 +63,7 @@ def prepare_slurm_config(spec: ClusterSpec, role: str) -> str:
     """Configless Slurm: the controller writes the files slurmctld alone reads; slurmd and
     every client (here and in ssh sessions, from the services' environment) fetch what
     slurmctld runs. A controller restarted with a configuration slurmctld refused before
-    starts on the last one it accepted (slonk.rollout)."""
+    starts on the last one it accepted (slonk.slurm.rollout)."""
     server = conf_server(spec)
     os.environ["SLURM_CONF_SERVER"] = server  # s6-svscan's, so every service's
     if paths.CLIENT_SLURM_CONF.exists():
@@ -315,7 +307,7 @@ def run(role: str) -> None:
     pod = Pod(spec, role, name)
     for step in steps_for(pod):
         timed(step.what, lambda: step.action(pod))  # noqa: B023 (called at once)
-    if role == "worker":  # lifts the drain a stopping pod may have left (slonk.worker_stop)
+    if role == "worker":  # lifts the drain a stopping pod may have left (slonk.pod.worker_stop)
         worker_stop.release_in_background(name)
     log(f"{role} {name} ready in {(time.perf_counter() - started) * 1000:.0f} ms; exec s6-svscan")
     services.exec_svscan(role)

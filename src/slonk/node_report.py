@@ -1,6 +1,6 @@
 """`slonk nodes`: the fleet at a glance, and `slonk nodes history [NODE]`: what happened to a
 node or a machine, across its pods. Run in the controller pod, where scontrol and the node
-history (slonk.history) are. Every value shown came from Slurm or the history file: each is
+history (slonk.health.history) are. Every value shown came from Slurm or the history file: each is
 printed as one line of printable text."""
 
 from __future__ import annotations
@@ -9,9 +9,11 @@ import datetime
 import time
 from collections.abc import Iterable, Sequence
 
-from slonk import history, node_events, paths, slurm_nodes
-from slonk.metrics import cause_label
-from slonk.text import printable
+from slonk.base import paths
+from slonk.base.text import printable
+from slonk.health import history
+from slonk.metrics import cause_label, node_events
+from slonk.slurm import slurm_nodes
 
 
 def shown(value: str, limit: int = 200) -> str:

@@ -10,7 +10,7 @@ parsers) are loaded once, and a pod runs one Python process beside its daemons.
   it alone (`s6-svc -d`) to take over by hand; and it alone loads the Kubernetes watch
   machinery.
 - worker: config-watch (health plan, job programs), users-sync, hooks, metrics, the health
-  watch (slonk.health.watch) where health checks are on, and srun-ports (slonk.srun_ports)
+  watch (slonk.health.watch) where health checks are on, and srun-ports (slonk.pod.srun_ports)
   where SrunPortRange is pinned.
 - login: users-sync (its clients fetch what slurmctld runs: nothing else of its own), and
   srun-ports where SrunPortRange is pinned.
@@ -29,12 +29,12 @@ from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
-from slonk import paths
 from slonk.agent.changes import Changes, Waiter
 from slonk.agent.lines import LineWriter
 from slonk.agent.runner import Board, Runner, Task
+from slonk.base import paths
+from slonk.base.identity import pod_name
 from slonk.config.spec import ClusterSpec, SpecError, load_spec
-from slonk.identity import pod_name
 
 ROLES = ("controller", "worker", "login")
 # A stopping agent gives its tasks this long to end (a task in a slow call, an LDAP search
@@ -62,7 +62,7 @@ def tasks_for(
 
     tasks: list[Task] = []
     if role in ("controller", "worker"):
-        from slonk import config_watch
+        from slonk.pod import config_watch
 
         spec_dir = changes.waiter(spec_path.parent, config_watch.POLL_SECONDS)
         follow = lambda stop: config_watch.watch(role, stop, spec_dir, spec_path)  # noqa: E731
@@ -106,10 +106,10 @@ def _hooks(load: Callable[[], ClusterSpec], changes: Changes) -> Task:
 
 
 def _recycle(load: Callable[[], ClusterSpec], stop: threading.Event) -> None:
-    from slonk import kube
     from slonk.align import recycle
+    from slonk.kube.api import Api
 
-    recycle.run_forever(load, kube.Api, stop)
+    recycle.run_forever(load, Api, stop)
 
 
 def _metrics(
@@ -121,7 +121,7 @@ def _metrics(
 
 
 def _srun_ports(ports: tuple[int, int], stop: threading.Event) -> None:
-    from slonk import srun_ports
+    from slonk.pod import srun_ports
 
     srun_ports.run_forever(ports, stop)
 

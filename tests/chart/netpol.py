@@ -1,5 +1,5 @@
-"""The chart's tests ask NetworkPolicy semantics from their one home, slonk.netpol."""
+"""The chart's tests ask NetworkPolicy semantics from their one home, slonk.kube.netpol."""
 
-from slonk.netpol import Endpoint, allowed, selects
+from slonk.kube.netpol import Endpoint, allowed, selects
 
 __all__ = ["Endpoint", "allowed", "selects"]

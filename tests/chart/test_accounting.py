@@ -9,7 +9,7 @@ import re
 import pytest
 import yaml
 
-from slonk import paths
+from slonk.base import paths
 from slonk.config.spec import parse_spec
 
 from .netpol import allowed

@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 import yaml
 
-from slonk import chart
 from slonk.config import patterns
 from slonk.config.spec import (
     MANAGED_KEYS,
@@ -29,6 +28,7 @@ from slonk.config.spec import (
     SpecError,
     parse_spec,
 )
+from slonk.kube import chart
 
 POOL = {"replicas": 2, "cpus": 2, "memoryMiB": 2048}
 PARTITION = {"pools": ["cpu"], "default": True}

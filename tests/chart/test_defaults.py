@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from slonk import chart
 from slonk.config.spec import SpecError, parse_spec
+from slonk.kube import chart
 
 # Values that turn on every section of cluster.yaml, each with values.yaml's defaults.
 ALL_ON: dict[str, Any] = {

@@ -8,9 +8,10 @@ from dataclasses import replace
 import pytest
 import yaml
 
-from slonk import chart, paths
+from slonk.base import paths
 from slonk.config.render import render
 from slonk.config.spec import HEALTH_CHECKS
+from slonk.kube import chart
 
 from .test_objects import _container, _names, _spec
 
@@ -27,7 +28,7 @@ def test_slurm_runs_the_checks(default_manifest):
     assert "HealthCheckInterval=300" in lines
     assert "HealthCheckNodeState=ANY,CYCLE" in lines  # a few nodes at a time
     # The agent watches the machine beside the jobs: Slurm forks nothing before each one,
-    # and after it only the Epilog that clears what the job's user left (slonk.leftovers).
+    # and after it only the Epilog that clears what the job's user left (slonk.health.leftovers).
     assert [line for line in lines if line.startswith(("Prolog=", "Epilog="))] == [EPILOG]
 
 
@@ -57,10 +58,10 @@ def test_a_check_put_in_a_job_phase_makes_slurm_fork_its_program(
     assert [line for line in lines if line.startswith(("Prolog=", "Epilog="))] == programs
 
 
-# Both record node events on pods (here) and Nodes (in `default`): slonk.node_events.
+# Both record node events on pods (here) and Nodes (in `default`): slonk.metrics.node_events.
 EVENTS = [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
 # What each part of the controller calls (slonk.align.kube, slonk.align.syncer's Lease,
-# slonk.kube): the chart grants exactly the union of the enabled parts'.
+# slonk.kube.api): the chart grants exactly the union of the enabled parts'.
 SYNCER_ROLE = [
     {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["list", "watch"]},
     {

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
-from slonk import chart
 from slonk.config.spec import parse_spec
+from slonk.kube import chart
 
 from ..support.exporter import served_series
 from .netpol import Endpoint, allowed, selects

@@ -1,6 +1,6 @@
 """Every Slurm node's Service (services.yaml writes them in flow style, computed once per pool)
 is named as its pod and selects it, whatever the pool and release are called. And
-`slonk.chart.documents` splits and orders the manifest as Helm does."""
+`slonk.kube.chart.documents` splits and orders the manifest as Helm does."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from slonk import chart
 from slonk.config.spec import parse_spec
+from slonk.kube import chart
 
 from .conftest import VALUES
 

@@ -7,7 +7,7 @@ import base64
 import pytest
 import yaml
 
-from slonk import paths
+from slonk.base import paths
 from slonk.config.render import conf_server, render
 from slonk.config.spec import parse_spec
 

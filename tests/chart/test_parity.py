@@ -22,8 +22,9 @@ from typing import Any
 import pytest
 import yaml
 
-from slonk import chart, paths
+from slonk.base import paths
 from slonk.config.spec import SpecError, parse_spec
+from slonk.kube import chart
 
 from .conftest import VALUES
 from .test_contract import _names
@@ -446,7 +447,7 @@ def test_every_fail_of_the_chart_is_a_parity_case_or_chart_only():
     assert _fails() == covered | set(CHART_ONLY)
 
 
-# Mount paths: where the chart mounts what slonk's code reads (slonk.paths).
+# Mount paths: where the chart mounts what slonk's code reads (slonk.base.paths).
 PATH_CONSTANTS = {
     name: value
     for name, value in vars(paths).items()

@@ -10,7 +10,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from slonk import chart
+from slonk.kube import chart
 
 from .conftest import VALUES
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from slonk import chart
 from slonk.config.spec import SpecError, parse_spec
+from slonk.kube import chart
 
 from .conftest import VALUES
 from .test_contract import _names

@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 import yaml
 
-from slonk import chart
 from slonk.config.spec import MAX_REPLICAS
+from slonk.kube import chart
 
 from .conftest import VALUES
 

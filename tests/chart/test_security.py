@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 import yaml
 
-from slonk import chart
 from slonk.config.render import render
 from slonk.config.spec import parse_spec
+from slonk.kube import chart
 
 from .netpol import Endpoint, allowed
 from .test_validity import _template_error

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from slonk import chart
+from slonk.kube import chart
 
 from .conftest import VALUES
 

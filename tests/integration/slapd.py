@@ -1,5 +1,5 @@
 """A real slapd on loopback for tests and benchmarks: the development directory's own
-configuration (slonk.ldapdev), on free ports, optionally with TLS from a CA made here."""
+configuration (slonk.pod.ldapdev), on free ports, optionally with TLS from a CA made here."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from slonk import paths
+from slonk.base import paths
 from slonk.config.spec import ClusterSpec, parse_spec
-from slonk.ldapdev import DevDirectory, Tls
+from slonk.pod.ldapdev import DevDirectory, Tls
 
 SUFFIX = "dc=slonk,dc=test"
 PASSWORD = "test-admin"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from slonk.config.spec import Group, User, parse_spec
-from slonk.ldapdev import seed_ldif
+from slonk.pod.ldapdev import seed_ldif
 from slonk.users.directory import DirectoryError, read_directory
 from slonk.users.sync import Paths, sync
 

@@ -10,7 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from slonk import paths, reasons
+from slonk.base import paths
+from slonk.slurm import reasons
 
 from ..support.cluster import SLONK, LocalCluster, wait_for
 

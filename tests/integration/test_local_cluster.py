@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slonk import paths
+from slonk.base import paths
 from slonk.local.projection import project, read
 
 from ..support.cluster import LocalCluster, service_pid, slonk, wait_for

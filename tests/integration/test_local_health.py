@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 from slonk.align.recycle import HISTORY
+from slonk.base.paths import HEALTH_PLAN, JOB_TMP_BASE
 from slonk.config.model import HealthSettings, default_of
 from slonk.config.spec import HEALTH_CHECKS
 from slonk.health.drains import LOG as HEALTH_LOG
 from slonk.local.cluster import Cluster
-from slonk.paths import HEALTH_PLAN, JOB_TMP_BASE
 
 from ..support.cluster import SCRATCH, SESSION_RECYCLE, LocalCluster, slonk, wait_for
 from ..support.scrape import scrape, values

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slonk import slurm_state
 from slonk.local.cluster import Cluster, wait_nodes_up
 from slonk.local.network import Network
 from slonk.local.projection import read
+from slonk.slurm import slurm_state
 
 from ..support.cluster import LocalCluster, running, wait_for
 

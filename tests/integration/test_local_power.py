@@ -1,11 +1,11 @@
-"""Lending a node to Kubernetes as Slurm power saving (slonk.power), on real Slurm: the node
+"""Lending a node to Kubernetes as Slurm power saving (slonk.slurm.power), on real Slurm: the node
 shows powered down, never DOWN; a job that needs it pends saying why and is not killed; given
 back, the node is idle and the job runs. With returnOnDemand, the job itself asks the node
 back through ResumeProgram.
 
 A cluster of its own (controller and two workers, no login pod: jobs are submitted as root
 in the controller pod). The syncer's part (which ordinal is lent, starting the pod again) is
-played by the test: `slonk local stop` and `restart`; slonk.power runs in the controller pod,
+played by the test: `slonk local stop` and `restart`; slonk.slurm.power runs in the controller pod,
 where the syncer calls it.
 """
 
@@ -17,15 +17,16 @@ from collections.abc import Iterator
 
 import pytest
 
-from slonk import paths, slurm_state
-from slonk.slurm_state import NodeState
+from slonk.base import paths
+from slonk.slurm import slurm_state
+from slonk.slurm.slurm_state import NodeState
 
 from ..support.cluster import LocalCluster, running, wait_for
 
 CONTROLLER = "slonk-controller-0"
 LENT = "slonk-cpu-1"
 VALUES = {
-    # slonk.power driven by hand, in the syncer's place: no syncer to race it.
+    # slonk.slurm.power driven by hand, in the syncer's place: no syncer to race it.
     "syncer": {"enabled": False},
     "nodepools": {"cpu": {"cpus": 2, "memoryMiB": 512, "replicas": 2}},
     "login": {"replicas": 0},
@@ -41,8 +42,9 @@ class Power(LocalCluster):
         return self.pod(pod).check_output(command)
 
     def power(self, call: str) -> str:
-        """slonk.power's `call`, in the controller pod (the syncer's place); what it returns."""
-        code = f"from slonk import power; print(repr(power.{call}))"
+        """slonk.slurm.power's `call`, in the controller pod (the syncer's place): what it
+        returns."""
+        code = f"from slonk.slurm import power; print(repr(power.{call}))"
         return self.run(f"/opt/slonk/bin/python3 -c {shlex.quote(code)}")
 
     def node(self, name: str = LENT) -> NodeState:

@@ -1,5 +1,5 @@
 """Safe removal of a worker pod on a real local cluster: deleting (restarting) the pod runs its
-preStop hook (`slonk worker stop`, slonk.worker_stop) before SIGTERM, as kubelet does. Its
+preStop hook (`slonk worker stop`, slonk.pod.worker_stop) before SIGTERM, as kubelet does. Its
 node is drained, its jobs finish, or are requeued after workers.drainTimeoutSeconds (the
 session cluster's DRAIN_TIMEOUT), and the node comes back with the new pod without slonk's
 drain; a person's drain outlives the pod."""
@@ -12,7 +12,7 @@ import subprocess
 from collections.abc import Iterator
 from typing import Any
 
-from slonk import reasons
+from slonk.slurm import reasons
 
 from ..support.cluster import SLONK, LocalCluster, wait_for
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 import uuid
 
-from slonk.paths import JOB_TMP_BASE
+from slonk.base.paths import JOB_TMP_BASE
 
 from ..support.cluster import LocalCluster, wait_for
 from ..support.users import bystander

@@ -26,7 +26,7 @@ import yaml
 
 from slonk.local.cluster import Cluster
 from slonk.local.projection import project
-from slonk.srun_ports import SAMPLE
+from slonk.pod.srun_ports import SAMPLE
 
 from ..support.cluster import LocalCluster, slonk, wait_for
 from ..support.users import bystander

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import shlex
 
-from slonk import paths
+from slonk.base import paths
 
 from ..support.cluster import LocalCluster
 

@@ -15,7 +15,7 @@ import pytest
 import testinfra.host
 
 from slonk.align import topology
-from slonk.slurmctld import STARTED
+from slonk.slurm.slurmctld import STARTED
 
 from ..support.cluster import SLONK, LocalCluster, running, wait_for
 

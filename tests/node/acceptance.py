@@ -38,9 +38,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slonk.cgroups import mount_at
 from slonk.local.pod import launch_command
 from slonk.local.podinit import capabilities
+from slonk.pod.cgroups import mount_at
 
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parents[1] / "src"
@@ -104,7 +104,7 @@ SYSLOG = (
 )
 # The init layer's own step (slonk.init): make the pod's cgroup tree usable, or stop saying why.
 PREPARE_CGROUPS = (
-    "/opt/slonk/bin/python3 -c 'from slonk import cgroups; print(\"init:\", cgroups.prepare())'"
+    "/opt/slonk/bin/python3 -c 'from slonk.pod import cgroups; print(\"init:\", cgroups.prepare())'"
 )
 # slurm.conf's JobContainerType as slonk renders it (slonk.config.render, whose Jinja2 this
 # script, run by the machine's own Python, does without).
@@ -112,7 +112,7 @@ JOB_CONTAINER = "job_container/tmpfs"
 JOBS_IN_A_ROW = 16
 PREPARE_JOB_NAMESPACES = (
     "/opt/slonk/bin/python3 -c "
-    "'from slonk import mount_namespaces as m; print(\"init:\", m.order_ids())'"
+    "'from slonk.pod import mount_namespaces as m; print(\"init:\", m.order_ids())'"
 )
 
 
@@ -242,7 +242,7 @@ class Pods:
 
     def stub_programs(self) -> str:
         """Shell lines making each job hook and health program the rendered slurm.conf names
-        in the init layer's directory (slonk.paths.HOOK_BIN: hooks from git, health checks)
+        in the init layer's directory (slonk.base.paths.HOOK_BIN: hooks from git, health checks)
         a stub that succeeds: the test runs the daemons, not the init layer."""
         conf = (self.config / "slurm.conf").read_text()
         found = re.findall(
@@ -492,7 +492,7 @@ class Checks:
         self.job_tmp()
 
     def pod_started(self) -> None:
-        name = "worker pod's cgroup tree made usable (slonk.cgroups)"
+        name = "worker pod's cgroup tree made usable (slonk.pod.cgroups)"
         if self.pods.case == "none":
             self.say(name, "SKIP", "confinement none (cgroup v1 here): nothing to prepare")
             return
@@ -683,7 +683,7 @@ class Checks:
             f"{', '.join(seen) or 'no one'}",
         )
         # Each job's namespace is kept by a bind mount the kernel refused for about half of
-        # them in pods on Linux 6.18 (slonk.mount_namespaces): every launch must succeed.
+        # them in pods on Linux 6.18 (slonk.pod.mount_namespaces): every launch must succeed.
         launched = [self.user(["srun", "-t", "1", "true"]) for _ in range(JOBS_IN_A_ROW)]
         failed = [_errors(r.stderr)[-200:] for r in launched if r.returncode]
         self.say(
@@ -724,7 +724,7 @@ def main() -> int:
     parser.add_argument(
         "--unordered-namespaces",
         action="store_true",
-        help="skip slonk.mount_namespaces at the worker's start (to see what it fixes)",
+        help="skip slonk.pod.mount_namespaces at the worker's start (to see what it fixes)",
     )
     args = parser.parse_args()
     if os.geteuid() != 0:

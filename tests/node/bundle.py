@@ -26,9 +26,9 @@ from typing import Any
 
 import yaml
 
-from slonk import chart
 from slonk.config.render import write_config
 from slonk.config.spec import load_spec
+from slonk.kube import chart
 from slonk.local.manifests import COMPONENT
 
 HERE = Path(__file__).resolve().parent

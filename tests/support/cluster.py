@@ -27,11 +27,13 @@ import testinfra.host
 import yaml
 from testinfra.backend import base
 
-from slonk import history, paths, slurm_state
+from slonk.base import paths
+from slonk.health import history
 from slonk.local.cluster import Cluster
 from slonk.local.manifests import LocalModeError
 from slonk.local.projection import project
-from slonk.slurm_state import NodeState
+from slonk.slurm import slurm_state
+from slonk.slurm.slurm_state import NodeState
 
 SLONK = [sys.executable, "-m", "slonk.cli"]
 FAKE_GPU = Path(__file__).parents[1] / "fakes" / "fake-gpu"

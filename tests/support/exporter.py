@@ -12,8 +12,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from slonk import history
-from slonk.health import runner
+from slonk.health import history, runner
 from slonk.metrics.cluster import job_families, node_families
 from slonk.metrics.collector import SourcesCollector
 from slonk.metrics.events import EventCounter, syncer_families

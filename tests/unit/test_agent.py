@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 import yaml
 
-from slonk import jitter
 from slonk.agent import inotify
 from slonk.agent.changes import Changes
 from slonk.agent.lines import LineWriter
 from slonk.agent.runner import Board, Runner, Task
+from slonk.base import jitter
 from slonk.config.spec import parse_spec
 from slonk.local.projection import project
 from slonk.pod_agent import tasks_for

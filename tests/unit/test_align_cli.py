@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from slonk import reasons
 from slonk.align import lending, pool, report, topology
 from slonk.align import plan as p
 from slonk.config.spec import SpecError, parse_spec
-from slonk.slurm_state import NodeState
+from slonk.slurm import reasons
+from slonk.slurm.slurm_state import NodeState
 
 
 def test_the_table_shows_both_sides_and_the_drift_on_one_line_each() -> None:
@@ -64,8 +64,8 @@ def test_a_k8s_reason_reads_back_as_the_syncers() -> None:
 def test_a_topology_slurmctld_cannot_take_yet_is_tried_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, demo_spec: dict
 ) -> None:
-    from slonk import config_watch
     from slonk.config import placement
+    from slonk.pod import config_watch
 
     saved = tmp_path / "placement.json"
     monkeypatch.setattr(placement.paths, "PLACEMENT", saved)

@@ -13,14 +13,15 @@ from typing import Any
 import pytest
 import yaml
 
-from slonk import chart, reasons, slurm_nodes
 from slonk.align import lease, lending, syncer
 from slonk.align import plan as planning
 from slonk.align.kube import Cluster
 from slonk.config.spec import parse_spec
-from slonk.kube import KubeError
+from slonk.kube import chart
+from slonk.kube.api import KubeError
 from slonk.local import manifests
-from slonk.slurm_state import NodeState
+from slonk.slurm import reasons, slurm_nodes
+from slonk.slurm.slurm_state import NodeState
 
 from ..support.kubeapi import NAMESPACE, Fake, wait_for
 
@@ -190,7 +191,8 @@ def test_node_events_show_in_kubectl_describe_node_and_go_nowhere_else(
     """A drain recorded by the syncer, as node_events makes it: on the pod, and on the Node
     in `default`, where `kubectl describe node` finds it. The API refuses a Node's Event in
     another namespace, as a real one does."""
-    from slonk import history, node_events
+    from slonk.health import history
+    from slonk.metrics import node_events
 
     pod = node_events.Pod.of(kube.pods.snapshot()["slonk-cpu-1"])
     event = history.Event(
@@ -227,7 +229,7 @@ def test_a_pod_delete_left_unanswered_is_read_back(api: Fake) -> None:
     an error; the uid precondition spares a pod made since."""
     from urllib3.exceptions import ReadTimeoutError
 
-    from slonk.kube import Api, PodReplaced
+    from slonk.kube.api import Api, PodReplaced
 
     kube = Api(NAMESPACE, api.client("controller-token"))
     real = kube.core.delete_namespaced_pod

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from slonk import reasons
 from slonk.align import plan as p
-from slonk.slurm_state import NodeState
+from slonk.slurm import reasons
+from slonk.slurm.slurm_state import NodeState
 
 SETTINGS = p.Settings(release="slonk", pools={"cpu": 2}, conditions=frozenset({"GPUProblem"}))
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from slonk import config_watch
 from slonk.align import syncer, topology
 from slonk.config import placement
 from slonk.config.spec import ClusterSpec, parse_spec
+from slonk.pod import config_watch
 
 NODE = "slonk-gpu-0"
 POLL = 5.0  # the syncer's slurmPollSeconds default

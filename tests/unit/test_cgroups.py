@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from slonk import cgroups
+from slonk.pod import cgroups
 
 # As a runtime mounts it for an unprivileged container, a v1 hybrid host, a privileged one.
 READ_ONLY = "1180 1171 0:29 / /sys/fs/cgroup ro,nosuid,nodev,noexec,relatime - cgroup2 cgroup rw"

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from slonk import reasons, slurm_nodes
 from slonk.align import recycle
 from slonk.config.spec import HEALTH_CHECKS, RecycleSettings, SpecError, parse_spec
 from slonk.health import checks, drains, gpu, probe, runner
 from slonk.health.probe import Unhealthy, bounded
-from slonk.kube import KubeError, PodReplaced
+from slonk.kube.api import KubeError, PodReplaced
+from slonk.slurm import reasons, slurm_nodes
 
 from . import slurm_json
 

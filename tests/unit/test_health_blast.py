@@ -10,11 +10,11 @@ import json
 
 import pytest
 
-from slonk import slurm_nodes
 from slonk.align import recycle
 from slonk.config.health_checks import SHARED_CHECKS
 from slonk.config.spec import RecycleSettings
 from slonk.health import blast, checks, drains, probe, runner
+from slonk.slurm import slurm_nodes
 
 from . import slurm_json
 

@@ -15,7 +15,7 @@ import pytest
 from slonk.config.spec import HEALTH_CHECKS
 from slonk.health import checks, drains, jobphase, probe, runner, watch
 from slonk.health.runner import Result
-from slonk.slurm_state import SlurmError
+from slonk.slurm.slurm_state import SlurmError
 
 FAKE_GPU = Path(__file__).parents[1] / "fakes" / "fake-gpu"
 ECC = (
@@ -179,7 +179,8 @@ def test_a_job_phase_with_no_checks_imports_no_health_code(node):
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.replace("'", '"')) == [
         "slonk",
+        "slonk.base",
+        "slonk.base.places",
         "slonk.health",
         "slonk.health.jobphase",
-        "slonk.places",
     ]

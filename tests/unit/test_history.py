@@ -1,6 +1,6 @@
-"""The node history (slonk.history), its events (slonk.node_events), the GPU serials' channel
-(slonk.health.serials) and `slonk nodes` (slonk.node_report): hostile text, corrupt lines,
-concurrent writers, compaction."""
+"""The node history (slonk.health.history), its events (slonk.metrics.node_events), the GPU
+serials' channel (slonk.health.serials) and `slonk nodes` (slonk.node_report): hostile text,
+corrupt lines, concurrent writers, compaction."""
 
 from __future__ import annotations
 
@@ -13,9 +13,11 @@ from typing import Any
 
 import pytest
 
-from slonk import history, node_events, node_report, slurm_nodes
-from slonk.health import serials
-from slonk.slurm_state import NodeState
+from slonk import node_report
+from slonk.health import history, serials
+from slonk.metrics import node_events
+from slonk.slurm import slurm_nodes
+from slonk.slurm.slurm_state import NodeState
 
 from . import slurm_json
 
@@ -359,7 +361,7 @@ def test_a_write_the_volume_cuts_short_loses_only_its_own_events(tmp_path: Path)
     room = path.stat().st_size + 40  # less than a line
     code = (
         "import pathlib, resource, signal\n"
-        "from slonk import history\n"
+        "from slonk.health import history\n"
         "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
         f"resource.setrlimit(resource.RLIMIT_FSIZE, ({room}, resource.RLIM_INFINITY))\n"
         "event = history.Event(time=1.0, event='drain', node='cut-short')\n"

@@ -13,7 +13,8 @@ import time
 
 import pytest
 
-from slonk import cli, slurm_nodes
+from slonk import cli
+from slonk.base.paths import DEFAULT_PATH
 from slonk.config.spec import HookSettings
 from slonk.hooks import dispatch, revision
 from slonk.hooks.revision import (
@@ -29,7 +30,7 @@ from slonk.hooks.revision import (
 )
 from slonk.local import gitsync
 from slonk.local.gitsync import sync_once
-from slonk.paths import DEFAULT_PATH
+from slonk.slurm import slurm_nodes
 
 SETTINGS = HookSettings(
     phases={"prolog": "prolog.d", "epilog": "epilog.d"}, timeout_seconds=2, max_file_bytes=200
@@ -609,7 +610,7 @@ def test_dispatcher_runs_in_order_logs_and_fails_on_the_first_error(tmp_path, mo
 
 
 def test_every_epilog_clears_leftovers_first_and_says_so_in_the_jobs_log(tmp_path, monkeypatch):
-    from slonk import leftovers
+    from slonk.health import leftovers
 
     seen = []
     monkeypatch.setenv("SLURM_JOB_ID", "42")
@@ -623,7 +624,7 @@ def test_every_epilog_clears_leftovers_first_and_says_so_in_the_jobs_log(tmp_pat
 
 
 def test_leftovers_that_cannot_be_cleared_never_fail_the_epilog(tmp_path, monkeypatch, capsys):
-    from slonk import leftovers
+    from slonk.health import leftovers
 
     def broken() -> str:
         raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "a user's file name")

@@ -7,10 +7,12 @@ import stat
 
 import pytest
 
-from slonk import init, paths, services
+from slonk import init
+from slonk.base import paths
 from slonk.config.spec import parse_spec
 from slonk.init import InitError, check_identity
-from slonk.secrets import MissingSecret, install_munge_key, install_ssh_host_keys
+from slonk.pod import services
+from slonk.pod.secrets import MissingSecret, install_munge_key, install_ssh_host_keys
 
 
 def test_identity(demo_spec):

@@ -14,10 +14,13 @@ from pathlib import Path
 import pytest
 
 import slonk
-from slonk import chart, cli, init, kube, secrets, slurm_state, statesave
+from slonk import cli, init
+from slonk.base.errors import SlonkError
 from slonk.config.spec import SpecError
-from slonk.errors import SlonkError
+from slonk.kube import api, chart
 from slonk.local import cluster, manifests, network, pod, podman
+from slonk.pod import secrets
+from slonk.slurm import slurm_state, statesave
 from slonk.users import directory, sync
 
 # Local mode's, and what only its fake API server needs. Pods need ssl for LDAP (ldap3), so
@@ -40,8 +43,8 @@ def _lint_imports(source: Path) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.parametrize(("change", "said"), [
-    (("paths.py", "\nfrom slonk.health import drains\n"),
-     "slonk.paths is not allowed to import slonk.health"),
+    (("base/paths.py", "\nfrom slonk.health import drains\n"),
+     "slonk.base is not allowed to import slonk.health"),
     (("config/spec.py", "\nimport slonk.align.recycle\n"),  # lazily or not, upward
      "slonk.config is not allowed to import slonk.align"),
     (("unplaced.py", ""), "unplaced"),  # a new module takes its place in the contract
@@ -120,9 +123,10 @@ def test_every_command_is_still_listed_and_local_modes_help_works(args, tmp_path
 
 
 @pytest.mark.parametrize("module", [
-    "slonk.cli", "slonk.init", "slonk.pod_agent", "slonk.config_watch", "slonk.job_programs",
+    "slonk.cli", "slonk.init", "slonk.pod_agent", "slonk.pod.config_watch",
+    "slonk.pod.job_programs",
     "slonk.users.sync", "slonk.hooks.dispatch", "slonk.hooks.revision", "slonk.health.command",
-    "slonk.health.drains", "slonk.align.recycle", "slonk.kube", "slonk.align.syncer",
+    "slonk.health.drains", "slonk.align.recycle", "slonk.kube.api", "slonk.align.syncer",
     "slonk.align.pool",
 ])  # fmt: skip
 def test_the_pods_modules_import_no_local_mode(module):
@@ -132,9 +136,14 @@ def test_the_pods_modules_import_no_local_mode(module):
 def test_dependencies_point_one_way():
     """A command's module is imported by no other module: config-watch runs no `init`, a
     job's hooks no `health` CLI; what both need lives below them."""
-    assert _of(_loaded_by_import("slonk.config_watch", "slonk.job_programs"), "slonk.init") == []
+    assert (
+        _of(_loaded_by_import("slonk.pod.config_watch", "slonk.pod.job_programs"), "slonk.init")
+        == []
+    )
     # A worker's config-watch renders no Slurm configuration: the controller's does.
-    assert _of(_loaded_by_import("slonk.config_watch", "slonk.job_programs"), "jinja2") == []
+    assert (
+        _of(_loaded_by_import("slonk.pod.config_watch", "slonk.pod.job_programs"), "jinja2") == []
+    )
     job_time = _loaded_by_import("slonk.hooks.dispatch", "slonk.health.drains")
     assert _of(job_time, "slonk.health.command", "slonk.cli", "slonk.init") == []
     # Prolog and Epilog run for every job: no YAML, no spec.
@@ -144,7 +153,7 @@ def test_dependencies_point_one_way():
 USER_ERRORS = [
     chart.ChartError, SpecError, manifests.LocalModeError, network.NetworkError,
     podman.PodmanError, pod.PodError, init.InitError, secrets.MissingSecret,
-    statesave.StateError, slurm_state.SlurmError, kube.KubeError, directory.DirectoryError,
+    statesave.StateError, slurm_state.SlurmError, api.KubeError, directory.DirectoryError,
     sync.SyncRefused,
 ]  # fmt: skip
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from slonk import leftovers
+from slonk.health import leftovers
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="files of other users need root")
 
@@ -167,8 +167,8 @@ def test_nothing_goes_while_slurm_shows_another_job_of_theirs_here(tmp, left, mo
 # PID 1 reaps what it inherits, as s6-svscan does (SIGCHLD ignored).
 _NODE = """
 import os, signal, subprocess, sys, time
-from slonk import user_processes
-from slonk import leftovers
+from slonk.health import user_processes
+from slonk.health import leftovers
 
 signal.signal(signal.SIGCHLD, signal.SIG_IGN)
 leftovers.other_job = lambda uid, job, node: ""

@@ -1,6 +1,6 @@
 """Local mode's firewall is the chart's NetworkPolicies, not a second copy of them: for every
 pair of endpoints (each pod, and the host on the bridge, which is outside the cluster) and a
-sample of ports, the rules derived for a pod let through exactly what slonk.netpol says its
+sample of ports, the rules derived for a pod let through exactly what slonk.kube.netpol says its
 policies let through."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import uuid
 import pytest
 import yaml
 
-from slonk import chart, netpol
+from slonk.kube import chart, netpol
 from slonk.local import firewall
 from slonk.local.manifests import Plan, plan
 from slonk.local.network import pod_addresses

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from slonk import chart
+from slonk.kube import chart
 from slonk.local import fake_gpu, podinit
 from slonk.local.manifests import LocalModeError, plan
 

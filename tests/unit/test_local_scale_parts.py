@@ -13,7 +13,7 @@ import pytest
 from slonk.local import host, nodes
 from slonk.local.network import MAX_PODS, address_index, pod_address, pod_addresses
 from slonk.local.nodes import printer, summary
-from slonk.slurm_state import NodeState
+from slonk.slurm.slurm_state import NodeState
 
 
 def test_addresses_run_past_a_slash_24_and_name_their_port():

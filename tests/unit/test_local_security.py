@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from slonk import chart
+from slonk.kube import chart
 from slonk.local import seccomp
 from slonk.local.manifests import Pod, plan
 from slonk.local.podinit import RUNTIME_DEFAULT_CAPABILITIES, capabilities, confined

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from slonk import chart
+from slonk.kube import chart
 from slonk.local.manifests import LocalModeError, plan
 from slonk.local.network import set_sysctls
 from slonk.local.release import LOCAL_VALUES

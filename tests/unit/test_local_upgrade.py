@@ -8,7 +8,6 @@ import shutil
 
 import pytest
 
-from slonk import config_watch
 from slonk.config.spec import SpecError
 from slonk.local import cluster as local
 from slonk.local import release, upgrade
@@ -16,7 +15,8 @@ from slonk.local.manifests import LocalModeError, Plan
 from slonk.local.state import write_record
 from slonk.local.statefiles import StateFileError
 from slonk.local.upgrade import LogTail, verdict
-from slonk.slurm_state import parse_nodes
+from slonk.pod import config_watch
+from slonk.slurm.slurm_state import parse_nodes
 
 from . import slurm_json
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from slonk import chart
+from slonk.kube import chart
 from slonk.local.manifests import LocalModeError, hosts_file, plan
 
 

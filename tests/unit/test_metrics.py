@@ -14,11 +14,10 @@ import threading
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from slonk import history
 from slonk.agent.changes import Changes
 from slonk.config.health_checks import HEALTH_CHECKS
 from slonk.config.spec import SpecError, parse_spec
-from slonk.health import runner
+from slonk.health import history, runner
 from slonk.health.checks import Node
 from slonk.metrics import CAUSES, cause_label
 from slonk.metrics.cluster import NODE_STATES, job_families, node_families
@@ -29,7 +28,7 @@ from slonk.metrics.health import health_families
 from slonk.metrics.sdiag import sdiag_families
 from slonk.metrics.sources import Spec
 from slonk.pod_agent import tasks_for
-from slonk.slurm_state import SlurmError
+from slonk.slurm.slurm_state import SlurmError
 
 from .slurm_json import document, node, nodes, text
 

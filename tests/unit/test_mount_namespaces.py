@@ -1,4 +1,4 @@
-"""slonk.mount_namespaces on this machine's kernel. In a mount namespace of its own, as a pod
+"""slonk.pod.mount_namespaces on this machine's kernel. In a mount namespace of its own, as a pod
 is, a namespace made on any CPU can be kept by a bind mount of its /proc file (what Slurm's
 job_container/tmpfs does for every job) once the ids are ordered. The "pod" is made on the CPU
 whose ids are furthest ahead, so that on Linux 6.18 and on, with more than one CPU, the other
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from slonk import mount_namespaces
+from slonk.pod import mount_namespaces
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (mount namespaces)")
 

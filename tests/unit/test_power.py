@@ -1,4 +1,4 @@
-"""slonk.power on Slurm 24.11's own JSON (data/scontrol-show-node-power.json, captured while
+"""slonk.slurm.power on Slurm 24.11's own JSON (data/scontrol-show-node-power.json, captured while
 lending a node) and on the requests file slurmctld's ResumeProgram writes from untrusted text.
 Real Slurm runs the whole sequence in tests/integration/test_local_power.py."""
 
@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from slonk import paths, power, slurm_nodes
-from slonk.slurm_state import parse_nodes
+from slonk.base import paths
+from slonk.slurm import power, slurm_nodes
+from slonk.slurm.slurm_state import parse_nodes
 
 from .slurm_json import node, nodes, text
 

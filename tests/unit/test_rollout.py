@@ -1,7 +1,7 @@
 """The controller's rollout decisions: what slurmctld reads, what is taken back, what waits.
 
 slurmctld itself is played by a stand-in that answers as Slurm 24.11.5 was measured to
-(slonk.slurmctld; tests/integration/test_config_rollout.py runs the real one): a reconfigure
+(slonk.slurm.slurmctld; tests/integration/test_config_rollout.py runs the real one): a reconfigure
 re-executes it, and the new process dies on files naming a select plugin it does not have;
 scontrol, which reads the files first, refuses one with a key it does not know, and
 slurmctld keeps running the previous files. It can be made to stop answering.
@@ -17,11 +17,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slonk import paths, rollout
+from slonk.base import paths
 from slonk.config.render import render
 from slonk.config.spec import parse_spec, read_spec
-from slonk.config_watch import Controller, Follower, NotApplied, NotNow, fingerprint, started_on
-from slonk.slurmctld import Refused, _what_it_said, needs_restart
+from slonk.pod.config_watch import Controller, Follower, NotApplied, NotNow, fingerprint, started_on
+from slonk.slurm import rollout
+from slonk.slurm.slurmctld import Refused, _what_it_said, needs_restart
 
 VERSION = "slurm-wlm 24.11.5"
 FATAL = "fatal: Can't find plugin for select/bogus"
@@ -378,7 +379,7 @@ def test_what_slurmctld_said_names_the_cause():
 
 
 def test_run_scripts_use_slonks_paths():
-    """The s6 run scripts name paths that slonk.paths names too: they must agree."""
+    """The s6 run scripts name paths that slonk.base.paths names too: they must agree."""
     services = paths.rootfs_dir() / "usr/share/slonk/services"
     slurmctld = (services / "slurmctld/run").read_text()
     assert f"-f {paths.SLURMCTLD_CONF_DIR / 'slurm.conf'}\n" in slurmctld

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from slonk import reasons, slurm_state
-from slonk.slurm_state import SlurmError, parse_jobs, parse_nodes
+from slonk.slurm import reasons, slurm_state
+from slonk.slurm.slurm_state import SlurmError, parse_jobs, parse_nodes
 
 from . import slurm_json
 

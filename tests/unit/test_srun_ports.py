@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from slonk import srun_ports
+from slonk.pod import srun_ports
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="sockets of other users need root")
 
@@ -37,7 +37,7 @@ time.sleep(600)
 # whose PID 1 reaps as s6-svscan does, so kill(-1) as a user reaches only what runs here.
 POD = """
 import os, signal, socket, subprocess, sys
-from slonk import srun_ports
+from slonk.pod import srun_ports
 
 signal.signal(signal.SIGCHLD, signal.SIG_IGN)
 python, hold, attacker, neighbour = sys.argv[1:5]

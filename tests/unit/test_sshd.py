@@ -11,9 +11,9 @@ import subprocess
 
 import pytest
 
-from slonk import sshd
 from slonk.config.spec import parse_spec
-from slonk.secrets import MissingSecret
+from slonk.pod import sshd
+from slonk.pod.secrets import MissingSecret
 
 
 def _blob(kind: str, body: bytes = b"\x00\x00\x00\x20" + b"k" * 32) -> str:
@@ -152,7 +152,8 @@ def test_the_ssh_section_is_checked_naming_the_key(demo_spec, ssh, message):
 def test_a_workers_sshd_and_syslog_services_exist(tmp_path):
     import os
 
-    from slonk import paths, services
+    from slonk.base import paths
+    from slonk.pod import services
 
     share = paths.rootfs_dir() / "usr/share/slonk"
     services.write_scan_dir("worker", ("sshd", "syslog"), share=share, scan_dir=tmp_path / "s")

@@ -6,7 +6,7 @@ import struct
 
 import pytest
 
-from slonk.statesave import Release, StateError, check, release_of_header, release_of_version
+from slonk.slurm.statesave import Release, StateError, check, release_of_header, release_of_version
 
 # The first bytes of job_state as Slurm 22.05.8 wrote it (slonk 0.2.0's image, measured):
 # the tag, protocol 0x2600, then the save time.

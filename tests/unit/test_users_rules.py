@@ -9,11 +9,12 @@ import json
 import pytest
 import yaml
 
-from slonk import chart, paths
+from slonk.base import paths
 from slonk.config import accounts
 from slonk.config.accounts import AccountError, AccountRules
 from slonk.config.spec import LDAP_SUFFIX_PATTERN, Group, SpecError, User, parse_spec
-from slonk.ldapdev import DevDirectory, seed_ldif
+from slonk.kube import chart
+from slonk.pod.ldapdev import DevDirectory, seed_ldif
 
 RULES = AccountRules()
 

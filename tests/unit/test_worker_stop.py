@@ -1,4 +1,4 @@
-"""slonk.worker_stop's decisions against a Slurm that answers from a script, on a clock that
+"""slonk.pod.worker_stop's decisions against a Slurm that answers from a script, on a clock that
 only moves when the code sleeps: what is drained, waited for, requeued, marked down, lifted."""
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from slonk import reasons, worker_stop
-from slonk.slurm_state import Job, NodeState, SlurmError
+from slonk.pod import worker_stop
+from slonk.slurm import reasons
+from slonk.slurm.slurm_state import Job, NodeState, SlurmError
 
 NAME = "slonk-cpu-1"
 ROOTFS = Path(__file__).parents[2] / "rootfs"

@@ -17,10 +17,10 @@ import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from slonk import paths
+from slonk.base import paths
+from slonk.base.errors import SlonkError
 from slonk.config import accounts, patterns
 from slonk.config.model import AccountingSettings, Group, User
-from slonk.errors import SlonkError
 
 SACCTMGR_TIMEOUT_SECONDS = 30
 # The QOS of every association (slurmdbd makes it with the cluster). Its per-user limit on

@@ -13,12 +13,12 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from slonk import paths
 from slonk.accounting import password
+from slonk.base import paths
+from slonk.base.errors import SlonkError
+from slonk.base.files import make_dir, write_atomically
 from slonk.config import patterns
 from slonk.config.model import Database
-from slonk.errors import SlonkError
-from slonk.files import make_dir, write_atomically
 
 MYSQL_USER = "mysql"
 # The data lives one level down the volume: a filesystem's lost+found at its root would be

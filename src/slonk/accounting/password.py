@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from slonk import paths
+from slonk.base import paths
+from slonk.base.errors import SlonkError
 from slonk.config import patterns
-from slonk.errors import SlonkError
 
 MAX_LENGTH = 128
 

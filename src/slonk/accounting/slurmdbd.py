@@ -7,10 +7,10 @@ import socket
 import time
 from pathlib import Path
 
-from slonk import paths
 from slonk.accounting import password
+from slonk.base import paths
+from slonk.base.files import make_dir, write_atomically
 from slonk.config.model import AccountingSettings
-from slonk.files import make_dir, write_atomically
 
 CONF = Path("/etc/slurm/slurmdbd.conf")
 PID_DIR = Path("/run/slurmdbd")

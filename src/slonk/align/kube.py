@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from slonk.kube import CONNECT_SECONDS, Api, KubeError
+from slonk.kube.api import CONNECT_SECONDS, Api, KubeError
 
 WATCH_SECONDS = 240  # each watch request ends by then; the next resumes from the last version
 BACKOFF_SECONDS = (1, 2, 5, 10, 30)

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from slonk.kube import KubeError
+from slonk.kube.api import KubeError
 
 
 def _now() -> str:

@@ -11,8 +11,8 @@ import fcntl
 import json
 from pathlib import Path
 
-from slonk import paths
-from slonk.files import write_atomically
+from slonk.base import paths
+from slonk.base.files import write_atomically
 
 
 def targets(path: Path = paths.LENDING) -> dict[str, int]:

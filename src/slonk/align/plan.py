@@ -20,8 +20,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from slonk import power, reasons
-from slonk.slurm_state import NodeState
+from slonk.slurm import power, reasons
+from slonk.slurm.slurm_state import NodeState
 
 GOAL = "slonk.io/goal"
 GOAL_REASON = "slonk.io/goal-reason"
@@ -79,7 +79,7 @@ class Cause:
 @dataclass(frozen=True)
 class Action:
     """A Slurm change: `drain` (reason), `resume`, `down` (reason), `lend` (reason; a step of
-    slonk.power's, repeated each pass until Slurm shows the node lent) or `give-back`; `why`
+    slonk.slurm.power's, repeated each pass until Slurm shows the node lent) or `give-back`; `why`
     is for the log and `slonk align`."""
 
     node: str
@@ -250,7 +250,7 @@ def slurm_actions(
     first = causes[0] if causes else None
     ours = node.cause is not None and node.cause.kind == reasons.K8S
     if first is not None and first.word == power.LENT:
-        # slonk.power drains it, and powers it down once its pod is gone and it is idle.
+        # slonk.slurm.power drains it, and powers it down once its pod is gone and it is idle.
         if node.powering_up or power.is_lent(node, on_demand):
             return []
         return [Action(node.name, "lend", first.reason, why=first.detail, pod_gone=not has_pod)]
@@ -260,7 +260,7 @@ def slurm_actions(
         or (node.drained and power.is_lent_reason(node.reason))
     )
     if first is None and certain and (lent or node.powering_up):
-        # Its pod runs again: slonk.power lifts the lent drain once its slurmd registered.
+        # Its pod runs again: slonk.slurm.power lifts the lent drain once its slurmd registered.
         return [Action(node.name, "give-back", why="its pod runs again")]
     if node.drained and not ours:
         return []  # a person's, a check's, a hook's or the pod's own drain: theirs

@@ -12,11 +12,11 @@ from __future__ import annotations
 import sys
 import time
 
-from slonk import power, slurm_nodes
 from slonk.align import lending
 from slonk.align.kube import Cluster
 from slonk.config.spec import ClusterSpec, SpecError
-from slonk.slurm_state import SlurmError
+from slonk.slurm import power, slurm_nodes
+from slonk.slurm.slurm_state import SlurmError
 
 POLL_SECONDS = 2.0
 

@@ -1,6 +1,6 @@
 """The controller's recycle loop (the agent's task `health-recycle`).
 
-A node a health check drained (the machine's fault, see slonk.reasons) that has sat
+A node a health check drained (the machine's fault, see slonk.slurm.reasons) that has sat
 idle for `idleSeconds` gets its pod deleted: Kubernetes makes a fresh one, which runs its
 boot checks and, healthy, is resumed by its first health run. A node recycled `maxRecycles`
 times within `windowSeconds` is not recycled again: it stays drained as `slonk:quarantine`
@@ -22,18 +22,22 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from slonk import node_events, paths, reasons, slurm_nodes
+from slonk.base import paths
+from slonk.base.files import write_atomically
 from slonk.config.health_checks import SHARED_CHECKS
 from slonk.config.spec import ClusterSpec, RecycleSettings, SpecError
-from slonk.files import write_atomically
 from slonk.health import blast
-from slonk.kube import KubeError, PodReplaced
-from slonk.slurm_state import NodeState, SlurmError
+from slonk.kube.api import KubeError, PodReplaced
+from slonk.metrics import node_events
+from slonk.slurm import reasons, slurm_nodes
+from slonk.slurm.slurm_state import NodeState, SlurmError
 
 # On the controller's state volume, beside slurmctld's own state: a controller restart must
 # not forget how often a node was recycled.
 HISTORY = paths.STATE_SAVE / "slonk-recycle.json"
-NODE_HISTORY = paths.NODE_HISTORY  # where recycles and quarantines are recorded (slonk.history)
+NODE_HISTORY = (
+    paths.NODE_HISTORY
+)  # where recycles and quarantines are recorded (slonk.health.history)
 
 
 def log(message: str) -> None:

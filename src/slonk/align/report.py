@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from slonk.align.plan import Plan
-from slonk.text import printable
+from slonk.base.text import printable
 
 COLUMNS = ("NODE", "POD", "K8S NODE", "KUBERNETES SAYS", "SLURM", "JOBS", "DRIFT")
 

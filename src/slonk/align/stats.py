@@ -8,8 +8,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slonk import paths
-from slonk.files import write_atomically
+from slonk.base import paths
+from slonk.base.files import write_atomically
 
 ACTIONS = ("drain", "resume", "down", "lend", "give-back")
 

@@ -17,15 +17,17 @@ import sys
 import time
 from collections.abc import Callable
 
-from slonk import node_events, paths, power, reasons, slurm_nodes
 from slonk.align import lease, lending, topology
 from slonk.align import plan as planning
 from slonk.align.kube import BACKOFF_SECONDS, Cluster
 from slonk.align.stats import Stats
+from slonk.base import paths
+from slonk.base.errors import SlonkError
 from slonk.config.spec import ClusterSpec, SpecError
-from slonk.errors import SlonkError
-from slonk.kube import KubeError
-from slonk.slurm_state import SlurmError
+from slonk.kube.api import KubeError
+from slonk.metrics import node_events
+from slonk.slurm import power, reasons, slurm_nodes
+from slonk.slurm.slurm_state import SlurmError
 
 LEASE_SECONDS, RENEW_SECONDS, RETRY_SECONDS = 15, 10, 2
 MIN_PASS_SECONDS = 0.2  # a burst of watch events makes one pass, not one each
@@ -207,7 +209,7 @@ def run(load: Callable[[], ClusterSpec]) -> None:
     """Forever: lead, then pass on every change and every slurmPollSeconds."""
     spec = load()
     if spec.syncer is None:
-        from slonk.services import idle
+        from slonk.pod.services import idle
 
         idle("the syncer is off", log)
     poll_seconds = spec.syncer.slurm_poll_seconds

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from slonk import paths
+from slonk.base import paths
 from slonk.config import placement
 from slonk.config.model import SyncerSettings, default_of
 from slonk.config.spec import ClusterSpec, SpecError, load_spec
@@ -152,7 +152,7 @@ def place(
 def _apply(old: Places, new: Places, spec: ClusterSpec, said: str, gate: Gate | None = None) -> str:
     """Save the placement and have slurmctld run it; returns the line to log."""
     placement.save(new)
-    from slonk.config_watch import Controller, NotApplied, NotNow  # the controller's alone
+    from slonk.pod.config_watch import Controller, NotApplied, NotNow  # the controller's alone
 
     said += f" ({moved(old, new)})"
     try:

@@ -192,7 +192,7 @@ class MetricsSettings:
 
 @dataclass(frozen=True)
 class CapacitySettings:
-    """Nodes lent to Kubernetes (slonk.power): may Slurm ask them back for pending jobs?"""
+    """Nodes lent to Kubernetes (slonk.slurm.power): may Slurm ask them back for pending jobs?"""
 
     return_on_demand: bool = False
 
@@ -260,7 +260,7 @@ class AccountingSettings:
 
 @dataclass(frozen=True)
 class LdapServer:
-    """The development directory's contents (its own pod; see slonk.ldapdev)."""
+    """The development directory's contents (its own pod; see slonk.pod.ldapdev)."""
 
     suffix: str
     users: tuple[User, ...] = ()
@@ -279,7 +279,7 @@ class ClusterSpec:
     nodepools: tuple[NodePool, ...] = ()
     partitions: tuple[Partition, ...] = ()
     # How long a stopping worker pod waits for its node's jobs before requeueing them
-    # (workers.drainTimeoutSeconds; slonk.worker_stop).
+    # (workers.drainTimeoutSeconds; slonk.pod.worker_stop).
     drain_timeout_seconds: int = 300
     confinement: str = "cgroup"
     topology: str = "tree"
@@ -311,7 +311,7 @@ class ClusterSpec:
 
     @property
     def srun_ports(self) -> tuple[int, int] | None:
-        """slurm.conf's SrunPortRange as (first, last), which slonk.srun_ports keeps each user
+        """slurm.conf's SrunPortRange as (first, last), which slonk.pod.srun_ports keeps each user
         to a share of; None: srun listens on ephemeral ports (or the range is not one, which
         the chart refuses)."""
         first, dash, last = str(self.slurm_conf.get("SrunPortRange", "")).partition("-")
@@ -323,7 +323,7 @@ class ClusterSpec:
     def job_phases(self) -> tuple[str, ...]:
         """The Prolog/Epilog (and task) programs Slurm runs: for hooks from git, and for
         health checks around jobs. The Epilog always: it clears what the job's user left on
-        the node, processes and scratch (slonk.leftovers)."""
+        the node, processes and scratch (slonk.health.leftovers)."""
         phases = {"epilog"} | (set(self.hooks.phases) if self.hooks else set())
         for pool in self.nodepools:
             phases |= {p for c in self.health_checks(pool).values() for p in c.phases}

@@ -13,9 +13,9 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from slonk import paths
+from slonk.base import paths
+from slonk.base.files import write_atomically
 from slonk.config import patterns
-from slonk.files import write_atomically
 
 Placement = Mapping[str, Mapping[str, str]]  # node -> {"switch"|"block": group}
 ATTRIBUTES = ("switch", "block")

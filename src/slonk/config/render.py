@@ -10,10 +10,8 @@ from typing import Any
 import hostlist
 import jinja2
 
-from slonk.config.placement import Placement
-from slonk.config.spec import ClusterSpec, NodePool
-from slonk.files import write_atomically
-from slonk.paths import (
+from slonk.base.files import write_atomically
+from slonk.base.paths import (
     CONFIG_FILES,
     HOOK_BIN,
     JOB_TMP_BASE,
@@ -21,6 +19,8 @@ from slonk.paths import (
     SLURMD_SPOOL,
     STATE_SAVE,
 )
+from slonk.config.placement import Placement
+from slonk.config.spec import ClusterSpec, NodePool
 
 EMPTY: Placement = {}
 JOB_CONTAINER = "job_container/tmpfs"  # slurm.conf's JobContainerType, slonk's default
@@ -28,7 +28,7 @@ JOB_CONTAINER = "job_container/tmpfs"  # slurm.conf's JobContainerType, slonk's 
 # Configless Slurm: slurmctld is the only reader of these files; every slurmd and client
 # fetches what slurmctld runs, so a file slurmctld refused never reaches a node.
 CONFIGLESS = "enable_configless"
-# Power saving, for nodes lent to Kubernetes (slonk.power; measured on Slurm 24.11.5). Slurm
+# Power saving, for nodes lent to Kubernetes (slonk.slurm.power; measured on Slurm 24.11.5). Slurm
 # powers nodes down only when slonk asks (`state=power_down`), never by itself: it turns power
 # saving off altogether with SuspendTime=INFINITE ("attempt to do power work on node but
 # PowerSave is disabled"), so SuspendTime is finite and every node is excluded from it
@@ -122,7 +122,7 @@ def slurm_settings(spec: ClusterSpec) -> dict[str, str]:
         # Each job's own /tmp and /dev/shm (job_container.conf), gone when it ends: no job
         # sees another's files or fills the node's scratch for the next. It needs Contain,
         # and SYS_ADMIN in the worker (slurmstepd makes a mount namespace per job); in pods
-        # on Linux 6.18 and on, also slonk.mount_namespaces at the worker's start.
+        # on Linux 6.18 and on, also slonk.pod.mount_namespaces at the worker's start.
         "JobContainerType": JOB_CONTAINER,
         # Open MPI 5 in the images speaks PMIx: `srun ./mpi_program` needs no --mpi.
         "MpiDefault": "pmix",

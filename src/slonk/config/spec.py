@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from slonk.base.errors import SlonkError
 from slonk.config import accounts, patterns
 from slonk.config.accounts import AccountError, AccountRules
 from slonk.config.health_checks import (
@@ -57,7 +58,6 @@ from slonk.config.model import (
     default_of,
 )
 from slonk.config.patterns import matches
-from slonk.errors import SlonkError
 
 # The model's names, for the modules that read a spec through this one.
 __all__ = [

@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
-from slonk import reasons
-from slonk.slurm_state import NodeState
+from slonk.slurm import reasons
+from slonk.slurm.slurm_state import NodeState
 
 
 def limit(nodes: int, percent: int) -> int:

@@ -12,10 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from slonk import leftovers
-from slonk.health import gpu
+from slonk.base.paths import SLURMD_SPOOL
+from slonk.health import gpu, leftovers
 from slonk.health.probe import Inconclusive, TimedOut, Unhealthy, bounded
-from slonk.paths import SLURMD_SPOOL
 
 SYS_NET = Path("/sys/class/net")
 SYS_RDMA = Path("/sys/class/infiniband")
@@ -139,7 +138,7 @@ def check_storage(node: Node, options: Mapping[str, Any], phase: str, timeout: f
 
 def check_scratch(node: Node, options: Mapping[str, Any], phase: str, timeout: float) -> str:
     """Free space on the node's scratch, judged between jobs: space a running job holds is the
-    job's. With no job on the node, what users left there goes first (slonk.leftovers: as
+    job's. With no job on the node, what users left there goes first (slonk.health.leftovers: as
     each Epilog does, for anyone whose Epilog did not; only in the node's own /tmp, /var/tmp
     or /dev/shm); what is still full then drains the node (never recycled,
     slonk.config.health_checks.SHARED_CHECKS)."""

@@ -1,5 +1,5 @@
 """`slonk health run` by hand, and Slurm's HealthCheckProgram (`python -m`, see
-slonk.job_programs). What runs the checks and acts on them is slonk.health.drains'."""
+slonk.pod.job_programs). What runs the checks and acts on them is slonk.health.drains'."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import json
 import sys
 from dataclasses import asdict
 
-from slonk.errors import SlonkError
+from slonk.base.errors import SlonkError
+from slonk.base.paths import HEALTH_PLAN, HEALTH_STATE
 from slonk.health import runner, serials
 from slonk.health.drains import check_node
-from slonk.paths import HEALTH_PLAN, HEALTH_STATE
 
 STARTED = HEALTH_STATE / "slurmd-started"
 

@@ -9,10 +9,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from slonk import reasons, slurm_nodes
 from slonk.health import blast, runner
 from slonk.health.runner import Result
-from slonk.slurm_state import NodeState, SlurmError
+from slonk.slurm import reasons, slurm_nodes
+from slonk.slurm.slurm_state import NodeState, SlurmError
 
 LOG = Path("/var/log/slonk/health.log")
 # Slurm stamps a reason in whole seconds: looked at this long after a drain, every drain

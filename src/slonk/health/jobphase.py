@@ -9,7 +9,7 @@ and nothing heavier than `json`; the checks and their drains are imported only t
 
 from __future__ import annotations
 
-from slonk import places
+from slonk.base import places
 
 
 def check(phase: str, plan_path: str = places.HEALTH_PLAN) -> int:

@@ -15,11 +15,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from slonk import reasons
-from slonk.files import write_atomically
+from slonk.base.files import write_atomically
+from slonk.base.paths import HEALTH_PLAN, HEALTH_STATE
 from slonk.health import probe
 from slonk.health.checks import CHECKS, Node
-from slonk.paths import HEALTH_PLAN, HEALTH_STATE
+from slonk.slurm import reasons
 
 if TYPE_CHECKING:  # job-time callers must not pay for the spec's YAML import
     from slonk.config.spec import ClusterSpec

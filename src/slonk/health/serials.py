@@ -18,11 +18,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from slonk import slurm_nodes
-from slonk.files import write_atomically
+from slonk.base.files import write_atomically
+from slonk.base.paths import HEALTH_STATE
 from slonk.health import gpu
 from slonk.health.probe import Unhealthy
-from slonk.paths import HEALTH_STATE
+from slonk.slurm import slurm_nodes
 
 SAVED = HEALTH_STATE / "gpu-serials.json"
 REPORTED = HEALTH_STATE / "gpu-serials.reported"  # this pod's are on its Slurm node

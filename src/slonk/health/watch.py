@@ -5,7 +5,7 @@ What jobs need of the machine (GPUs, storage, scratch) is checked here, beside t
 rather than in a Prolog or Epilog: slurmd pays for every program it forks around a job (it
 waits on it, then sleeps 10 ms before killing what it left), more than the checks' answer
 is worth there. So by default slurm.conf names no Prolog, and its Epilog runs no check (it
-clears what the job's user left on the node: slonk.leftovers); a fault reaches Slurm
+clears what the job's user left on the node: slonk.health.leftovers); a fault reaches Slurm
 within a period, as with any interval check, only sooner. A site that wants a
 look in every job puts `prolog` or `epilog` in a check's phases and pays for it.
 
@@ -26,8 +26,8 @@ import sys
 import threading
 from pathlib import Path
 
+from slonk.base.paths import HEALTH_PLAN
 from slonk.health import drains, runner
-from slonk.paths import HEALTH_PLAN
 
 NO_PLAN_WAIT_SECONDS = 10.0  # health turned off, or a plan that does not load: look again
 # Rounds in a row that may fail (Slurm restarting, a plan half written) before the watch

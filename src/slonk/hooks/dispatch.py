@@ -8,7 +8,7 @@ run. Each prolog/epilog script's output goes to the job's hook log, readable by 
 them together (phaseTimeoutSeconds): running out fails the phase as a script's failure would.
 
 The first failure drains the node with a `slonk:hook:<phase>:<script>: <detail> (revision R)`
-reason (a script's fault, not the machine's: never recycled, see slonk.reasons) and
+reason (a script's fault, not the machine's: never recycled, see slonk.slurm.reasons) and
 fails the phase, so Slurm requeues the job (SchedulerParameters=nohold_on_prolog_fail) and it
 lands on another node. A script that fails there too (a tool no image has) must not walk
 across the partition draining every node: when Slurm shows another node drained by the same
@@ -18,7 +18,7 @@ and a prolog holds its job instead, with `scontrol requeuehold` and a comment sa
 a job Slurm cannot requeue (srun, salloc) is cancelled.
 Every Epilog first ends the processes the job's user left on the node and removes what they
 left in its scratch (/tmp, /var/tmp, /dev/shm), once Slurm shows no other job of theirs there
-(slonk.leftovers).
+(slonk.health.leftovers).
 Task prolog/epilog scripts run as the job's user with Slurm's stdout (it reads `export`
 lines from it), so they neither log here nor drain.
 """
@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 import sys
 
-from slonk import places
+from slonk.base import places
 
 # Not typing's: importing typing costs the job-time path what the rest of it does.
 TYPE_CHECKING = False
@@ -60,10 +60,7 @@ def _has_scripts(state: Path | str, phase: str) -> bool:
 
 
 def drain(phase: str, script: str, detail: str) -> None:
-    from slonk import (
-        reasons,
-        slurm_nodes,  # only on failure: jobs that pass import no more
-    )
+    from slonk.slurm import reasons, slurm_nodes
 
     name = os.environ.get("SLURMD_NODENAME", "")
     try:
@@ -88,7 +85,7 @@ def revision_note(revision: str) -> str:
 def drained_elsewhere(phase: str, script: str, revision: str) -> str | None:
     """Another node this script of this revision drained, as Slurm says (one call); None
     when there is none, or when Slurm cannot say (then this node drains, as before)."""
-    from slonk import reasons, slurm_nodes
+    from slonk.slurm import reasons, slurm_nodes
 
     if not revision:
         return None
@@ -108,7 +105,7 @@ def hold_job(job: str, why: str) -> str:
     """Keep the job from running here and from walking on: requeued and held, with `why` as
     its comment (`scontrol show job`, `squeue -O comment`); cancelled when Slurm cannot
     requeue it. Returns what was done."""
-    from slonk import slurm_nodes
+    from slonk.slurm import slurm_nodes
 
     if not (job.isascii() and job.isdigit()):
         return "no job to hold"
@@ -160,11 +157,11 @@ def health_checks(phase: str) -> int:
 
 def clear_leftovers(logs: Path | str) -> None:
     """First in every Epilog, before any check looks: what the job's user left on the node
-    goes, their processes and their entries in scratch (slonk.leftovers), said in the
+    goes, their processes and their entries in scratch (slonk.health.leftovers), said in the
     job's hook log. Nothing here fails the Epilog (Slurm would drain the node for what a
     user did): a failure is said."""
     try:
-        from slonk import leftovers
+        from slonk.health import leftovers
 
         said = leftovers.after_job()
         if said:

@@ -53,9 +53,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from slonk import paths
+from slonk.base import paths
+from slonk.base.files import write_atomically
 from slonk.config.spec import ClusterSpec, HookSettings, SpecError
-from slonk.files import write_atomically
 
 if TYPE_CHECKING:
     from slonk.agent.changes import Waiter

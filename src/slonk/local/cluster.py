@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from slonk import chart
+from slonk.kube import chart
 from slonk.local import fake_apiserver, firewall, host, podman, prometheus
 from slonk.local.associations import wait_associations
 from slonk.local.kubelet import kill_all, restart_pod, start_pods, stop_pods

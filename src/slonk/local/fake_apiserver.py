@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from slonk.files import write_atomically
+from slonk.base.files import write_atomically
 from slonk.local.apiserver import objects as api_objects
 from slonk.local.apiserver.controllers import PDBS, RELIST_SECONDS, STS, Controllers
 from slonk.local.apiserver.http import Server

@@ -1,5 +1,5 @@
 """The chart's NetworkPolicies, enforced in local mode as a CNI would enforce them: iptables in
-each pod's network namespace, derived from the rendered policies (slonk.netpol's semantics)
+each pod's network namespace, derived from the rendered policies (slonk.kube.netpol's semantics)
 and the pods' labels, addresses and named ports. Never a second copy of the rules: what the
 chart lets through, and only that, gets through.
 
@@ -20,10 +20,10 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from slonk import netpol
+from slonk.kube import netpol
+from slonk.kube.netpol import Endpoint
 from slonk.local.manifests import Plan
 from slonk.local.network import BRIDGE_ADDRESS, Network
-from slonk.netpol import Endpoint
 
 HOST = Endpoint(ip=BRIDGE_ADDRESS)  # outside the cluster: no namespace, no labels
 # direction: (iptables chain, its address flag, its interface flag)

@@ -18,7 +18,7 @@ import sys
 import threading
 from pathlib import Path
 
-from slonk.files import write_atomically
+from slonk.base.files import write_atomically
 from slonk.local.network import enter_network
 
 HOST = "127.0.0.1"

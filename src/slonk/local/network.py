@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from slonk.errors import SlonkError
+from slonk.base.errors import SlonkError
 
 NETNS_DIR = Path("/run/netns")
 # A /16, so that a cluster may hold more pods than a /24's 240; the first pods keep the

@@ -12,13 +12,13 @@ import hostlist
 
 from slonk.local.manifests import LocalModeError
 from slonk.local.state import Cluster
-from slonk.slurm_state import SHOW_NODES, NodeState, SlurmError, parse_nodes
-from slonk.worker_stop import (
+from slonk.pod.worker_stop import (
     DOWN_WAIT_SECONDS,
     REASON,
     drained_by_another,
     holds_jobs,
 )
+from slonk.slurm.slurm_state import SHOW_NODES, NodeState, SlurmError, parse_nodes
 
 NODES_UP_TIMEOUT_SECONDS = 120.0
 # Each node adds to a wait's timeout: slurmctld registers a few hundred nodes a minute on a
@@ -151,7 +151,7 @@ def _down_reason(node: NodeState) -> str | None:
 
 def held_by_a_stopped_pod(node: NodeState) -> bool:
     """Drained as `slonk:pod:` (a pod stopping, or `down`): its new pod lifts it once its
-    slurmd registered (slonk.worker_stop.release)."""
+    slurmd registered (slonk.pod.worker_stop.release)."""
     return node.drained and not drained_by_another(node)
 
 

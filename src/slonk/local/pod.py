@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from slonk.errors import SlonkError
+from slonk.base.errors import SlonkError
 from slonk.local.network import NETNS_DIR, netns_inode
 from slonk.local.podinit import confined
 

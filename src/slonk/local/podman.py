@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from slonk.errors import SlonkError
+from slonk.base.errors import SlonkError
 from slonk.local.network import NETNS_DIR
 
 

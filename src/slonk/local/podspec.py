@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import slonk
-from slonk import paths
+from slonk.base import paths
 from slonk.local import fake_apiserver, podman
 from slonk.local.manifests import LocalModeError, Pod
 from slonk.local.network import BRIDGE_ADDRESS

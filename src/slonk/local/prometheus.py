@@ -28,8 +28,8 @@ from typing import Any
 
 import yaml
 
+from slonk.base.files import write_atomically
 from slonk.config.spec import ClusterSpec
-from slonk.files import write_atomically
 from slonk.local.manifests import LocalModeError
 from slonk.local.network import NETNS_DIR, netns_inode
 from slonk.local.state import Cluster

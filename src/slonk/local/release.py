@@ -12,8 +12,9 @@ from typing import Any
 
 import yaml
 
-from slonk import chart, paths
+from slonk.base import paths
 from slonk.config.spec import ClusterSpec, SpecError, parse_spec
+from slonk.kube import chart
 from slonk.local.manifests import Plan, plan
 from slonk.local.projection import DATA_LINK, project
 from slonk.local.state import Cluster

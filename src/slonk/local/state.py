@@ -37,8 +37,8 @@ from typing import Any
 
 import yaml
 
+from slonk.base.files import write_atomically
 from slonk.config import accounts
-from slonk.files import write_atomically
 from slonk.local import pod as pods
 from slonk.local.manifests import LocalModeError, Mount
 from slonk.local.network import NETNS_DIR, Network

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from slonk import chart, reasons
+from slonk.kube import chart
 from slonk.local import fake_apiserver, firewall, prometheus
 from slonk.local.cluster import require_root
 from slonk.local.kubelet import start_pods, stop_pods, write_hosts
@@ -45,7 +45,8 @@ from slonk.local.state import (
     write_pod_spec,
     write_record,
 )
-from slonk.slurm_state import QUEUE, SlurmError, parse_jobs
+from slonk.slurm import reasons
+from slonk.slurm.slurm_state import QUEUE, SlurmError, parse_jobs
 
 VERDICT_TIMEOUT_SECONDS = 60.0
 # After putting a change back: the watcher's word on that, if it has one (it has none when
@@ -63,7 +64,7 @@ VERDICT = re.compile(r"\b(applied|refused|could not)\b")
 def verdict(line: str) -> tuple[str, str] | None:
     """config-watch's verdict on a cluster.yaml change in one pod log line: ('applied',
     'refused' or 'could not', the line), None for any other line. The words are those
-    slonk.config_watch logs; the first one in the message decides."""
+    slonk.pod.config_watch logs; the first one in the message decides."""
     line = line.rstrip("\r\n")
     found = WATCH_LINE.fullmatch(line)
     word = VERDICT.search(found["message"]) if found else None

@@ -1,4 +1,5 @@
-"""Prometheus metrics: the cluster exporter on the controller, health results on workers.
+"""Prometheus metrics: the cluster exporter on the controller, health results on workers; and
+what happened to a node, recorded (node_events: its history, Kubernetes Events, counters).
 
 Importing the package costs only the cause label (slonk.metrics.cause): the syncer and the
 node history use it; prometheus_client is imported by slonk.metrics.collector alone, which

@@ -3,8 +3,8 @@ history key on it, so it never carries text from the reason itself beyond this s
 
 from __future__ import annotations
 
-from slonk import reasons
 from slonk.config.health_checks import HEALTH_CHECKS
+from slonk.slurm import reasons
 
 NONE, OTHER_CHECK, HUMAN = "none", "other-check", "human"
 # Every value cause_label returns.

@@ -14,7 +14,7 @@ from typing import Any
 
 from slonk.metrics.cause import NONE, cause_label
 from slonk.metrics.family import GAUGE, Family, number
-from slonk.slurm_state import NodeState, job_records, job_state, node_records, node_state
+from slonk.slurm.slurm_state import NodeState, job_records, job_state, node_records, node_state
 
 OTHER = "other"
 NODE_STATES = (
@@ -30,7 +30,7 @@ JOB_STATES = frozenset({
 REASON_WORD = re.compile(r"[A-Za-z_]{1,64}")
 MIB = 1024 * 1024
 RESOURCE_STATES = ("allocated", "idle", "unavailable")
-# The fields read of each record (slonk.slurm_state keeps only these as it parses).
+# The fields read of each record (slonk.slurm.slurm_state keeps only these as it parses).
 NODE_FIELDS = (
     "state", "reason", "slurmd_start_time", "reason_set_by_user",
     "cpus", "alloc_cpus", "real_memory", "alloc_memory", "tres", "tres_used",

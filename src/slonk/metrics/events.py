@@ -1,11 +1,11 @@
 """Counters from slonk's own records on the controller: node events from the node history
-(slonk.history, since the exporter started) and the syncer's stats file."""
+(slonk.health.history, since the exporter started) and the syncer's stats file."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from slonk import history
+from slonk.health import history
 from slonk.metrics.cause import CAUSES, cause_label
 from slonk.metrics.family import COUNTER, Family, RecordError, number, read_record
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from slonk.errors import SlonkError
+from slonk.base.errors import SlonkError
 
 GAUGE, COUNTER = "gauge", "counter"
 

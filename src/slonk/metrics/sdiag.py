@@ -8,7 +8,7 @@ import json
 import re
 
 from slonk.metrics.family import COUNTER, GAUGE, Family, number
-from slonk.slurm_state import SlurmError
+from slonk.slurm.slurm_state import SlurmError
 
 COMMAND = ("sdiag", "--json")
 MICROSECONDS = 1e-6

@@ -10,8 +10,8 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.process_collector import ProcessCollector
 
-from slonk import paths
 from slonk.agent.runner import Board
+from slonk.base import paths
 from slonk.metrics import sources
 from slonk.metrics.collector import Source, SourcesCollector, log
 from slonk.metrics.server import DEFAULT_LIMITS, Limits, MetricsServer
@@ -25,7 +25,7 @@ def registry(
     if role == "controller":
         found = sources.controller(sources.Spec(cluster))
     else:
-        from slonk.identity import pod_name
+        from slonk.base.identity import pod_name
 
         found = sources.worker(pod_name())
     collected = CollectorRegistry()

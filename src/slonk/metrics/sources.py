@@ -6,15 +6,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from slonk import paths
+from slonk.base import paths
 from slonk.metrics.cluster import job_families, node_families
 from slonk.metrics.events import EventCounter, syncer_families
 from slonk.metrics.family import Family
 from slonk.metrics.health import health_families
 from slonk.metrics.sdiag import COMMAND as SDIAG
 from slonk.metrics.sdiag import sdiag_families
-from slonk.slurm_nodes import run
-from slonk.slurm_state import QUEUE, SHOW_NODES
+from slonk.slurm.slurm_nodes import run
+from slonk.slurm.slurm_state import QUEUE, SHOW_NODES
 
 Source = Callable[[], list[Family]]
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import ldap3
 from ldap3.core.exceptions import LDAPException
 
+from slonk.base.errors import SlonkError
 from slonk.config.spec import LdapSettings
-from slonk.errors import SlonkError
 
 PAGE_SIZE = 500
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+from slonk.base.files import make_dir, write_atomically
 from slonk.config import accounts
 from slonk.config.spec import Group, User
-from slonk.files import make_dir, write_atomically
 
 ACCOUNT_FILES = ("passwd", "group", "shadow")
 AUTHORIZED_KEYS_DIR = Path("ssh/authorized_keys")

@@ -16,7 +16,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from slonk.files import write_atomically
+from slonk.base.files import write_atomically
 from slonk.users.admit import Owners
 from slonk.users.directory import Directory, DirectoryError, Entry
 

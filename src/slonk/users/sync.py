@@ -17,11 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from slonk import jitter
+from slonk.base import jitter
+from slonk.base.errors import SlonkError
+from slonk.base.files import write_atomically
 from slonk.config import accounts
 from slonk.config.spec import ClusterSpec, LdapSettings, SpecError
-from slonk.errors import SlonkError
-from slonk.files import write_atomically
 from slonk.users import snapshot
 from slonk.users.admit import Owners, admit
 from slonk.users.admit import Result as Result  # re-exported: what sync() returns
@@ -192,7 +192,7 @@ def run_once(spec: ClusterSpec, force: bool = False) -> Result | None:
 
 
 def run_forever(load: Callable[[], ClusterSpec], stop: threading.Event, pod: str) -> None:
-    """Sync every `syncIntervalSeconds` at this pod's phase of it (slonk.jitter: N pods do not
+    """Sync every `syncIntervalSeconds` at this pod's phase of it (slonk.base.jitter: N pods do not
     search the directory in the same second), re-reading the spec each time (a broken
     ConfigMap keeps the last good spec), until `stop` is set or LDAP is switched off."""
     spec = load()

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
-from slonk import paths
+from slonk.base import paths
 
 # agent: the pod's own loops (slonk.pod_agent), among them config-watch: the controller
 # applies cluster.yaml's Slurm configuration, a worker its own health plan and job programs.

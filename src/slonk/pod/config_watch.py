@@ -10,7 +10,7 @@ N pods at no cost to anyone (the controller's one reconfigure fans out through s
 Slurm runs configless: the controller renders the Slurm configuration and slurmctld is its
 only reader; every slurmd and client fetches what slurmctld runs. So the controller alone
 applies a change: it writes the files and has slurmctld run them, by `scontrol reconfigure`
-or, for the few settings only a restart applies, by a restart (slonk.slurmctld says which);
+or, for the few settings only a restart applies, by a restart (slonk.slurm.slurmctld says which);
 if slurmctld will not run them, it puts the previous ones back, says once what slurmctld
 said, and never tries those files again. Only files slurmctld runs are sent to the slurmds.
 A worker follows cluster.yaml for its own health plan and job programs.
@@ -27,13 +27,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slonk import paths, rollout
 from slonk.agent.changes import RECHECK_SECONDS, Waiter
+from slonk.base import paths
+from slonk.base.identity import pod_name
 from slonk.config import placement
 from slonk.config.spec import ClusterSpec, SpecError, load_spec
 from slonk.config.spec import fingerprint as spec_fingerprint
-from slonk.identity import pod_name
-from slonk.slurmctld import Refused, Slurmctld, needs_restart
+from slonk.slurm import rollout
+from slonk.slurm.slurmctld import Refused, Slurmctld, needs_restart
 
 MAX_RETRY_SECONDS = 60.0
 # Where inotify is unavailable: as often as before inotify.
@@ -162,7 +163,7 @@ class Controller:
 
 
 def apply_worker(spec: ClusterSpec) -> str:
-    from slonk import job_programs  # a controller needs none of the health and hooks code
+    from slonk.pod import job_programs  # a controller needs none of the health and hooks code
 
     return job_programs.update_node_programs(spec, pod_name())
 

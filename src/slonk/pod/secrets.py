@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from slonk import paths
-from slonk.errors import SlonkError
-from slonk.files import make_dir, write_atomically
+from slonk.base import paths
+from slonk.base.errors import SlonkError
+from slonk.base.files import make_dir, write_atomically
 
 MIN_MUNGE_KEY_BYTES = 32  # munged refuses shorter keys
 

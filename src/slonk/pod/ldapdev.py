@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from slonk import paths
+from slonk.base import paths
 from slonk.config.spec import LDAP_SUFFIX_PATTERN, Group, User
 
 SCHEMAS = ("core", "cosine", "nis", "inetorgperson")

@@ -1,6 +1,6 @@
 """A user's processes on this node (this pod's PID namespace), as /proc shows them, and
-ending them all: what a user left behind (slonk.leftovers), or a user over their share
-of a pod's resources (slonk.srun_ports). Small, for the Epilog's path."""
+ending them all: what a user left behind (slonk.health.leftovers), or a user over their share
+of a pod's resources (slonk.pod.srun_ports). Small, for the Epilog's path."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ directory. The check `scratch`, finding its directory full with no job on the no
 first does the same for every user who left entries there (an Epilog that did not run), and
 judges what is left.
 
-Root ends the processes by uid (slonk.user_processes: stopped first, so a process forking as
+Root ends the processes by uid (slonk.health.user_processes: stopped first, so a process forking as
 fast as it can does not outrun it, and nothing of root's or another user's is hit). The
 removal runs as the user, never as root: it can lead only to what the user could change
 anyway, and follows no link; an entry whose inode changed
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import os
 
-from slonk.user_processes import END_SECONDS, end_processes, runs_processes
+from slonk.health.user_processes import END_SECONDS, end_processes, runs_processes
 
 TYPE_CHECKING = False  # not typing's: see slonk.hooks.dispatch
 if TYPE_CHECKING:
@@ -88,7 +88,7 @@ def other_job(uid: int, job: str, node: str) -> str:
     (unsure: kept, and the check `scratch` looks again once no job is on the node). Not one
     that is ending (COMPLETING): it needs nothing more, and two of the user's jobs ending
     together would each keep everything for the other."""
-    from slonk import slurm_nodes
+    from slonk.slurm import slurm_nodes
 
     query = [
         "squeue", "--noheader", "--format=%A", f"--user={uid}", f"--nodelist={node}",
@@ -147,7 +147,7 @@ def clean(
     there). The caller has made sure the user no longer needs them."""
     import subprocess
 
-    from slonk.text import printable
+    from slonk.base.text import printable
 
     present = [d for d in dirs if os.path.isdir(d)]
     if uid == 0 or not present:

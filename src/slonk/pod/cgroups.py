@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from slonk.errors import SlonkError
+from slonk.base.errors import SlonkError
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 MOUNTINFO = Path("/proc/self/mountinfo")

@@ -1,4 +1,4 @@
-"""What happened to a node, recorded: in the node history (slonk.history) and as Kubernetes
+"""What happened to a node, recorded: in the node history (slonk.health.history) and as Kubernetes
 Events on its pod and on its Node.
 
 The syncer reads every node each pass: a node that went out of service (drained, or down)
@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from slonk import history, paths
-from slonk.files import write_atomically
-from slonk.health import serials
+from slonk.base import paths
+from slonk.base.files import write_atomically
+from slonk.base.text import printable
+from slonk.health import history, serials
 from slonk.metrics import cause_label
-from slonk.slurm_state import OFF_FLAGS, NodeState
-from slonk.text import printable
+from slonk.slurm.slurm_state import OFF_FLAGS, NodeState
 
 # Cluster-scoped objects' core/v1 Events must be in `default` (the API server refuses another
 # namespace for an Event with no eventTime whose object has none), and `kubectl describe node`
@@ -145,7 +145,7 @@ def publish(
 ) -> None:
     """Each event on its pod and Node; one the API refuses is said and dropped (the history
     holds it)."""
-    from slonk.kube import KubeError
+    from slonk.kube.api import KubeError
 
     for e in events:
         for where, body in bodies(e, namespace):

@@ -16,7 +16,7 @@
            its drain over (killed, the controller away), lift the `slonk:pod:` drain once the
            new slurmd registered. Never any other drain.
 
-Slurm's state is read as JSON (slonk.slurm_state), never its text: reasons are anyone's.
+Slurm's state is read as JSON (slonk.slurm.slurm_state), never its text: reasons are anyone's.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from slonk import reasons, slurm_nodes
-from slonk.slurm_state import QUEUE, Job, NodeState, SlurmError, parse_jobs
+from slonk.slurm import reasons, slurm_nodes
+from slonk.slurm.slurm_state import QUEUE, Job, NodeState, SlurmError, parse_jobs
 
 # The one reason this module writes; a constant detail, so nothing untrusted to clean.
 REASON = f"{reasons.PREFIX}{reasons.POD}: stopping"

@@ -16,7 +16,7 @@ network namespaces share (about 5 ms on this project's test machine), so it wait
 Every process, not only the holders: which process holds a socket shows only in
 /proc/PID/fd, which a process can close to its own user (PR_SET_DUMPABLE), and root reads
 another user's only with CAP_SYS_PTRACE; root reaches them all by uid
-(slonk.user_processes). A tenth is 100 sruns at once with the default range (srun takes 3
+(slonk.health.user_processes). A tenth is 100 sruns at once with the default range (srun takes 3
 ports, and 2 more per 48 nodes). Others' sruns can fail until the next look: this contains a
 user, it does not forbid the bind (only a cgroup BPF program could, per user). Root's sockets
 and system accounts' (the pod's daemons) are never counted."""
@@ -31,7 +31,7 @@ import sys
 import threading
 from collections.abc import Iterator
 
-from slonk.user_processes import SYSTEM_UID_MAX, end_processes, running_users
+from slonk.health.user_processes import SYSTEM_UID_MAX, end_processes, running_users
 
 PERIOD_SECONDS = 1.0
 SAMPLE = 16  # ports tried each period

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from slonk.errors import SlonkError
+from slonk.base.errors import SlonkError
 
 QUARANTINE_KEY = "slonk.io/quarantine"
 QUARANTINE_REASON = "slonk.io/quarantine-reason"
@@ -65,7 +65,7 @@ class Api:
             raise KubeError(f"{what}: {type(err).__name__}: {err}") from err
 
     def create_event(self, namespace: str, body: Mapping[str, Any]) -> None:
-        """A core/v1 Event slonk.node_events made (on a pod, or a Node in `default`)."""
+        """A core/v1 Event slonk.metrics.node_events made (on a pod, or a Node in `default`)."""
         about = body.get("involvedObject") or {}
         self._call(
             f"event on {str(about.get('kind', '')).lower()} {about.get('name')}",

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import slonk
-from slonk import paths
+from slonk.base import paths
 from slonk.config.spec import ClusterSpec
 from slonk.health import runner
 from slonk.hooks import revision

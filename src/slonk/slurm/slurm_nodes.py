@@ -1,12 +1,12 @@
 """Slurm node state through scontrol: read the nodes, drain one with a reason, resume one.
-What a reason says and who may lift it is slonk.reasons'; reading Slurm's JSON is
-slonk.slurm_state's."""
+What a reason says and who may lift it is slonk.slurm.reasons'; reading Slurm's JSON is
+slonk.slurm.slurm_state's."""
 
 from __future__ import annotations
 
 import subprocess
 
-from slonk.slurm_state import SHOW_NODES, NodeState, SlurmError, parse_nodes
+from slonk.slurm.slurm_state import SHOW_NODES, NodeState, SlurmError, parse_nodes
 
 __all__ = [
     "NodeState",

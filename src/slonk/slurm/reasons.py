@@ -6,7 +6,7 @@ Every reason slonk writes starts `slonk:`; the word after it says who drained th
   slonk:<check>: <detail>                 a health check: the machine is at fault (HEALTH)
   slonk:hook:<phase>:<script>: <detail>   a job hook from git failed: the script is (HOOK)
   slonk:quarantine: <detail>              recycled too often; left for a person (QUARANTINE)
-  slonk:pod: <detail>                     the pod is stopping (POD; slonk.worker_stop's
+  slonk:pod: <detail>                     the pod is stopping (POD; slonk.pod.worker_stop's
                                           preStop drain, handed over as DOWN at SIGTERM)
   slonk:scale-down: <detail>              local mode's upgrade removes the pod (SCALE_DOWN)
   slonk:k8s:<cause>: <detail>             Kubernetes says the machine or pod cannot take jobs:

@@ -18,15 +18,15 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from slonk import reasons
-from slonk.errors import SlonkError
+from slonk.base.errors import SlonkError
+from slonk.slurm import reasons
 
 # One call for every node (or the named ones), one for the queue.
 SHOW_NODES = ("scontrol", "show", "node", "--json")
 QUEUE = ("squeue", "--json")
 # Base states of a registered node that can run jobs; DOWN, UNKNOWN, FUTURE, ERROR cannot.
 RUNNING_STATES = frozenset({"idle", "allocated", "mixed"})
-# Power saving's flags (slonk.power lends a node's machine to Kubernetes as a powered-down
+# Power saving's flags (slonk.slurm.power lends a node's machine to Kubernetes as a powered-down
 # node): asked to power down (POWER_DOWN, the node still runs), on its way (POWERING_DOWN,
 # SuspendTimeout long), off (POWERED_DOWN); asked back (POWER_UP), waiting for its slurmd
 # (POWERING_UP, up to ResumeTimeout). Slurm keeps the base state (IDLE) through all of them.

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
-from slonk import paths
-from slonk.text import printable
+from slonk.base import paths
+from slonk.base.text import printable
 
 # Starting slurmctld recovers its state and resolves every node: generous, but bounded.
 START_TIMEOUT_SECONDS = 180.0

@@ -41,11 +41,12 @@ from typing import Any
 
 import hostlist
 
-from slonk import paths, reasons, slurm_nodes
+from slonk.base import paths
+from slonk.base.errors import SlonkError
+from slonk.base.files import write_atomically
 from slonk.config import patterns
-from slonk.errors import SlonkError
-from slonk.files import write_atomically
-from slonk.slurm_state import NodeState, SlurmError
+from slonk.slurm import reasons, slurm_nodes
+from slonk.slurm.slurm_state import NodeState, SlurmError
 
 LENT = "lent"  # the syncer's cause word: `slonk:k8s:lent: <detail>`
 # How long `lend` waits for Slurm to start powering a node down (a power-save pass:

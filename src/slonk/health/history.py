@@ -24,8 +24,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO
 
-from slonk import paths
-from slonk.files import write_atomically
+from slonk.base import paths
+from slonk.base.files import write_atomically
 
 EVENTS = ("drain", "resume", "recycle", "quarantine")
 MAX_BYTES = 8 * 1024 * 1024  # compacted beyond this...

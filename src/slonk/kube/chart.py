@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from slonk import paths
-from slonk.errors import SlonkError
+from slonk.base import paths
+from slonk.base.errors import SlonkError
 
 # Helm's install order (pkg/release/util/kind_sorter.go): `helm template` prints in this order.
 INSTALL_ORDER = (
@@ -55,7 +55,7 @@ _GO_OUT_OF_MEMORY = re.compile(
     re.MULTILINE,
 )
 # -P: the working directory is not put on the child's import path (a json.py there would run).
-_CHILD = ("-P", "-c", "import sys; from slonk.chart import _serve; sys.exit(_serve())")
+_CHILD = ("-P", "-c", "import sys; from slonk.kube.chart import _serve; sys.exit(_serve())")
 
 
 class ChartError(SlonkError):

@@ -5,13 +5,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from slonk import places
+from slonk.base import places
 
 # Mounted by the chart (charts/slonk/templates/_helpers.tpl, login.yaml, controller.yaml).
 CLUSTER_SPEC = Path("/etc/slonk/cluster.yaml")
 MUNGE_SECRET = Path("/var/run/secrets/slonk/munge/munge.key")
 SSH_SECRET_DIR = Path("/var/run/secrets/slonk/ssh")
-# ssh.trustedUserCAKeys: the site's user certificate authorities (slonk.sshd checks them).
+# ssh.trustedUserCAKeys: the site's user certificate authorities (slonk.pod.sshd checks them).
 SSH_USER_CA = Path("/var/run/secrets/slonk/ssh-ca/ca.pub")
 LDAP_ADMIN_SECRET = Path("/var/run/secrets/slonk/ldap-admin/password")
 LDAP_BIND_SECRET = Path("/var/run/secrets/slonk/ldap-bind/password")
@@ -61,17 +61,18 @@ PLACEMENT = STATE_SAVE / "slonk-placement.json"
 # Pools `slonk pool scale` is taking nodes from: pool -> the replicas it will leave. The syncer
 # drains the nodes above that as lent before the StatefulSet is scaled.
 LENDING = STATE_SAVE / "slonk-lending.json"
-# Lending nodes to Kubernetes (slonk.power): slurmctld's ResumeProgram (SlurmUser, rootfs'
+# Lending nodes to Kubernetes (slonk.slurm.power): slurmctld's ResumeProgram (SlurmUser, rootfs'
 # bin/power-resume, which runs `slonk power resume HOSTLIST`) records here which nodes Slurm
 # asks back, for the syncer: JSON {"version": 1, "nodes": {"<node>": "<UTC time asked>"}},
 # replaced atomically under a lock on STATE_SAVE; the syncer forgets a node once given back.
 POWER_REQUESTS = STATE_SAVE / "slonk-power-requests.json"
-# The reasons of drained nodes Slurm shows powered down, as slonk.power last saw them: Slurm
+# The reasons of drained nodes Slurm shows powered down, as slonk.slurm.power last saw them: Slurm
 # with accounting storage forgets one as the node powers up (keeping its drain). Same format,
 # {"version": 1, "nodes": {"<node>": "<reason>"}}; root's (the syncer's) alone.
 POWERED_DOWN_REASONS = STATE_SAVE / "slonk-powered-down-reasons.json"
-# Every drain, resume, recycle and quarantine of a node, keyed by its machine (slonk.history):
-# one JSON object a line, appended under a lock, compacted to the newest lines.
+# Every drain, resume, recycle and quarantine of a node, keyed by its machine
+# (slonk.health.history): one JSON object a line, appended under a lock, compacted to the
+# newest lines.
 NODE_HISTORY = STATE_SAVE / "slonk-node-history.jsonl"
 # The Kubernetes Node each node's pod runs on, as the syncer last saw it: {"<node>": "<Node>"}.
 MACHINES = STATE_SAVE / "slonk-machines.json"
@@ -95,7 +96,7 @@ SPEC_STARTED_ON = Path("/run/slonk/cluster.yaml.sha256")
 SHARE = Path("/usr/share/slonk")
 POWER_RESUME_PROGRAM = SHARE / "bin" / "power-resume"  # slurm.conf's ResumeProgram
 
-_REPO = Path(__file__).resolve().parents[2]
+_REPO = Path(__file__).resolve().parents[3]
 
 
 def _installed(env: str, in_repo: Path, in_image: Path, marker: str) -> Path | None:

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from slonk.files import write_atomically
-from slonk.paths import CONFIG_FILES
+from slonk.base.files import write_atomically
+from slonk.base.paths import CONFIG_FILES
 
 Files = dict[str, str]
 

@@ -23,7 +23,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from slonk.errors import SlonkError
+from slonk.base.errors import SlonkError
 
 # The files that carry the header, in the order they are read.
 HEADED_FILES = ("job_state", "node_state")

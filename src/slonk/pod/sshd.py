@@ -13,10 +13,11 @@ import binascii
 import subprocess
 from pathlib import Path
 
-from slonk import paths, secrets
+from slonk.base import paths
+from slonk.base.errors import SlonkError
+from slonk.base.files import make_dir, write_atomically
 from slonk.config.model import ClusterSpec
-from slonk.errors import SlonkError
-from slonk.files import make_dir, write_atomically
+from slonk.pod import secrets
 
 # Plain public keys a certificate authority may have: OpenSSH's key types without the
 # certificate ones (a CA is a key, not a certificate).
@@ -121,7 +122,7 @@ def install_ca_keys(source: Path = paths.SSH_USER_CA, target: Path = TRUSTED_USE
 
 def pod_config(role: str, ca_keys: Path | None) -> str:
     lines = [
-        "# Written by `slonk init` (slonk.sshd) at each start: what this pod's role needs.",
+        "# Written by `slonk init` (slonk.pod.sshd) at each start: what this pod's role needs.",
         # pam_slurm_adopt decides who logs in to a worker; a login pod needs no PAM.
         f"UsePAM {'yes' if role == 'worker' else 'no'}",
     ]

@@ -25,7 +25,7 @@ import fcntl
 import os
 import struct
 
-from slonk.errors import SlonkError
+from slonk.base.errors import SlonkError
 
 CLONE_NEWNS, CLONE_NEWUTS = 0x00020000, 0x04000000
 MS_REC, MS_PRIVATE = 0x4000, 0x40000
