@@ -15,7 +15,10 @@ WORKERS = ("slonk-cpu-0", "slonk-cpu-1")
 
 
 def _status(cluster: LocalCluster, worker: str) -> str:
-    return cluster.pod(worker).check_output("slonk hooks status")
+    """`slonk hooks status` on the worker; "" while its pod is not running (one the recycle
+    loop replaced activates the newest revision as it starts)."""
+    result = cluster.pod(worker).run("slonk hooks status")
+    return result.stdout if result.rc == 0 else ""
 
 
 def _active_everywhere(cluster: LocalCluster, commit: str) -> None:
