@@ -1,12 +1,20 @@
-"""The baseline: one slurmctld and one slurmd configured by hand, nothing of slonk's, run from
-the same Debian 13 userland as Slonk's pods: slurmctld (and the clients) from the controller
-image's files, slurmd from the worker image's.
+"""The baseline: one slurmctld and one slurmd with the configuration slonk renders for the same
+values, minus slonk's programs, run from the same Debian 13 userland as Slonk's pods:
+slurmctld (and the clients) from the controller image's files, slurmd from the worker image's.
+
+Same configuration: slurm.conf and the files beside it (cgroup.conf, job_container.conf,
+topology.conf) are rendered by slonk from a one-node spec, as `slonk local` renders them for
+those values. Left out are only the programs slonk adds around Slurm (Prolog, Epilog, the
+health checks, power saving's) and where the daemons are (SlurmctldHost, the node's address):
+the ratio beside a local cluster is what slonk costs, not a lighter configuration. Jobs run
+as the same user (uid, gid, home) as in the local cluster.
 
 Each daemon gets its own root: an overlay of its image's layers (read from podman's store,
-never changed) under a private writable layer on a tmpfs, entered with chroot. Both run as a
-sysadmin would start them (Debian's default paths, a minimal slurm.conf) in private network,
-UTS, mount and PID namespaces, so that nothing touches the host: the mounts live and die with
-the mount namespace, and stopping the namespace's first process ends all.
+never changed) under a private writable layer on a tmpfs, entered with chroot. Both run in
+private network, UTS, mount and PID namespaces, so that nothing touches the host: the mounts
+live and die with the mount namespace, and stopping the namespace's first process ends all.
+The worker's root first puts its CPUs' mount namespace ids in order, as a worker pod does
+(slonk.pod.mount_namespaces): job_container/tmpfs fails job launches without it on Linux 6.18.
 
 Run alone, it measures the pair (cold start, job latency, 500-job throughput) and prints
 one JSON document; bench/local_cluster.py measures it beside a local cluster.
@@ -28,6 +36,10 @@ from pathlib import Path
 import yaml
 
 from slonk.base import paths
+from slonk.config.render import render
+from slonk.kube import chart
+from slonk.local import release
+from slonk.local.manifests import plan
 from slonk.local.podman import image_layers
 
 VERSION = yaml.safe_load((paths.chart_dir() / "Chart.yaml").read_text())["appVersion"]
@@ -36,27 +48,47 @@ IMAGES = {"controller": f"localhost/slonk/controller:{VERSION}",
           "worker": f"localhost/slonk/worker:{VERSION}"}  # fmt: skip
 CHROOT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-SLURM_CONF = """\
-ClusterName=bare
-SlurmctldHost=bare
-SlurmUser=slurm
-AuthType=auth/munge
-StateSaveLocation=/var/spool/slurmctld
-SlurmdSpoolDir=/var/spool/slurmd
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-SchedulerParameters=batch_sched_delay=0,sched_min_interval=0
-SlurmdParameters=config_overrides
-MailProg=/bin/true
-ReturnToService=2
-NodeName=bare CPUs={cpus} RealMemory=1024 NodeAddr=127.0.0.1 State=UNKNOWN
-PartitionName=main Nodes=bare Default=YES MaxTime=INFINITE State=UP
+# What both sides run: one 8-CPU node (config_overrides lets this machine declare it),
+# accounting off (the pair has no slurmdbd; bench/accounting.py measures it).
+ONE_NODE = """\
+nodepools: {cpu: {replicas: 1, cpus: 8, memoryMiB: 1024}}
+accounting: {enabled: false}
 """
-# No cgroup filesystem in the namespaces: 24.11's slurmd refuses to start without one
-# unless its cgroup plugin is off.
-CGROUP_CONF = "CgroupPlugin=disabled\n"
+# slurm.conf keys that name slonk's programs, or only tune when those run.
+SLONK_PROGRAMS = (
+    "Prolog", "Epilog", "PrologSlurmctld", "EpilogSlurmctld", "TaskProlog", "TaskEpilog",
+    "HealthCheckProgram", "HealthCheckInterval", "HealthCheckNodeState",
+    "SuspendProgram", "ResumeProgram", "ResumeFailProgram", "SuspendTime", "SuspendTimeout",
+    "SuspendRate", "ResumeTimeout", "ResumeRate", "SuspendExcNodes",
+)  # fmt: skip
+SLONK_DIRS = ("/run/slonk", "/usr/share/slonk", "/opt/slonk", "/etc/slonk")
+USER = {"name": "demo", "uid": 5000, "gid": 5000}  # slonk local's demo user
+
+
+def slonk_config(values: str = ONE_NODE) -> tuple[dict[str, str], str]:
+    """The config files slonk renders for `values` (layered over local mode's defaults, as
+    `slonk local up` layers them) with slonk's programs left out, and the one node's name."""
+    merged = chart.deep_merge(chart.user_values([release.LOCAL_VALUES]), yaml.safe_load(values))
+    rendered = chart.render(chart.default_chart(), merged, release.RELEASE, release.NAMESPACE)
+    docs = [d for d in yaml.safe_load_all(chart.manifest(rendered)) if d]
+    spec = release.cluster_spec(plan(docs, release.NAMESPACE))
+    (node,) = spec.node_names()
+    files = render(spec)
+    lines = []
+    for line in files["slurm.conf"].splitlines():
+        key = line.split("=", 1)[0]
+        if key in SLONK_PROGRAMS:
+            continue
+        if key == "SlurmctldHost":
+            line = "SlurmctldHost=bare"
+        elif key == "NodeName":
+            line += " NodeAddr=127.0.0.1"
+        if not line.startswith("#") and any(d in line for d in SLONK_DIRS):
+            raise RuntimeError(f"the bare pair would run slonk's program: {line}")
+        lines.append(line)
+    files["slurm.conf"] = "\n".join(lines) + "\n"
+    return files, node
+
 
 # Host tools (iproute2, util-linux) make the namespaces and roots; every Slurm and munge
 # binary is the image's, run through chroot.
@@ -82,7 +114,11 @@ make_root() {  # ROOT LOWERDIRS: the image's layers under a private writable lay
   printf '127.0.0.1 localhost bare\\n' > "$DIR/$1/etc/hosts"
   mkdir -p "$DIR/$1/etc/slurm" "$DIR/$1/run/munge" "$DIR/$1/var/spool/slurmctld" \
     "$DIR/$1/var/spool/slurmd" "$DIR/$1/var/log/munge" "$DIR/$1/var/lib/munge"
-  cp "$DIR/slurm.conf" "$DIR/cgroup.conf" "$DIR/$1/etc/slurm/"
+  cp "$DIR"/conf/* "$DIR/$1/etc/slurm/"
+  echo "$USER_NAME:x:$USER_UID:$USER_GID::/home/$USER_NAME:/bin/sh" >> "$DIR/$1/etc/passwd"
+  echo "$USER_NAME:x:$USER_GID:" >> "$DIR/$1/etc/group"
+  mkdir -p "$DIR/$1/home/$USER_NAME"
+  chown "$USER_UID:$USER_GID" "$DIR/$1/home/$USER_NAME"
   cp "$DIR/munge.key" "$DIR/$1/etc/munge/munge.key"
   # By name, in the root: the image's uids are not the host's.
   in_root "$DIR/$1" chown -R munge:munge /run/munge /var/lib/munge /var/log/munge /etc/munge
@@ -98,16 +134,26 @@ make_root worker "$WORKER_LAYERS" & worker=$!
 wait "$controller"; wait "$worker"  # each root made, or the pair fails
 rm "$DIR/munge.key"
 in_root "$DIR/controller" slurmctld -D >"$DIR/slurmctld.log" 2>&1 &
-in_root "$DIR/worker" slurmd -D -N bare >"$DIR/slurmd.log" 2>&1 &
+# slurmd as a pod runs it: its root pivoted to (job_container/tmpfs fails every launch under
+# chroot: "Can not read return code from slurmstepd"), in a mount namespace of its own whose
+# CPUs' namespace ids are put in order first (slonk.pod.mount_namespaces).
+unshare --mount --propagation private sh -c '
+  set -e
+  cd "$0"; mkdir -p .host; pivot_root . .host; cd /; umount -l /.host; rmdir /.host
+  exec env -i PATH="$1" NODE="$2" sh -c "
+  /opt/slonk/bin/python3 -I -c \\"import slonk.pod.mount_namespaces as m; print(m.order_ids())\\"
+  exec slurmd -D -N \\"\\$NODE\\""' "$DIR/worker" "$CHROOT_PATH" "$NODE" >"$DIR/slurmd.log" 2>&1 &
 wait
 """
 
 
 class BarePair:
-    def __init__(self, cpus: int) -> None:
+    def __init__(self, values: str = ONE_NODE) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="slonk-bench-bare-"))
-        (self.dir / "slurm.conf").write_text(SLURM_CONF.format(cpus=cpus))
-        (self.dir / "cgroup.conf").write_text(CGROUP_CONF)
+        files, self.node = slonk_config(values)
+        (self.dir / "conf").mkdir()
+        for name, text in files.items():
+            (self.dir / "conf" / name).write_text(text)
         for name in ("layers", *IMAGES):
             (self.dir / name).mkdir()
         self.layers = {role: ":".join(image_layers(image)) for role, image in IMAGES.items()}
@@ -121,6 +167,8 @@ class BarePair:
             ["unshare", "--net", "--uts", "--mount", "--pid", "--fork", "--mount-proc",
              "--propagation", "private", "sh", "-c", START],
             env={**os.environ, "DIR": str(self.dir), "CHROOT_PATH": CHROOT_PATH,
+                 "NODE": self.node, "USER_NAME": USER["name"],
+                 "USER_UID": str(USER["uid"]), "USER_GID": str(USER["gid"]),
                  "CONTROLLER_LAYERS": self.layers["controller"],
                  "WORKER_LAYERS": self.layers["worker"]},
         )  # fmt: skip
@@ -136,11 +184,14 @@ class BarePair:
             time.sleep(0.01)
         return time.perf_counter() - started
 
-    def argv(self, command: str, root: str = "controller") -> list[str]:
-        """`command` by `sh`, in the namespaces and in the root of `root`'s daemon."""
+    def argv(self, command: str, root: str = "controller", user: bool = False) -> list[str]:
+        """`command` by `sh`, in the namespaces and in the root of `root`'s daemon: as root,
+        or as USER from their home."""
+        who = ["--userspec", f"{USER['uid']}:{USER['gid']}"] if user else []
+        home = f"/home/{USER['name']}" if user else "/root"
         return ["nsenter", "-t", str(self.pid), "--net", "--uts", "--mount", "--pid",
-                "chroot", str(self.dir / root), "env", "-i", f"PATH={CHROOT_PATH}",
-                "HOME=/root", "sh", "-c", command]  # fmt: skip
+                "chroot", *who, str(self.dir / root), "env", "-i", f"PATH={CHROOT_PATH}",
+                f"HOME={home}", "sh", "-c", f'cd "$HOME" && {command}']  # fmt: skip
 
     def run(self, command: str, root: str = "controller") -> subprocess.CompletedProcess[str]:
         return subprocess.run(self.argv(command, root), capture_output=True, text=True,
@@ -158,12 +209,12 @@ class BarePair:
 def main() -> None:
     from local_cluster import workload  # the same workload as beside a local cluster
 
-    bare = BarePair(cpus=8)
+    bare = BarePair()
     try:
         result = {"up_to_idle_seconds": round(bare.start(), 3)}
         result["slurmd_version"] = bare.run("slurmd -V", root="worker").stdout.strip()
         result["slurmctld_version"] = bare.run("slurmctld -V").stdout.strip()
-        result.update(workload(bare.argv("sh -s")))
+        result.update(workload(bare.argv("sh -s", user=True)))
     finally:
         bare.stop()
     print(json.dumps({"benchmark": "bare_pair", "slots": 8, "bare_pair": result}, indent=2))
