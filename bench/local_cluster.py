@@ -4,7 +4,9 @@
   `slonk init` reports per pod) and the rest (namespaces, daemons starting, registration);
   Slonk's public images start with fixed `sleep 10` steps.
 - job latency (sbatch to completion, sequential) and throughput of 500 trivial jobs, through
-  the local cluster's login pod and on the bare pair; the ratio is the figure.
+  the local cluster's login pod and on the bare pair; the ratio is the figure. The local
+  cluster runs again without slonk's Epilog (its one per-job program here), to show where
+  the difference goes.
 Like for like: both sides are one controller and one 8-CPU node with the slurm.conf slonk
 renders for them (bare_pair.slonk_config: the bare pair leaves out only slonk's programs), and
 every job is demo's; each side must see all 1,020 jobs COMPLETED.
@@ -55,6 +57,17 @@ squeue --states=all --array --noheader --format=%T | sort | uniq -c | sed 's/^ *
 """.replace("LATENCY_RUNS", str(LATENCY_RUNS)).replace("JOBS", str(JOBS))
 
 
+# slonk's Epilog (slonk.health.leftovers: what a user left on the node goes with their last
+# job there), its one program in every job at these values.
+NO_EPILOG = "slurm: {slurmConf: {Epilog: null}}\n"
+# What every job's mount namespace copies (job_container/tmpfs): slurmd's mount table.
+SLURMD_MOUNTS = "wc -l < /proc/$(pgrep -x slurmd)/mounts"
+
+
+def _count(argv: list[str]) -> int:
+    return int(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
+
+
 def workload(argv: list[str]) -> dict:
     out = subprocess.run(argv, input=WORKLOAD, capture_output=True, text=True, check=True).stdout
     rows = [line.split() for line in out.splitlines() if line.strip()]
@@ -76,9 +89,9 @@ def workload(argv: list[str]) -> dict:
     }
 
 
-def local_cluster(state_dir: Path) -> dict:
+def local_cluster(state_dir: Path, values_text: str) -> dict:
     values = state_dir.parent / "values.yaml"
-    values.write_text(ONE_NODE)
+    values.write_text(values_text)
     events: list[tuple[float, str]] = []
     # Wall-clock time: each pod's launch is when its log-start file was written.
     started = time.time()
@@ -101,21 +114,32 @@ def local_cluster(state_dir: Path) -> dict:
         "init_layer_seconds": round(init_done - launched, 3),
         "daemons_to_idle_seconds": round(idle_at - init_done, 3),
     }
+    mounts = cluster.enter("slonk-cpu-0", ["sh", "-c", SLURMD_MOUNTS])
+    result["slurmd_mounts_before"] = _count(mounts)
     result.update(workload(cluster.ssh("demo", ["sh", "-s"])))
+    result["slurmd_mounts_after"] = _count(mounts)
     return result
 
 
-def main() -> None:
+def local_run(values_text: str) -> dict:
     with tempfile.TemporaryDirectory(prefix="slonk-bench-") as tmp:
         state_dir = Path(tmp) / "state"
         try:
-            ours = local_cluster(state_dir)
+            return local_cluster(state_dir, values_text)
         finally:
             local.down(state_dir, purge=True, progress=lambda m: None)
+
+
+def main() -> None:
+    ours = local_run(ONE_NODE)
+    # Where the difference goes: the same cluster without slonk's one per-job program.
+    no_epilog = local_run(ONE_NODE + NO_EPILOG)
     bare = BarePair()
     try:
         baseline = {"up_to_idle_seconds": round(bare.start(), 3)}
+        baseline["slurmd_mounts_before"] = _count(bare.argv(SLURMD_MOUNTS))
         baseline.update(workload(bare.argv("sh -s", user=True)))
+        baseline["slurmd_mounts_after"] = _count(bare.argv(SLURMD_MOUNTS))
     finally:
         bare.stop()
     print(
@@ -125,12 +149,22 @@ def main() -> None:
                 "slots": 8,
                 "public_slonk_fixed_sleep_seconds": 10,
                 "slonk_local": ours,
+                "slonk_local_without_its_epilog": no_epilog,
                 "bare_pair": baseline,
                 "ratio_latency_median": round(
                     ours["latency_ms_median"] / baseline["latency_ms_median"], 2
                 ),
                 "ratio_throughput_seconds": round(
                     ours["throughput_seconds"] / baseline["throughput_seconds"], 2
+                ),
+                "ratio_throughput_seconds_without_its_epilog": round(
+                    no_epilog["throughput_seconds"] / baseline["throughput_seconds"], 2
+                ),
+                "ratio_array_seconds": round(
+                    baseline["array_jobs_per_second"] / ours["array_jobs_per_second"], 2
+                ),
+                "ratio_array_seconds_without_its_epilog": round(
+                    baseline["array_jobs_per_second"] / no_epilog["array_jobs_per_second"], 2
                 ),
             },
             indent=2,
