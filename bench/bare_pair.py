@@ -10,11 +10,13 @@ the ratio beside a local cluster is what slonk costs, not a lighter configuratio
 as the same user (uid, gid, home) as in the local cluster.
 
 Each daemon gets its own root: an overlay of its image's layers (read from podman's store,
-never changed) under a private writable layer on a tmpfs, entered with chroot. Both run in
-private network, UTS, mount and PID namespaces, so that nothing touches the host: the mounts
-live and die with the mount namespace, and stopping the namespace's first process ends all.
-The worker's root first puts its CPUs' mount namespace ids in order, as a worker pod does
-(slonk.pod.mount_namespaces): job_container/tmpfs fails job launches without it on Linux 6.18.
+never changed) under a private writable layer on a tmpfs. slurmctld (and the workload's
+commands) enter the controller's with chroot; slurmd runs as a worker pod's does, its root
+reached by pivot_root in a mount namespace of its own whose CPUs' namespace ids are put in
+order first (slonk.pod.mount_namespaces): job_container/tmpfs fails every launch under chroot,
+and on Linux 6.18 without the ordering. Both run in private network, UTS, mount and PID
+namespaces, so that nothing touches the host: the mounts live and die with the mount
+namespace, and stopping the namespace's first process ends all.
 
 Run alone, it measures the pair (cold start, job latency, 500-job throughput) and prints
 one JSON document; bench/local_cluster.py measures it beside a local cluster.
@@ -91,7 +93,7 @@ def slonk_config(values: str = ONE_NODE) -> tuple[dict[str, str], str]:
 
 
 # Host tools (iproute2, util-linux) make the namespaces and roots; every Slurm and munge
-# binary is the image's, run through chroot.
+# binary is the image's, run through chroot (slurmd: pivot_root, below).
 START = """\
 set -e
 ip link set lo up
