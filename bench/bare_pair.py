@@ -39,9 +39,7 @@ import yaml
 
 from slonk.base import paths
 from slonk.config.render import render
-from slonk.kube import chart
 from slonk.local import release
-from slonk.local.manifests import plan
 from slonk.local.podman import image_layers
 
 VERSION = yaml.safe_load((paths.chart_dir() / "Chart.yaml").read_text())["appVersion"]
@@ -70,10 +68,7 @@ USER = {"name": "demo", "uid": 5000, "gid": 5000}  # slonk local's demo user
 def slonk_config(values: str = ONE_NODE) -> tuple[dict[str, str], str]:
     """The config files slonk renders for `values` (layered over local mode's defaults, as
     `slonk local up` layers them) with slonk's programs left out, and the one node's name."""
-    merged = chart.deep_merge(chart.user_values([release.LOCAL_VALUES]), yaml.safe_load(values))
-    rendered = chart.render(chart.default_chart(), merged, release.RELEASE, release.NAMESPACE)
-    docs = [d for d in yaml.safe_load_all(chart.manifest(rendered)) if d]
-    spec = release.cluster_spec(plan(docs, release.NAMESPACE))
+    _, spec = release.render_values(release.layered(yaml.safe_load(values)))
     (node,) = spec.node_names()
     files = render(spec)
     lines = []

@@ -60,7 +60,7 @@ def _has_scripts(state: Path | str, phase: str) -> bool:
 
 
 def drain(phase: str, script: str, detail: str) -> None:
-    from slonk.slurm import reasons, slurm_nodes
+    from slonk.slurm import reasons, slurm_nodes  # only on failure: jobs that pass import no more
 
     name = os.environ.get("SLURMD_NODENAME", "")
     try:

@@ -47,10 +47,15 @@ def _client_key(cluster: Cluster) -> str:
     return cluster.client_key.with_suffix(".pub").read_text().strip()
 
 
+def layered(user: Mapping[str, Any]) -> dict[str, Any]:
+    """Local mode's default values, then the user's over them."""
+    return chart.deep_merge(chart.user_values([LOCAL_VALUES]), copy.deepcopy(user))
+
+
 def values(cluster: Cluster, user: Mapping[str, Any]) -> dict[str, Any]:
     """Chart values for local mode: its defaults, then the user's. Users without keys,
     static or in the development directory, get the local client key for `slonk local ssh`."""
-    merged = chart.deep_merge(chart.user_values([LOCAL_VALUES]), copy.deepcopy(user))
+    merged = layered(user)
     key = _client_key(cluster)
 
     def with_key(users: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -67,7 +72,12 @@ def render(cluster: Cluster, user: Mapping[str, Any]) -> tuple[Plan, ClusterSpec
     """The chart's objects for these user values, and the cluster.yaml they carry, checked
     as every pod will check it: values the pods would refuse fail here, before anything is
     made or changed."""
-    rendered = chart.render(chart.default_chart(), values(cluster, user), RELEASE, NAMESPACE)
+    return render_values(values(cluster, user))
+
+
+def render_values(chart_values: Mapping[str, Any]) -> tuple[Plan, ClusterSpec]:
+    """render's work on values already complete (local mode's defaults and keys in them)."""
+    rendered = chart.render(chart.default_chart(), chart_values, RELEASE, NAMESPACE)
     docs = [d for d in yaml.load_all(chart.manifest(rendered), Loader=yaml.CSafeLoader) if d]
     objects = plan(docs, NAMESPACE)
     return objects, cluster_spec(objects)
