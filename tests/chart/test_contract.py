@@ -18,16 +18,7 @@ import pytest
 import yaml
 
 from slonk.config import patterns
-from slonk.config.spec import (
-    MANAGED_KEYS,
-    MAX_REPLICAS,
-    PARTITION_KEYS,
-    PRIORITY_WEIGHT_MAX,
-    PRIORITY_WEIGHTS,
-    RESERVED_POOL_NAMES,
-    SpecError,
-    parse_spec,
-)
+from slonk.config.spec import RESERVED_POOL_NAMES, SpecError, parse_spec
 from slonk.kube import chart
 
 POOL = {"replicas": 2, "cpus": 2, "memoryMiB": 2048}
@@ -340,25 +331,6 @@ def _at(schema: dict[str, Any], pointer: str) -> Any:
 @pytest.mark.parametrize(("pointer", "pattern"), SCHEMA_PATTERNS, ids=lambda x: x[-50:])
 def test_the_schema_uses_the_pods_patterns(schema, pointer, pattern):
     assert _at(schema, pointer)["pattern"] == pattern
-
-
-def test_the_schema_bounds_are_the_pods(schema):
-    pool = _at(schema, "/$defs/nodepool/properties")
-    assert pool["replicas"]["maximum"] == MAX_REPLICAS
-    weights = _at(schema, "/properties/slurm/properties/priority/properties/weights/properties")
-    assert {w["maximum"] for w in weights.values()} == {PRIORITY_WEIGHT_MAX}
-    assert set(weights) == set(PRIORITY_WEIGHTS)
-
-
-def test_the_templates_reserve_the_pods_keys():
-    helpers = (chart.default_chart() / "templates" / "_helpers.tpl").read_text()
-    for define, keys in (
-        ("slonk.managedSlurmKeys", MANAGED_KEYS),
-        ("slonk.partitionKeys", PARTITION_KEYS),
-        ("slonk.reservedPoolNames", RESERVED_POOL_NAMES),
-    ):
-        body = re.search(re.escape(f'define "{define}" -}}}}') + r"\n(.*)\n", helpers)
-        assert body and set(body.group(1).split()) == {k.lower() for k in keys}
 
 
 def test_values_yaml_names_every_reserved_pool_name():

@@ -14,6 +14,7 @@ def test_site_directory_settings_reach_the_spec(ldap_manifest):
     assert settings.ca_file == "/var/run/secrets/slonk/ldap-ca/ca.crt"
     assert settings.attributes["sshPublicKey"] == "altSecurityIdentities"
     assert settings.sync_interval_seconds == 300
+    assert settings.page_size == 100
     assert "slonk-ldap" not in _names(ldap_manifest, "StatefulSet")
 
 
@@ -32,6 +33,7 @@ def test_development_directory(ldap_dev_manifest):
     spec = _spec(m)
     assert spec.ldap.uris == ("ldap://slonk-ldap",)
     assert spec.ldap.user_base == "ou=people,dc=slonk,dc=local"
+    assert spec.ldap.page_size == 500  # values.yaml's, the model's default
     assert [u.name for u in spec.ldap_server.users] == ["alice"]
     assert spec.ldap_server.users[0].groups == ("research",)
     slapd = m.get("StatefulSet/slonk-ldap")

@@ -130,20 +130,28 @@ class Slapd:
 @dataclass(frozen=True)
 class TestDirectory(DevDirectory):
     """The development directory, optionally with searches that stop after `size_limit`
-    entries, as many sites' do."""
+    entries, or pages of at most `page_limit` (slapd's size.pr), as many sites' do."""
 
     size_limit: int | None = None
+    page_limit: int | None = None
 
     def config(self) -> str:
         text = super().config()
-        if self.size_limit is None:
-            return text
-        return text.replace("sizelimit unlimited", f"sizelimit {self.size_limit}")
+        if self.size_limit is not None:
+            text = text.replace("sizelimit unlimited", f"sizelimit {self.size_limit}")
+        if self.page_limit is not None:
+            limits = f"size.soft=unlimited size.hard=unlimited size.pr={self.page_limit}"
+            text = text.replace("sizelimit unlimited", f"sizelimit {limits}")
+        return text
 
 
 @contextmanager
 def running_slapd(
-    workdir: Path, seed: str, tls: Tls | None = None, size_limit: int | None = None
+    workdir: Path,
+    seed: str,
+    tls: Tls | None = None,
+    size_limit: int | None = None,
+    page_limit: int | None = None,
 ) -> Iterator[Slapd]:
     directory = TestDirectory(
         suffix=SUFFIX,
@@ -153,6 +161,7 @@ def running_slapd(
         tls=tls,
         lpk_schema=paths.rootfs_dir() / "usr/share/slonk/ldap/openssh-lpk.schema",
         size_limit=size_limit,
+        page_limit=page_limit,
     )
     directory.prepare(seed)
     ldap_port = free_port()

@@ -100,6 +100,17 @@ def test_a_truncated_search_is_refused_not_synced(tmp_path):
         read_directory(_settings([server.ldap_uri]))
 
 
+def test_pages_fit_the_directory_s_own_cap(tmp_path):
+    """A directory that pages at most 5 entries refuses slonk's default page (500) outright,
+    saying what to set; with ldap.pageSize at its cap every entry is read."""
+    seed = seed_ldif(SUFFIX, [User(f"u{i}", 3000 + i, 3000) for i in range(12)], [])
+    with running_slapd(tmp_path, seed, page_limit=5) as server:
+        with pytest.raises(DirectoryError, match=r"pages of 500 entries: lower ldap\.pageSize"):
+            read_directory(_settings([server.ldap_uri]))
+        users = read_directory(_settings([server.ldap_uri], pageSize=5)).users
+    assert sorted(u["uid"][0] for u in users) == sorted(f"u{i}" for i in range(12))
+
+
 # From the attacker's side: what a real slapd hands back, through the whole sync.
 
 INJECTED_HOME = "/home/x\nrootkit::0:0::/root"

@@ -182,16 +182,6 @@ showing the map to write: the same text as slonk.config.spec._old_list_form. Cal
 {{- end }}
 
 {{/*
-How many node pools and Slurm nodes the chart renders. Pools and replicas are the schema's
-maxProperties and maximum too (a test holds them equal; replicas is spec.MAX_REPLICAS); the
-total is the chart's alone, as a schema cannot sum. 20,000 nodes: bench/render_scale.py's
-15,000 with a third more; in 100 pools they render in about 115 MiB (test_render_bounds.py).
-*/}}
-{{- define "slonk.scaleBounds" -}}
-{"pools": 100, "replicas": 10000, "nodes": 20000}
-{{- end }}
-
-{{/*
 "true" when the node pools are within the chart's bounds, whatever form the values take
 (`helm --skip-schema-validation` too): a map of at most 100 pools, each replicas an integer in
 0..10000, 20,000 in all; otherwise it fails naming the key, and a list (the form before chart
@@ -342,24 +332,6 @@ match inside a string, or where the walk does not go, only costs the walk. */ -}
 {{- end -}}
 {{- end }}
 
-{{- /* Settings slonk derives from the spec, with Slurm's aliases, lower case (Slurm reads
-keys in any case). The same list as MANAGED_KEYS in src/slonk/config/spec.py (a test holds
-them equal). */}}
-{{- define "slonk.managedSlurmKeys" -}}
-clustername slurmctldhost controlmachine controladdr backupcontroller backupaddr slurmctldaddr slurmctldport slurmdport nodename nodeset partitionname frontendname downnodes include slurmctldlogfile slurmdlogfile
-{{- end }}
-
-{{- /* Pool names whose StatefulSet or node names would be another component's, and Slurm's
-keyword for defaults: RESERVED_POOL_NAMES in spec.py. */}}
-{{- define "slonk.reservedPoolNames" -}}
-controller login ldap slurmdbd mariadb default
-{{- end }}
-
-{{- /* What slonk writes on a partition's line: PARTITION_KEYS in spec.py. */}}
-{{- define "slonk.partitionKeys" -}}
-partitionname nodes default maxtime defaulttime prioritytier priority preemptmode state
-{{- end }}
-
 {{- /* Call with (dict "path" "slurm.slurmConf" "settings" $map "reserved" $lowerKeys): a key
 slonk sets, or a key given twice in different case, fails naming it. */}}
 {{- define "slonk.refuseSlurmKeys" -}}
@@ -483,6 +455,7 @@ resources, placement) are checked by the API server and are left to it. */}}
   "maxRemovalPercent" (int $ldap.maxRemovalPercent)
 -}}
 {{- with $ldap.bindDN }}{{ $_ := set $settings "bindDN" . }}{{ end -}}
+{{- with $ldap.pageSize }}{{ $_ := set $settings "pageSize" (int .) }}{{ end -}}
 {{- if $ldap.bindPasswordSecret }}{{ $_ := set $settings "bindPasswordFile" "/var/run/secrets/slonk/ldap-bind/password" }}{{ end -}}
 {{- if $ldap.caSecret }}{{ $_ := set $settings "caFile" "/var/run/secrets/slonk/ldap-ca/ca.crt" }}{{ end -}}
 {{- $_ := set $spec "ldap" $settings -}}

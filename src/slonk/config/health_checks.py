@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from slonk.config import patterns
-from slonk.config.model import CheckSettings
+from slonk.config.model import CheckSettings, Rule
 
 # XIDs that mean the GPU or its memory needs attention (NVIDIA's XID catalogue): a node
 # showing one is drained. Application faults (13, 31, 43, 45) are left to the job.
@@ -62,11 +62,25 @@ CHECK_OPTION_SHAPES: Mapping[str, tuple[str, str]] = {
     "path": (patterns.ABSOLUTE_PATH, "an absolute path"),
 }
 
-# Slurm kills HealthCheckProgram at 60 s, before a drain for a hung check could be made; a
-# round lasts up to twice its longest check's timeout and a second (slonk.health.runner gives
-# a late check that is ready to run one more timeout), and the program's own start, a /proc
-# scan per late check and its scontrol calls need the rest under load.
-CHECK_TIMEOUT_MAXIMUM_SECONDS = 20
+# Every check's timeoutSeconds. Slurm kills HealthCheckProgram at 60 s, before a drain for a
+# hung check could be made; a round lasts up to twice its longest check's timeout and a second
+# (slonk.health.runner gives a late check that is ready to run one more timeout), and the
+# program's own start, a /proc scan per late check and its scontrol calls need the rest under
+# load: at most 20 s.
+CHECK_TIMEOUT = Rule(
+    "timeoutSeconds",
+    float,
+    above=0,
+    maximum=20,
+    why="Slurm kills the health check program at 60 s",
+)
 
 # Integer options with an upper bound (a percentage); every integer option is >= 0.
 CHECK_OPTION_MAXIMUM: Mapping[str, int] = {"minFreePercent": 100}
+
+
+def option_rule(key: str, default: object) -> Rule:
+    """The rule of a check's option: its default's type, and for an integer its bounds."""
+    if isinstance(default, bool) or not isinstance(default, int):
+        return Rule(key, type(default))
+    return Rule(key, int, minimum=0, maximum=CHECK_OPTION_MAXIMUM.get(key))

@@ -1,15 +1,17 @@
 """The cluster spec's model: what `cluster.yaml` holds, as frozen dataclasses.
 
-Each field's default is the one default of its key: `slonk.config.spec` reads a missing key
-as the field's default (`default_of`), and a chart test holds values.yaml's defaults equal to
-these. Every pod imports this module: it stays light (no YAML, no parser).
+A field made with `setting` is the one home of its key's contract: its default, its type (the
+default's), its bounds and what a refusal adds. `slonk.config.spec` reads a missing key as the
+field's default and refuses what its `Rule` refuses; `slonk.config.contract` writes the same
+into the chart's values.schema.json and values.yaml (a CI check keeps them current). Every pod
+imports this module: it stays light (no YAML, no parser).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, field, fields
-from typing import Any
+from dataclasses import MISSING, Field, dataclass, field, fields
+from typing import Any, TypeVar
 
 from slonk.config import accounts
 from slonk.config.accounts import AccountRules
@@ -33,21 +35,103 @@ LDAP_ATTRIBUTES = {
 }
 
 
-def default_of(cls: type, name: str) -> Any:
-    """The default of a model field: the parser's default for its key."""
+MAX_PORT = 65535
+PORT = {"minimum": 1, "maximum": MAX_PORT}
+# Slurm's 16-bit counts: CPUs= and PriorityTier=.
+MAX_UINT16 = 65535
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What one key of cluster.yaml may hold. Numbers: `minimum`, `maximum` (inclusive),
+    `above` (exclusive); strings: one of `choices`. `why` ends a refusal of a bound. `values`
+    is the key's path in values.yaml where it is not its section's path and `key`. `doc`, where
+    given, is what values.yaml and the schema say of the key (otherwise values.yaml's own)."""
+
+    key: str
+    kind: type
+    minimum: float | None = None
+    maximum: float | None = None
+    above: float | None = None
+    choices: tuple[str, ...] = ()
+    why: str = ""
+    values: str | None = None
+    nullable: bool = False
+    doc: str = ""
+
+    def refusal(self, value: Any) -> str | None:
+        """Why `value` (of the right type) breaks a bound; None when it keeps them."""
+        if self.choices and value not in self.choices:
+            return f"must be one of {', '.join(self.choices)}"
+        if self.above is not None and self.maximum is not None:
+            if not self.above < value <= self.maximum:
+                return f"must be > {_number(self.above)} and at most {_number(self.maximum)}"
+        elif self.above is not None and not value > self.above:
+            return f"must be > {_number(self.above)}"
+        if self.minimum is not None and value < self.minimum:
+            return f"must be >= {_number(self.minimum)}, got {value}"
+        if self.maximum is not None and self.above is None and value > self.maximum:
+            return f"must be <= {_number(self.maximum)}, got {value}"
+        return None
+
+    def refuse(self, value: Any) -> str | None:
+        """`refusal` with the rule's reason."""
+        found = self.refusal(value)
+        return f"{found} ({self.why})" if found and self.why else found
+
+
+def _number(bound: float) -> str:
+    return str(int(bound)) if bound == int(bound) else str(bound)
+
+
+T = TypeVar("T")
+
+
+def setting(default: T, key: str, **rule: Any) -> T:
+    """A field with a default whose key follows `rule` (Rule's fields but `key` and `kind`:
+    the default's type)."""
+    kind = rule.pop("kind", type(default))
+    nullable = default is None
+    made: T = field(default=default, metadata={"rule": Rule(key, kind, nullable=nullable, **rule)})
+    return made
+
+
+def required(key: str, kind: type, **rule: Any) -> Any:
+    """A field without a default (the key must be given) whose key follows `rule`."""
+    return field(metadata={"rule": Rule(key, kind, **rule)})
+
+
+def rule_of(cls: type, name: str) -> Rule:
+    """The rule of a field made with `setting` or `required`."""
+    rule: Rule = _field(cls, name).metadata["rule"]
+    return rule
+
+
+def rules(cls: type) -> dict[str, Rule]:
+    """Every ruled field of a model class, by field name, in order."""
+    return {f.name: f.metadata["rule"] for f in fields(cls) if "rule" in f.metadata}
+
+
+def _field(cls: type, name: str) -> Field[Any]:
     for f in fields(cls):
         if f.name == name:
-            if f.default is not MISSING:
-                return f.default
-            if f.default_factory is not MISSING:
-                return f.default_factory()
-            raise LookupError(f"{cls.__name__}.{name} has no default")
+            return f
     raise LookupError(f"{cls.__name__} has no field {name}")
+
+
+def default_of(cls: type, name: str) -> Any:
+    """The default of a model field: the parser's default for its key."""
+    f = _field(cls, name)
+    if f.default is not MISSING:
+        return f.default
+    if f.default_factory is not MISSING:
+        return f.default_factory()
+    raise LookupError(f"{cls.__name__}.{name} has no default")
 
 
 @dataclass(frozen=True)
 class Gpus:
-    count: int
+    count: int = required("count", int, minimum=1)
     type: str | None = None
 
 
@@ -62,12 +146,14 @@ class Placement:
 @dataclass(frozen=True)
 class NodePool:
     name: str
-    replicas: int
-    cpus: int
-    memory_mib: int
+    # Every replica is a pod, a Service and a Slurm node: the bound keeps a typo from asking
+    # the chart for a hundred million Services.
+    replicas: int = required("replicas", int, minimum=0, maximum=10000)
+    cpus: int = required("cpus", int, minimum=1, maximum=MAX_UINT16)
+    memory_mib: int = required("memoryMiB", int, minimum=1)
     gpus: Gpus | None = None
     features: tuple[str, ...] = ()
-    weight: int | None = None
+    weight: int | None = setting(None, "weight", kind=int, minimum=0)
     placement: Placement = Placement()
 
     def node_names(self, release: str) -> list[str]:
@@ -81,9 +167,11 @@ class Partition:
     default: bool = False
     max_time: str = "INFINITE"
     default_time: str | None = None
-    priority_tier: int | None = None
+    priority_tier: int | None = setting(
+        None, "priorityTier", kind=int, minimum=0, maximum=MAX_UINT16
+    )
     preempt_mode: str | None = None
-    state: str = "UP"
+    state: str = setting("UP", "state", choices=PARTITION_STATES)
     options: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -118,11 +206,21 @@ class LdapSettings:
     attributes: Mapping[str, str] = field(default_factory=lambda: dict(LDAP_ATTRIBUTES))
     bind_dn: str | None = None
     bind_password_file: str | None = None
-    tls: str = "none"
+    tls: str = setting("none", "tls", choices=LDAP_TLS)
     ca_file: str | None = None
-    timeout_seconds: float = 5.0
-    sync_interval_seconds: int = 60
-    max_removal_percent: int = 10
+    timeout_seconds: float = setting(5.0, "timeoutSeconds", above=0)
+    sync_interval_seconds: int = setting(60, "syncIntervalSeconds", minimum=1)
+    max_removal_percent: int = setting(10, "maxRemovalPercent", minimum=0, maximum=100)
+    page_size: int = setting(
+        500,
+        "pageSize",
+        minimum=1,
+        maximum=10000,
+        doc="Entries per page of each search (paged results, RFC 2696). A directory that caps "
+        "pages below this refuses every search and nothing is synced: set it to that cap "
+        "(slapd's `limits ... size.pr`, Active Directory's MaxPageSize). At most 10,000: a "
+        "larger page holds most of a directory in one answer, which paging exists to avoid.",
+    )
 
 
 @dataclass(frozen=True)
@@ -131,10 +229,10 @@ class HookSettings:
 
     link: str = "hooks"
     phases: Mapping[str, str] = field(default_factory=dict)  # phase -> directory in the repo
-    timeout_seconds: int = 30  # each script
+    timeout_seconds: int = setting(30, "timeoutSeconds", minimum=1)  # each script
     # The whole phase, all its scripts together: a job waits at most this for its prolog.
-    phase_timeout_seconds: int = 30
-    max_file_bytes: int = 1024 * 1024
+    phase_timeout_seconds: int = setting(30, "phaseTimeoutSeconds", minimum=1)
+    max_file_bytes: int = setting(1024 * 1024, "maxFileBytes", minimum=1)
 
 
 @dataclass(frozen=True)
@@ -151,35 +249,43 @@ class CheckSettings:
 class RecycleSettings:
     """Restart the pods of nodes slonk drained, once idle; quarantine repeat offenders."""
 
-    idle_seconds: int = 300
-    period_seconds: int = 30
-    max_recycles: int = 3
-    window_seconds: int = 3600
-    taint_nodes: bool = True
+    # At least 1: Slurm gives slurmd's start time in whole seconds, and the loop knows a
+    # recycled node's new slurmd by it. Idle a second or more, a drained node's slurmd and the
+    # one that replaces it never start in the same second.
+    idle_seconds: int = setting(300, "idleSeconds", minimum=1)
+    period_seconds: int = setting(30, "periodSeconds", minimum=1)
+    max_recycles: int = setting(3, "maxRecycles", minimum=1)
+    window_seconds: int = setting(3600, "windowSeconds", minimum=1)
+    taint_nodes: bool = setting(True, "taintNodes")
 
 
 @dataclass(frozen=True)
 class HealthSettings:
     checks: Mapping[str, CheckSettings]  # the enabled ones
-    interval_seconds: int = 300
-    watch_seconds: int = 10  # the agent's watch phase (slonk.health.watch)
-    undrain: bool = True
+    interval_seconds: int = setting(300, "intervalSeconds", minimum=1)
+    # The agent's watch phase (slonk.health.watch).
+    watch_seconds: int = setting(10, "watchSeconds", minimum=1)
+    undrain: bool = setting(True, "undrain")
     recycle: RecycleSettings | None = RecycleSettings()
     # One check holds at most this share of the nodes drained (slonk.health.blast).
-    max_drained_percent: int = 10
+    max_drained_percent: int = setting(10, "maxDrainedPercent", minimum=1, maximum=100)
 
 
 @dataclass(frozen=True)
 class SyncerSettings:
     """Slurm and Kubernetes kept in agreement about every node (slonk.align)."""
 
-    resync_seconds: int = 300
-    slurm_poll_seconds: int = 5
+    resync_seconds: int = setting(300, "resyncSeconds", minimum=10)
+    slurm_poll_seconds: int = setting(5, "slurmPollSeconds", minimum=1)
     node_conditions: tuple[str, ...] = ()
     topology_labels: Mapping[str, str] = field(default_factory=dict)  # switch|block -> label
-    # The pace of topology changes (slonk.align.topology.Gate, where the defaults are argued).
-    topology_window_seconds: int = 10
-    topology_min_interval_seconds: int = 30
+    # The pace of topology changes (slonk.align.topology.Gate, where the defaults are argued),
+    # at most an hour: labels steer new jobs, and an hour-old topology is as stale as anyone
+    # should choose.
+    topology_window_seconds: int = setting(10, "topologyWindowSeconds", minimum=1, maximum=3600)
+    topology_min_interval_seconds: int = setting(
+        30, "topologyMinIntervalSeconds", minimum=1, maximum=3600
+    )
 
 
 @dataclass(frozen=True)
@@ -187,14 +293,19 @@ class MetricsSettings:
     """The `metrics` service (slonk.metrics) on the controller and every worker: Prometheus
     scrapes /metrics on this port."""
 
-    port: int = 9341
+    port: int = setting(9341, "port", **PORT)
 
 
 @dataclass(frozen=True)
 class CapacitySettings:
     """Nodes lent to Kubernetes (slonk.slurm.power): may Slurm ask them back for pending jobs?"""
 
-    return_on_demand: bool = False
+    return_on_demand: bool = setting(False, "returnOnDemand")
+
+
+# Slurm adds the weighted factors into a 32-bit priority: five weights of at most this cannot
+# overflow it.
+WEIGHT = {"minimum": 0, "maximum": 100_000_000}
 
 
 @dataclass(frozen=True)
@@ -203,11 +314,11 @@ class PriorityWeights:
     size keeps wide jobs from starving behind narrow ones. Partition (of each partition's
     PriorityJobFactor) and QOS are the site's to weigh."""
 
-    fairshare: int = 10000
-    age: int = 1000
-    job_size: int = 1000
-    partition: int = 0
-    qos: int = 0
+    fairshare: int = setting(10000, "fairshare", **WEIGHT)
+    age: int = setting(1000, "age", **WEIGHT)
+    job_size: int = setting(1000, "jobSize", **WEIGHT)
+    partition: int = setting(0, "partition", **WEIGHT)
+    qos: int = setting(0, "qos", **WEIGHT)
 
 
 @dataclass(frozen=True)
@@ -223,8 +334,8 @@ class SshSettings:
     node of their job, inside the job), and the site's SSH certificate authorities
     (paths.SSH_USER_CA, mounted from ssh.trustedUserCAKeys) trusted for users' logins."""
 
-    workers: bool = True
-    trusted_user_ca_keys: bool = False
+    workers: bool = setting(True, "workers", values="workers.ssh.enabled")
+    trusted_user_ca_keys: bool = False  # the chart's: ssh.trustedUserCAKeys holds keys
 
 
 @dataclass(frozen=True)
@@ -241,10 +352,11 @@ class Database:
     password is in a file (paths.ACCOUNTING_PASSWORD), never in cluster.yaml."""
 
     host: str
-    port: int = 3306
+    port: int = setting(3306, "port", **PORT)
     name: str = "slurm_acct_db"
     user: str = "slurm"
-    tls: bool = False  # verify against paths.ACCOUNTING_CA
+    # Verify against paths.ACCOUNTING_CA.
+    tls: bool = setting(False, "tls", values="accounting.database.tls.enabled")
 
 
 @dataclass(frozen=True)
@@ -253,7 +365,7 @@ class AccountingSettings:
 
     host: str
     database: Database
-    port: int = 6819
+    port: int = setting(6819, "port", values="accounting.slurmdbd.port", **PORT)
     default_account: str = "research"
     group_accounts: tuple[GroupAccount, ...] = ()
 
@@ -273,16 +385,20 @@ class ClusterSpec:
     release: str
     namespace: str = "default"
     cluster_domain: str = "cluster.local"
-    slurmctld_port: int = 6817
-    slurmd_port: int = 6818
+    slurmctld_port: int = setting(6817, "slurmctldPort", values="slurm.slurmctldPort", **PORT)
+    slurmd_port: int = setting(6818, "slurmdPort", values="slurm.slurmdPort", **PORT)
     # In name order (as Helm ranges over the values' maps).
     nodepools: tuple[NodePool, ...] = ()
     partitions: tuple[Partition, ...] = ()
     # How long a stopping worker pod waits for its node's jobs before requeueing them
     # (workers.drainTimeoutSeconds; slonk.pod.worker_stop).
-    drain_timeout_seconds: int = 300
-    confinement: str = "cgroup"
-    topology: str = "tree"
+    drain_timeout_seconds: int = setting(
+        300, "drainTimeoutSeconds", minimum=0, values="workers.drainTimeoutSeconds"
+    )
+    confinement: str = setting(
+        "cgroup", "confinement", choices=CONFINEMENTS, values="slurm.confinement"
+    )
+    topology: str = setting("tree", "topology", choices=TOPOLOGY_PLUGINS, values="slurm.topology")
     slurm_conf: Mapping[str, Any] = field(default_factory=dict)
     cgroup_conf: Mapping[str, Any] = field(default_factory=dict)
     extra_lines: tuple[str, ...] = ()

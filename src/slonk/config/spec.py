@@ -11,8 +11,9 @@ import hashlib
 import json
 import re
 from collections.abc import Callable, Collection, Mapping
+from dataclasses import MISSING
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
@@ -20,19 +21,16 @@ from slonk.base.errors import SlonkError
 from slonk.config import accounts, patterns
 from slonk.config.accounts import AccountError, AccountRules
 from slonk.config.health_checks import (
-    CHECK_OPTION_MAXIMUM,
     CHECK_OPTION_SHAPES,
-    CHECK_TIMEOUT_MAXIMUM_SECONDS,
+    CHECK_TIMEOUT,
     HEALTH_CHECKS,
+    option_rule,
 )
 from slonk.config.model import (
-    CONFINEMENTS,
     HEALTH_PHASES,
     HOOK_PHASES,
     LDAP_ATTRIBUTES,
-    LDAP_TLS,
-    PARTITION_STATES,
-    TOPOLOGY_PLUGINS,
+    MAX_PORT,
     AccountingSettings,
     CapacitySettings,
     CheckSettings,
@@ -52,10 +50,13 @@ from slonk.config.model import (
     Priority,
     PriorityWeights,
     RecycleSettings,
+    Rule,
     SshSettings,
     SyncerSettings,
     User,
     default_of,
+    rule_of,
+    rules,
 )
 from slonk.config.patterns import matches
 
@@ -88,6 +89,7 @@ __all__ = [
 ]
 
 SPEC_VERSION = 1
+M = TypeVar("M")
 
 DNS_LABEL_MAX = 63
 # Settings slonk derives from the spec, with Slurm's aliases for them: overriding them by hand
@@ -107,30 +109,18 @@ PARTITION_KEYS = frozenset(
 # Pool names whose StatefulSet or node names would be another component's, and Slurm's
 # keyword for the defaults of the lines after it.
 RESERVED_POOL_NAMES = ("controller", "login", "ldap", "slurmdbd", "mariadb", "default")
-# Slurm's 16-bit counts: CPUs= and PriorityTier=.
-MAX_UINT16 = 65535
-# Every replica is a pod, a Service and a Slurm node: the bound keeps a typo from asking the
-# chart for a hundred million Services.
-MAX_REPLICAS = 10000
 # Kubernetes labels every pod of a StatefulSet `controller-revision-hash: <name>-<hash>`, a
 # label value of at most 63 characters with an 11-character hash: a StatefulSet with a longer
 # name never makes a pod. Its pods' names (<name>-<ordinal>) then fit a DNS label too.
 STATEFULSET_NAME_MAX = 52
 # The longest StatefulSet name the chart makes from the release alone.
 RELEASE_MAX = STATEFULSET_NAME_MAX - len("-controller")
-MAX_PORT = 65535
-# A topology change waits at most this long (window or interval): labels steer new jobs, and
-# an hour-old topology is as stale as anyone should choose.
-MAX_TOPOLOGY_PACE_SECONDS = 3600
 SSH_PORT = 22  # sshd on login pods and workers
+# cluster.yaml's keys beside ClusterSpec's ruled ones.
 SPEC_KEYS = frozenset(
-    "version clusterName release namespace clusterDomain slurmctldPort slurmdPort nodepools "
-    "partitions confinement topology slurmConf cgroupConf extraLines users groups ldap ldapServer "
-    "accounts drainTimeoutSeconds "
-    "hooks "
-    "health "
-    "syncer "
-    "capacity priority accounting ssh metrics".split()
+    "version clusterName release namespace clusterDomain nodepools partitions slurmConf "
+    "cgroupConf extraLines users groups ldap ldapServer accounts hooks health syncer capacity "
+    "priority accounting ssh metrics".split()
 )
 
 
@@ -156,7 +146,7 @@ class _Reader:
         value = self.data.get(key)
         if value is None:
             return default
-        if isinstance(value, bool) and kind in (int, (int,)):
+        if isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
             raise SpecError(f"{self.at(key)}: expected {_name(kind)}, got a boolean")
         if not isinstance(value, kind):
             raise SpecError(f"{self.at(key)}: expected {_name(kind)}, got {_kind(value)}")
@@ -166,6 +156,27 @@ class _Reader:
         if self.data.get(key) is None:
             raise SpecError(f"{self.at(key)}: required")
         return self.get(key, kind)
+
+    def setting(self, cls: type, name: str) -> Any:
+        """A ruled field's key (slonk.config.model.setting): its default when missing, refused
+        as its Rule refuses."""
+        try:
+            default = default_of(cls, name)
+        except LookupError:
+            default = MISSING
+        return self.ruled(rule_of(cls, name), default)
+
+    def ruled(self, rule: Rule, default: Any = MISSING) -> Any:
+        """The key of `rule`: `default` when missing (required without one), refused as the
+        rule refuses."""
+        kind = (int, float) if rule.kind is float else rule.kind
+        if default is MISSING:
+            value = self.require(rule.key, kind)
+        else:
+            value = self.get(rule.key, kind, default)
+        if value is not None and (refused := rule.refuse(value)):
+            raise SpecError(f"{self.at(rule.key)}: {refused}")
+        return float(value) if rule.kind is float else value
 
     def count(
         self, key: str, default: int | None = None, minimum: int = 0, maximum: int | None = None
@@ -284,12 +295,12 @@ def _gpus(data: Any, path: str) -> Gpus | None:
     if data is None:
         return None
     r = _Reader(data, path, {"count", "type"})
-    count = r.get("count", int)
-    if count is None:
+    if r.get("count", int) is None:
         raise SpecError(f"{r.at('count')}: GPUs declared without a count")
-    if count < 1:
-        raise SpecError(f"{r.at('count')}: must be >= 1, got {count}")
-    return Gpus(count=count, type=r.text("type", patterns.SLURM_NAME, "a valid GRES type"))
+    return Gpus(
+        count=r.setting(Gpus, "count"),
+        type=r.text("type", patterns.SLURM_NAME, "a valid GRES type"),
+    )
 
 
 def _pool(name: str, data: Any, path: str, release: str) -> NodePool:
@@ -299,7 +310,6 @@ def _pool(name: str, data: Any, path: str, release: str) -> NodePool:
     r = _Reader(
         data, path, {"replicas", "cpus", "memoryMiB", "gpus", "features", "weight", "topology"}
     )
-    replicas = r.count("replicas", maximum=MAX_REPLICAS)
     statefulset = f"{release}-{name}"
     if len(statefulset) > STATEFULSET_NAME_MAX:
         raise SpecError(
@@ -311,14 +321,12 @@ def _pool(name: str, data: Any, path: str, release: str) -> NodePool:
         if not matches(patterns.SLURM_NAME, feature):
             raise SpecError(f"{r.at('features')}[{i}]: {feature!r} is not a valid Slurm feature")
     placement = _Reader(r.get("topology", dict, {}), r.at("topology"), {"switch", "block"})
-    return NodePool(
+    return _ruled(
+        r,
+        NodePool,
         name=name,
-        replicas=replicas,
-        cpus=r.count("cpus", minimum=1, maximum=MAX_UINT16),
-        memory_mib=r.count("memoryMiB", minimum=1),
         gpus=_gpus(r.data.get("gpus"), r.at("gpus")),
         features=features,
-        weight=None if r.get("weight", int) is None else r.count("weight"),
         placement=Placement(
             switch=placement.text("switch", patterns.SLURM_NAME, "a valid switch name"),
             block=placement.text("block", patterns.SLURM_NAME, "a valid block name"),
@@ -353,10 +361,9 @@ def _partition(name: str, data: Any, path: str, pools: set[str]) -> Partition:
         if pool not in pools:
             raise SpecError(f"{r.at('pools')}[{i}]: unknown nodepool {pool!r}")
     time_format = "a Slurm time (minutes, [days-]hours:minutes:seconds or INFINITE)"
-    state = r.get("state", str, default_of(Partition, "state"))
-    if state not in PARTITION_STATES:
-        raise SpecError(f"{r.at('state')}: must be one of {', '.join(PARTITION_STATES)}")
-    return Partition(
+    return _ruled(
+        r,
+        Partition,
         name=name,
         pools=members,
         default=r.get("default", bool, default_of(Partition, "default")),
@@ -364,9 +371,7 @@ def _partition(name: str, data: Any, path: str, pools: set[str]) -> Partition:
             r.text("maxTime", patterns.SLURM_TIME, time_format, default_of(Partition, "max_time"))
         ),
         default_time=r.text("defaultTime", patterns.SLURM_TIME, time_format),
-        priority_tier=r.get("priorityTier", int) and r.count("priorityTier", maximum=MAX_UINT16),
         preempt_mode=r.text("preemptMode", patterns.PREEMPT_MODE, "a Slurm PreemptMode"),
-        state=state,
         options=_conf_map(r, "options", reserved=PARTITION_KEYS),
     )
 
@@ -431,14 +436,10 @@ def _user(data: Any, path: str, groups: set[str], rules: AccountRules) -> User:
 def _ldap(data: Any, path: str) -> LdapSettings | None:
     if data is None:
         return None
-    r = _Reader(
-        data,
-        path,
-        set(
-            "uris userBase groupBase userFilter groupFilter attributes bindDN bindPasswordFile "
-            "tls caFile timeoutSeconds syncIntervalSeconds maxRemovalPercent".split()
-        ),
+    keys = (
+        "uris userBase groupBase userFilter groupFilter attributes bindDN bindPasswordFile caFile"
     )
+    r = _Reader(data, path, _keys(LdapSettings, *keys.split()))
     uris = r.strings("uris")
     if not uris:
         raise SpecError(f"{r.at('uris')}: at least one ldap:// or ldaps:// URI")
@@ -454,16 +455,9 @@ def _ldap(data: Any, path: str) -> LdapSettings | None:
     attributes = dict(LDAP_ATTRIBUTES)
     overrides = _Reader(r.get("attributes", dict, {}), r.at("attributes"), set(LDAP_ATTRIBUTES))
     attributes.update({k: overrides.get(k, str) for k in overrides.data})
-    tls = r.get("tls", str, default_of(LdapSettings, "tls"))
-    if tls not in LDAP_TLS:
-        raise SpecError(f"{r.at('tls')}: must be one of {', '.join(LDAP_TLS)}")
-    percent = r.count("maxRemovalPercent", default=default_of(LdapSettings, "max_removal_percent"))
-    if percent > 100:
-        raise SpecError(f"{r.at('maxRemovalPercent')}: must be <= 100, got {percent}")
-    timeout = r.get("timeoutSeconds", (int, float), default_of(LdapSettings, "timeout_seconds"))
-    if timeout <= 0:
-        raise SpecError(f"{r.at('timeoutSeconds')}: must be > 0")
-    return LdapSettings(
+    return _ruled(
+        r,
+        LdapSettings,
         uris=uris,
         user_base=r.require("userBase", str),
         group_base=r.require("groupBase", str),
@@ -472,15 +466,7 @@ def _ldap(data: Any, path: str) -> LdapSettings | None:
         attributes=attributes,
         bind_dn=r.get("bindDN", str) or None,
         bind_password_file=r.get("bindPasswordFile", str) or None,
-        tls=tls,
         ca_file=r.get("caFile", str) or None,
-        timeout_seconds=float(timeout),
-        sync_interval_seconds=r.count(
-            "syncIntervalSeconds",
-            default=default_of(LdapSettings, "sync_interval_seconds"),
-            minimum=1,
-        ),
-        max_removal_percent=percent,
     )
 
 
@@ -530,24 +516,16 @@ def _ldap_server(data: Any, path: str, rules: AccountRules) -> LdapServer | None
     return LdapServer(suffix=suffix, users=tuple(users), groups=tuple(groups))
 
 
+# hooks' keys for HOOK_PHASES, in their order.
+PHASE_KEYS = ("prolog", "epilog", "taskProlog", "taskEpilog")
+
+
 def _hooks(data: Any, path: str) -> HookSettings | None:
     if not data:
         return None
-    keys = {
-        "link",
-        "timeoutSeconds",
-        "phaseTimeoutSeconds",
-        "maxFileBytes",
-        "prolog",
-        "epilog",
-        "taskProlog",
-        "taskEpilog",
-    }
-    r = _Reader(data, path, keys)
+    r = _Reader(data, path, _keys(HookSettings, "link", *PHASE_KEYS))
     phases = {}
-    for phase, key in zip(
-        HOOK_PHASES, ("prolog", "epilog", "taskProlog", "taskEpilog"), strict=True
-    ):
+    for phase, key in zip(HOOK_PHASES, PHASE_KEYS, strict=True):
         directory = r.get(key, str)
         if directory:
             if directory.startswith("/") or ".." in directory.split("/"):
@@ -556,21 +534,7 @@ def _hooks(data: Any, path: str) -> HookSettings | None:
     link = r.get("link", str, default_of(HookSettings, "link"))
     if "/" in link or not link:
         raise SpecError(f"{r.at('link')}: {link!r} must be a plain name")
-    return HookSettings(
-        link=link,
-        phases=phases,
-        timeout_seconds=r.count(
-            "timeoutSeconds", default=default_of(HookSettings, "timeout_seconds"), minimum=1
-        ),
-        phase_timeout_seconds=r.count(
-            "phaseTimeoutSeconds",
-            default=default_of(HookSettings, "phase_timeout_seconds"),
-            minimum=1,
-        ),
-        max_file_bytes=r.count(
-            "maxFileBytes", default=default_of(HookSettings, "max_file_bytes"), minimum=1
-        ),
-    )
+    return _ruled(r, HookSettings, link=link, phases=phases)
 
 
 def _check(name: str, data: Any, path: str) -> CheckSettings | None:
@@ -583,12 +547,7 @@ def _check(name: str, data: Any, path: str) -> CheckSettings | None:
     for i, phase in enumerate(phases):
         if phase not in HEALTH_PHASES:
             raise SpecError(f"{r.at('phases')}[{i}]: must be one of {', '.join(HEALTH_PHASES)}")
-    timeout = r.get("timeoutSeconds", (int, float), default.timeout_seconds)
-    if not 0 < timeout <= CHECK_TIMEOUT_MAXIMUM_SECONDS:
-        raise SpecError(
-            f"{r.at('timeoutSeconds')}: must be > 0 and at most {CHECK_TIMEOUT_MAXIMUM_SECONDS}"
-            " (Slurm kills the health check program at 60 s)"
-        )
+    timeout = r.ruled(CHECK_TIMEOUT, default.timeout_seconds)
     options = dict(default.options)
     for key, value in default.options.items():
         if isinstance(value, list):
@@ -600,11 +559,11 @@ def _check(name: str, data: Any, path: str) -> CheckSettings | None:
                 _check_option_shape(key, item, f"{r.at(key)}[{i}]")
             options[key] = items
         elif isinstance(value, int):
-            options[key] = r.count(key, default=value, maximum=CHECK_OPTION_MAXIMUM.get(key))
+            options[key] = r.ruled(option_rule(key, value), value)
         else:
             options[key] = r.get(key, type(value), value)
             _check_option_shape(key, options[key], r.at(key))
-    return CheckSettings(tuple(phases), float(timeout), options)
+    return CheckSettings(tuple(phases), timeout, options)
 
 
 def _check_option_shape(key: str, value: Any, path: str) -> None:
@@ -614,16 +573,7 @@ def _check_option_shape(key: str, value: Any, path: str) -> None:
 
 
 def _health(data: Any, path: str) -> HealthSettings | None:
-    keys = {
-        "enabled",
-        "intervalSeconds",
-        "watchSeconds",
-        "undrain",
-        "maxDrainedPercent",
-        "checks",
-        "recycle",
-    }
-    r = _Reader(data or {}, path, keys)
+    r = _Reader(data or {}, path, _keys(HealthSettings, "enabled", "checks", "recycle"))
     if not r.get("enabled", bool, False):
         return None
     checks_reader = _Reader(r.get("checks", dict, {}), r.at("checks"), set(HEALTH_CHECKS))
@@ -632,77 +582,31 @@ def _health(data: Any, path: str) -> HealthSettings | None:
         for name in HEALTH_CHECKS
         if (settings := _check(name, checks_reader.data.get(name), checks_reader.at(name)))
     }
-    recycle = None
-    recycled = functools.partial(default_of, RecycleSettings)
-    keys = {"enabled", "idleSeconds", "periodSeconds", "maxRecycles", "windowSeconds", "taintNodes"}
-    rr = _Reader(r.get("recycle", dict, {}), r.at("recycle"), keys)
-    if rr.get("enabled", bool, True):
-        recycle = RecycleSettings(
-            # At least 1: Slurm gives slurmd's start time in whole seconds, and the loop
-            # knows a recycled node's new slurmd by it. Idle a second or more, a drained
-            # node's slurmd and the one that replaces it never start in the same second.
-            idle_seconds=rr.count("idleSeconds", default=recycled("idle_seconds"), minimum=1),
-            period_seconds=rr.count("periodSeconds", default=recycled("period_seconds"), minimum=1),
-            max_recycles=rr.count("maxRecycles", default=recycled("max_recycles"), minimum=1),
-            window_seconds=rr.count("windowSeconds", default=recycled("window_seconds"), minimum=1),
-            taint_nodes=rr.get("taintNodes", bool, recycled("taint_nodes")),
-        )
-    return HealthSettings(
-        checks=checks,
-        interval_seconds=r.count(
-            "intervalSeconds", default=default_of(HealthSettings, "interval_seconds"), minimum=1
-        ),
-        watch_seconds=r.count(
-            "watchSeconds", default=default_of(HealthSettings, "watch_seconds"), minimum=1
-        ),
-        undrain=r.get("undrain", bool, default_of(HealthSettings, "undrain")),
-        recycle=recycle,
-        max_drained_percent=r.count(
-            "maxDrainedPercent",
-            default=default_of(HealthSettings, "max_drained_percent"),
-            minimum=1,
-            maximum=100,
-        ),
-    )
+    rr = _Reader(r.get("recycle", dict, {}), r.at("recycle"), _keys(RecycleSettings, "enabled"))
+    recycle = _ruled(rr, RecycleSettings) if rr.get("enabled", bool, True) else None
+    return _ruled(r, HealthSettings, checks=checks, recycle=recycle)
 
 
 def _syncer(data: Any, path: str) -> SyncerSettings | None:
-    keys = {
-        "enabled", "resyncSeconds", "slurmPollSeconds", "nodeConditions", "topologyLabels",
-        "topologyWindowSeconds", "topologyMinIntervalSeconds",
-    }  # fmt: skip
-    r = _Reader(data or {}, path, keys)
+    r = _Reader(
+        data or {}, path, _keys(SyncerSettings, "enabled", "nodeConditions", "topologyLabels")
+    )
     if not r.get("enabled", bool, True):
         return None
-    synced = functools.partial(default_of, SyncerSettings)
     conditions = r.strings("nodeConditions")
     for i, kind in enumerate(conditions):
         if not matches(patterns.LABEL_KEY, kind):
             raise SpecError(f"{r.at('nodeConditions')}[{i}]: {kind!r} is not a condition type")
     labels = _Reader(r.get("topologyLabels", dict, {}), r.at("topologyLabels"), {"switch", "block"})
-    return SyncerSettings(
-        resync_seconds=r.count("resyncSeconds", default=synced("resync_seconds"), minimum=10),
-        slurm_poll_seconds=r.count(
-            "slurmPollSeconds", default=synced("slurm_poll_seconds"), minimum=1
-        ),
+    return _ruled(
+        r,
+        SyncerSettings,
         node_conditions=conditions,
         topology_labels={
             kind: key
             for kind in ("switch", "block")
             if (key := labels.text(kind, patterns.LABEL_KEY, "a Kubernetes label key"))
         },
-        topology_window_seconds=r.count(
-            "topologyWindowSeconds",
-            default=synced("topology_window_seconds"),
-            minimum=1,
-            maximum=MAX_TOPOLOGY_PACE_SECONDS,
-        ),
-        topology_min_interval_seconds=r.count(
-            "topologyMinIntervalSeconds",
-            default=synced("topology_min_interval_seconds"),
-            minimum=1,
-            maximum=MAX_TOPOLOGY_PACE_SECONDS,
-        ),
     )
 
 
@@ -710,57 +614,29 @@ def _metrics(data: Any, path: str) -> MetricsSettings | None:
     """Absent: no `metrics` service (the chart writes the key when metrics.enabled)."""
     if data is None:
         return None
-    r = _Reader(data, path, {"port"})
-    port = default_of(MetricsSettings, "port")
-    return MetricsSettings(port=r.count("port", default=port, minimum=1, maximum=MAX_PORT))
+    return _ruled(_Reader(data, path, _keys(MetricsSettings)), MetricsSettings)
 
 
 def _capacity(data: Any, path: str) -> CapacitySettings:
-    r = _Reader(data or {}, path, {"returnOnDemand"})
-    return CapacitySettings(
-        return_on_demand=r.get(
-            "returnOnDemand", bool, default_of(CapacitySettings, "return_on_demand")
-        )
-    )
+    return _ruled(_Reader(data or {}, path, _keys(CapacitySettings)), CapacitySettings)
 
 
 def _ssh(data: Any, path: str) -> SshSettings:
-    r = _Reader(data or {}, path, {"workers", "trustedUserCAKeys"})
-    own = functools.partial(default_of, SshSettings)
-    return SshSettings(
-        workers=r.get("workers", bool, own("workers")),
-        trusted_user_ca_keys=r.get("trustedUserCAKeys", bool, own("trusted_user_ca_keys")),
-    )
+    r = _Reader(data or {}, path, _keys(SshSettings, "trustedUserCAKeys"))
+    own = default_of(SshSettings, "trusted_user_ca_keys")
+    return _ruled(r, SshSettings, trusted_user_ca_keys=r.get("trustedUserCAKeys", bool, own))
 
 
 # MariaDB's own schemas and accounts: slurmdbd's user, granted everything on its database,
 # would rule the whole server through them.
 RESERVED_DATABASES = frozenset({"mysql", "sys", "performance_schema", "information_schema"})
 RESERVED_DATABASE_USERS = frozenset({"root", "mysql", "public"})
-# Slurm adds the weighted factors into a 32-bit priority: five weights of at most this
-# cannot overflow it.
-PRIORITY_WEIGHT_MAX = 100_000_000
-# priority.weights keys, as slurm.conf's PriorityWeight<Name>.
-PRIORITY_WEIGHTS = {
-    "fairshare": "fairshare",
-    "age": "age",
-    "jobSize": "job_size",
-    "partition": "partition",
-    "qos": "qos",
-}
 
 
 def _priority(data: Any, path: str) -> Priority:
     r = _Reader(data or {}, path, {"weights", "decayHalfLife", "maxAge"})
-    w = _Reader(r.get("weights", dict, {}), r.at("weights"), set(PRIORITY_WEIGHTS))
-    weights = PriorityWeights(
-        **{
-            field: w.count(
-                key, default=default_of(PriorityWeights, field), maximum=PRIORITY_WEIGHT_MAX
-            )
-            for key, field in PRIORITY_WEIGHTS.items()
-        }
-    )
+    w = _Reader(r.get("weights", dict, {}), r.at("weights"), _keys(PriorityWeights))
+    weights = _ruled(w, PriorityWeights)
     period = "days-hours from 0-1 to 9999-23 (e.g. 7-0)"
     prioritized = functools.partial(default_of, Priority)
     return Priority(
@@ -791,8 +667,9 @@ def _account_name(r: _Reader, key: str, default: str | None = None) -> str:
 def _accounting(data: Any, path: str) -> AccountingSettings | None:
     if data is None:
         return None
-    keys = {"host", "port", "defaultAccount", "groupAccounts", "database"}
-    r = _Reader(data, path, keys)
+    r = _Reader(
+        data, path, _keys(AccountingSettings, "host", "defaultAccount", "groupAccounts", "database")
+    )
     own = functools.partial(default_of, AccountingSettings)
     mappings = []
     for i, item in enumerate(r.get("groupAccounts", list, [])):
@@ -801,19 +678,19 @@ def _accounting(data: Any, path: str) -> AccountingSettings | None:
         mappings.append(GroupAccount(group=group, account=_account_name(m, "account")))
     _unique([m.group for m in mappings], r.at("groupAccounts"), "group", key="group")
     d = _Reader(
-        r.get("database", dict, {}), r.at("database"), {"host", "port", "name", "user", "tls"}
+        r.get("database", dict, {}), r.at("database"), _keys(Database, "host", "name", "user")
     )
     db = functools.partial(default_of, Database)
-    database = Database(
+    database = _ruled(
+        d,
+        Database,
         host=_required_text(d, "host", patterns.DNS_NAME, "a host name"),
-        port=d.count("port", default=db("port"), minimum=1, maximum=MAX_PORT),
         name=_required_text(
             d, "name", patterns.DATABASE_NAME, "a database name (letters, digits, _)", db("name")
         ),
         user=_required_text(
             d, "user", patterns.DATABASE_USER, "a database user (letters, digits, _)", db("user")
         ),
-        tls=d.get("tls", bool, db("tls")),
     )
     for key, value, reserved in (
         ("name", database.name, RESERVED_DATABASES),
@@ -823,13 +700,24 @@ def _accounting(data: Any, path: str) -> AccountingSettings | None:
             raise SpecError(
                 f"{d.at(key)}: {value!r} is MariaDB's own: slurmdbd's account would rule the server"
             )
-    return AccountingSettings(
+    return _ruled(
+        r,
+        AccountingSettings,
         host=_required_text(r, "host", patterns.DNS_NAME, "a host name"),
-        port=r.count("port", default=own("port"), minimum=1, maximum=MAX_PORT),
         default_account=_account_name(r, "defaultAccount", own("default_account")),
         group_accounts=tuple(mappings),
         database=database,
     )
+
+
+def _keys(cls: type, *extra: str) -> set[str]:
+    """The keys of a mapping read into `cls`: its ruled fields' and `extra`."""
+    return {rule.key for rule in rules(cls).values()} | set(extra)
+
+
+def _ruled(r: _Reader, cls: type[M], **given: Any) -> M:
+    """`cls` from its ruled keys in `r`, and its other fields `given`."""
+    return cls(**{name: r.setting(cls, name) for name in rules(cls)}, **given)
 
 
 def _unique(values: list[Any], path: str, what: str, key: str = "name") -> None:
@@ -871,7 +759,7 @@ def parse_spec(data: Any) -> ClusterSpec:
     """Validate a parsed `cluster.yaml` document and build the spec."""
     if found := patterns.first_unsafe_value(data):
         raise SpecError(": ".join(found))
-    r = _Reader(data, "", SPEC_KEYS)
+    r = _Reader(data, "", _keys(ClusterSpec, *SPEC_KEYS))
     version = r.get("version", int, SPEC_VERSION)
     if version != SPEC_VERSION:
         raise SpecError(f"version: unsupported spec version {version} (this slonk reads 1)")
@@ -899,15 +787,9 @@ def parse_spec(data: Any) -> ClusterSpec:
             f"partitions.{defaults[1]}.default: only one partition can be the default "
             f"({defaults[0]} is)"
         )
-    rules = _account_rules(r.data.get("accounts"), "accounts")
-    users, groups = _accounts(r, rules)
+    account_rules = _account_rules(r.data.get("accounts"), "accounts")
+    users, groups = _accounts(r, account_rules)
     spec_default = functools.partial(default_of, ClusterSpec)
-    confinement = r.get("confinement", str, spec_default("confinement"))
-    if confinement not in CONFINEMENTS:
-        raise SpecError(f"confinement: must be one of {', '.join(CONFINEMENTS)}")
-    topology = r.get("topology", str, spec_default("topology"))
-    if topology not in TOPOLOGY_PLUGINS:
-        raise SpecError(f"topology: must be one of {', '.join(TOPOLOGY_PLUGINS)}")
     slurm_conf = _conf_map(r, "slurmConf")
     extra_lines = _extra_lines(r, slurm_conf)
     metrics = _metrics(r.data.get("metrics"), "metrics")
@@ -919,7 +801,9 @@ def parse_spec(data: Any) -> ClusterSpec:
     for owner, port in taken.items():
         if metrics is not None and metrics.port == port:
             raise SpecError(f"metrics.port: {port} is {owner}'s port, in the same pods")
-    return ClusterSpec(
+    return _ruled(
+        r,
+        ClusterSpec,
         cluster_name=cluster_name,
         release=release,
         namespace=_dns_label(r.get("namespace", str, spec_default("namespace")), "namespace"),
@@ -931,27 +815,16 @@ def parse_spec(data: Any) -> ClusterSpec:
                 default=spec_default("cluster_domain"),
             )
         ),
-        slurmctld_port=r.count(
-            "slurmctldPort", default=spec_default("slurmctld_port"), minimum=1, maximum=MAX_PORT
-        ),
-        slurmd_port=r.count(
-            "slurmdPort", default=spec_default("slurmd_port"), minimum=1, maximum=MAX_PORT
-        ),
         nodepools=tuple(pools),
         partitions=tuple(partitions),
-        drain_timeout_seconds=r.count(
-            "drainTimeoutSeconds", default=spec_default("drain_timeout_seconds")
-        ),
-        confinement=confinement,
-        topology=topology,
         slurm_conf=slurm_conf,
         cgroup_conf=_conf_map(r, "cgroupConf"),
         extra_lines=extra_lines,
         users=tuple(users),
         groups=tuple(groups),
-        accounts=rules,
+        accounts=account_rules,
         ldap=_ldap(r.data.get("ldap"), "ldap"),
-        ldap_server=_ldap_server(r.data.get("ldapServer"), "ldapServer", rules),
+        ldap_server=_ldap_server(r.data.get("ldapServer"), "ldapServer", account_rules),
         hooks=_hooks(r.data.get("hooks"), "hooks"),
         health=_health(r.data.get("health"), "health"),
         syncer=_syncer(r.data.get("syncer"), "syncer"),

@@ -13,12 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import ldap3
-from ldap3.core.exceptions import LDAPException
+from ldap3.core.exceptions import LDAPAdminLimitExceededResult, LDAPException
 
 from slonk.base.errors import SlonkError
 from slonk.config.spec import LdapSettings
-
-PAGE_SIZE = 500
 
 Entry = dict[str, list[str]]
 
@@ -58,10 +56,12 @@ def _password(settings: LdapSettings) -> str | None:
         ) from err
 
 
-def _search(conn: ldap3.Connection, base: str, query: str, attributes: list[str]) -> list[Entry]:
+def _search(
+    conn: ldap3.Connection, base: str, query: str, attributes: list[str], page_size: int
+) -> list[Entry]:
     entries = []
     for item in conn.extend.standard.paged_search(
-        base, query, ldap3.SUBTREE, attributes=attributes, paged_size=PAGE_SIZE, generator=True
+        base, query, ldap3.SUBTREE, attributes=attributes, paged_size=page_size, generator=True
     ):
         if item.get("type") != "searchResEntry":
             continue
@@ -115,12 +115,14 @@ def _read(settings: LdapSettings, uri: str, tls: ldap3.Tls | None) -> Directory:
                 a["loginShell"],
                 a["sshPublicKey"],
             ],
+            settings.page_size,
         )
         groups = _search(
             conn,
             settings.group_base,
             settings.group_filter,
             [a["groupName"], a["gidNumber"], a["groupMember"]],
+            settings.page_size,
         )
     finally:
         with contextlib.suppress(LDAPException, OSError):  # never hide why it failed
@@ -137,4 +139,7 @@ def read_directory(settings: LdapSettings) -> Directory:
             return _read(settings, uri, tls)
         except (LDAPException, OSError, ssl.SSLError) as err:
             failures.append(f"{uri}: {type(err).__name__}: {err}")
+            if isinstance(err, LDAPAdminLimitExceededResult):
+                # slapd's `size.pr`, Active Directory's MaxPageSize: pages the server takes.
+                failures[-1] += f" (pages of {settings.page_size} entries: lower ldap.pageSize)"
     raise DirectoryError("no LDAP server answered: " + "; ".join(failures))

@@ -1,0 +1,109 @@
+"""The chart's copy of the cluster contract is written from the model, and kept current."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import MISSING
+from pathlib import Path
+
+import pytest
+import yaml
+
+from slonk.base import paths
+from slonk.config import contract
+from slonk.config.model import Rule
+from slonk.config.spec import SpecError, parse_spec
+
+CHART = paths.chart_dir()
+BASE = {"clusterName": "c", "release": "r"}
+
+
+@pytest.fixture
+def chart(tmp_path: Path) -> Path:
+    assert CHART is not None
+    copy = tmp_path / "slonk"
+    shutil.copytree(CHART, copy)
+    return copy
+
+
+def _schema_at(schema: dict, dotted: str) -> dict:
+    node = schema
+    for key in dotted.split("."):
+        node = contract._schema_child(schema, node, key)
+    return node
+
+
+def test_the_chart_states_what_the_model_rules():
+    assert CHART is not None
+    assert contract.stale(CHART) == {}
+
+
+def test_a_bound_changed_in_the_chart_alone_is_found_and_named(chart, capsys):
+    schema_file = chart / contract.SCHEMA
+    schema = json.loads(schema_file.read_text())
+    _schema_at(schema, "health.checks.gpu.timeoutSeconds")["maximum"] = 60
+    schema_file.write_text(contract.format_schema(schema) + "\n")
+    assert contract.main(["--check", str(chart)]) == 1
+    out = capsys.readouterr()
+    assert '+                "timeoutSeconds": {"type": "number", "exclusiveMinimum": 0, "maximum": 20,' in out.out
+    assert "values.schema.json differ from slonk.config" in out.err
+    assert contract.main([str(chart)]) == 0  # written back from the model
+    assert contract.stale(chart) == {}
+
+
+def test_a_default_changed_in_values_yaml_alone_is_found(chart):
+    values = chart / contract.VALUES
+    values.write_text(values.read_text().replace("  watchSeconds: 10\n", "  watchSeconds: 11\n"))
+    assert list(contract.stale(chart)) == [contract.VALUES]
+
+
+def test_every_setting_has_its_node_in_the_schema():
+    assert CHART is not None
+    schema = json.loads((CHART / contract.SCHEMA).read_text())
+    checked = 0
+    for setting in contract.settings():
+        node = _schema_at(schema, setting.values)
+        assert {k: node[k] for k in setting.schema()} == setting.schema(), setting.values
+        checked += 1
+    assert checked > 40
+
+
+@pytest.mark.parametrize(
+    ("rule", "value", "refusal"),
+    [
+        (Rule("k", int, minimum=1), 0, "must be >= 1, got 0"),
+        (Rule("k", int, maximum=9), 10, "must be <= 9, got 10"),
+        (Rule("k", float, above=0), 0, "must be > 0"),
+        (Rule("k", float, above=0, maximum=20, why="w"), 21, "must be > 0 and at most 20 (w)"),
+        (Rule("k", str, choices=("a", "b")), "c", "must be one of a, b"),
+        (Rule("k", int, minimum=1, maximum=9), 5, None),
+    ],
+)
+def test_a_rule_says_why_it_refuses(rule, value, refusal):
+    assert rule.refuse(value) == refusal
+
+
+def test_the_pods_and_the_schema_read_one_rule():
+    (timeout,) = [s for s in contract.settings() if s.values == "health.checks.gpu.timeoutSeconds"]
+    assert timeout.schema()["maximum"] == timeout.rule.maximum == 20
+    health = {"enabled": True, "checks": {"gpu": {"timeoutSeconds": 21}}}
+    refused = r"health\.checks\.gpu\.timeoutSeconds: must be > 0 and at most 20"
+    with pytest.raises(SpecError, match=refused):
+        parse_spec({**BASE, "health": health})
+
+
+def test_values_yaml_shows_defaults_from_the_model():
+    assert CHART is not None
+    values = yaml.safe_load((CHART / contract.VALUES).read_text())
+    shown = 0
+    for setting in contract.settings():
+        if "*" in setting.values or setting.default in (MISSING, None):
+            continue
+        node = values
+        for key in setting.values.split("."):
+            node = node.get(key) if isinstance(node, dict) else None
+        if node is not None:
+            assert node == setting.default, setting.values
+            shown += 1
+    assert shown > 30
