@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import json
+import re
 import shutil
 from dataclasses import MISSING
 from pathlib import Path
@@ -46,7 +48,8 @@ def test_a_bound_changed_in_the_chart_alone_is_found_and_named(chart, capsys):
     schema_file.write_text(contract.format_schema(schema) + "\n")
     assert contract.main(["--check", str(chart)]) == 1
     out = capsys.readouterr()
-    assert '+                "timeoutSeconds": {"type": "number", "exclusiveMinimum": 0, "maximum": 20,' in out.out
+    written = '"timeoutSeconds": {"type": "number", "exclusiveMinimum": 0, "maximum": 20,'
+    assert f"+                {written}" in out.out
     assert "values.schema.json differ from slonk.config" in out.err
     assert contract.main([str(chart)]) == 0  # written back from the model
     assert contract.stale(chart) == {}
@@ -107,3 +110,67 @@ def test_values_yaml_shows_defaults_from_the_model():
             assert node == setting.default, setting.values
             shown += 1
     assert shown > 30
+
+
+# cluster.yaml's path of a values path, where the chart's clusterSpec moves it.
+SPEC_PATHS = {
+    "slurm.priority.": "priority.",
+    "slurm.": "",
+    "workers.drainTimeoutSeconds": "drainTimeoutSeconds",
+    "workers.ssh.enabled": "ssh.workers",
+    "accounting.slurmdbd.port": "accounting.port",
+    "accounting.database.tls.enabled": "accounting.database.tls",
+}
+# A cluster.yaml in which every section a setting lives in is read.
+EVERY_SECTION: dict = {
+    **BASE,
+    "nodepools": {"cpu": {"replicas": 1, "cpus": 1, "memoryMiB": 1, "gpus": {"count": 1}}},
+    "partitions": {"main": {"pools": ["cpu"]}},
+    "ldap": {"uris": ["ldap://ldap"], "userBase": "ou=people", "groupBase": "ou=groups"},
+    "hooks": {"prolog": "prolog"},
+    "health": {"enabled": True},
+    "metrics": {},
+    "accounting": {"host": "slurmdbd", "database": {"host": "mariadb"}},
+}
+
+
+def _spec_path(values: str) -> list[str]:
+    for prefix, replaced in SPEC_PATHS.items():
+        if values.startswith(prefix):
+            values = replaced + values.removeprefix(prefix)
+            break
+    names = {"nodepools": "cpu", "partitions": "main"}
+    keys = values.split(".")
+    return [names[keys[i - 1]] if key == "*" else key for i, key in enumerate(keys)]
+
+
+def _breaking(rule: Rule) -> list[object]:
+    wrong_type = "text" if rule.kind is not str else 7
+    values = [wrong_type, True] if rule.kind is not bool else [wrong_type]
+    if rule.choices:
+        values.append("bogus")
+    for bound, step in ((rule.minimum, -1), (rule.maximum, 1)):
+        if bound is not None:
+            values.append(int(bound) + step)
+    if rule.above is not None:
+        values.append(rule.above)
+    return values
+
+
+def test_the_pods_refuse_what_each_setting_refuses_naming_its_key():
+    """The schema's side is written from the same rules; this is the pods' (no chart render:
+    tests/chart/test_parity.py probes the schema's other rules through Helm)."""
+    parse_spec(EVERY_SECTION)
+    probed = 0
+    for setting in contract.settings():
+        path = _spec_path(setting.values)
+        for value in _breaking(setting.rule):
+            spec = copy.deepcopy(EVERY_SECTION)
+            node = spec
+            for key in path[:-1]:
+                node = node.setdefault(key, {})
+            node[path[-1]] = value
+            with pytest.raises(SpecError, match=rf"^{re.escape('.'.join(path))}: "):
+                parse_spec(spec)
+            probed += 1
+    assert probed > 150
