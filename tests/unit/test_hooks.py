@@ -17,17 +17,10 @@ from slonk import cli
 from slonk.base.paths import DEFAULT_PATH
 from slonk.config.spec import HookSettings
 from slonk.hooks import dispatch, revision
-from slonk.hooks.revision import (
-    MAX_DEPTH,
-    MAX_ENTRIES,
-    Refused,
-    consider,
-    interpreter,
-    problems,
-    published,
-    read_status,
-    write_settings,
-)
+from slonk.hooks import tree as hook_tree
+from slonk.hooks.revision import consider, problems, published, read_status, write_settings
+from slonk.hooks.scripts import interpreter
+from slonk.hooks.tree import MAX_DEPTH, MAX_ENTRIES, Refused
 from slonk.local import gitsync
 from slonk.local.gitsync import sync_once
 from slonk.slurm import slurm_nodes
@@ -412,13 +405,13 @@ def test_an_entry_swapped_between_walk_and_copy_is_refused_not_copied(
     tmp_path, monkeypatch, racy_tree, swap, what
 ):
     tree, secret = racy_tree
-    real_copy = revision._copy
+    real_copy = revision.copy_entries
 
     def swap_then_copy(*args):
         swap(tree / "prolog.d" / what, secret)
         return real_copy(*args)
 
-    monkeypatch.setattr(revision, "_copy", swap_then_copy)
+    monkeypatch.setattr(revision, "copy_entries", swap_then_copy)
     state = tmp_path / "state"
     assert not consider(tree, GOOD, SETTINGS, state)
     assert "prolog.d" in read_status(state)["refused"]["reason"]
@@ -430,13 +423,13 @@ def test_a_phase_directory_swapped_after_it_was_opened_is_copied_as_walked(
     tmp_path, monkeypatch, racy_tree
 ):
     tree, secret = racy_tree
-    real_copy = revision._copy
+    real_copy = revision.copy_entries
 
     def swap_then_copy(*args):
         _swap_dir_for_link(tree / "prolog.d", secret)
         return real_copy(*args)
 
-    monkeypatch.setattr(revision, "_copy", swap_then_copy)
+    monkeypatch.setattr(revision, "copy_entries", swap_then_copy)
     state = tmp_path / "state"
     assert consider(tree, GOOD, SETTINGS, state)
     assert sorted(p.name for p in (state / "active" / "prolog").iterdir()) == [".lib", "10-ok"]
@@ -448,14 +441,14 @@ def test_a_directory_swapped_while_walked_is_refused_and_never_listed(
     tmp_path, monkeypatch, racy_tree, swap
 ):
     tree, secret = racy_tree
-    real_open = revision._open_dir
+    real_open = hook_tree.open_dir
 
     def open_after_a_swap(name, dir_fd=None):
         if name == ".lib":
             swap(tree / "prolog.d" / ".lib", secret)
         return real_open(name, dir_fd)
 
-    monkeypatch.setattr(revision, "_open_dir", open_after_a_swap)
+    monkeypatch.setattr(hook_tree, "open_dir", open_after_a_swap)
     state = tmp_path / "state"
     assert not consider(tree, GOOD, SETTINGS, state)
     assert "prolog.d" in read_status(state)["refused"]["reason"]
