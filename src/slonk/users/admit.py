@@ -18,31 +18,25 @@ entries touching no hold, DN order decides, the same on every pod.
 
 from __future__ import annotations
 
-import re
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ldap3.core.exceptions import LDAPInvalidDnError
-from ldap3.utils.dn import parse_dn
-
 from slonk.config import accounts
-from slonk.config.accounts import AccountError, AccountRules, show
+from slonk.config.accounts import AccountRules, show
 from slonk.config.spec import Group, LdapSettings, User
-from slonk.users.directory import Directory, Entry
+from slonk.users.directory import Directory
+from slonk.users.entries import PERSONAL, BadKeys, Skip, checked, ldap_group, ldap_user
 from slonk.users.files import Base
 
-_NUMBER = re.compile(r"[0-9]{1,10}")
 # No time a hold is kept from may be later (year 5138): a bad record must not crash a sync.
 _LATEST = 1e11
 
 # How long a name and id stay held for an entry gone from the directory: long enough for
 # someone to notice a deleted or filtered-out account, short enough for ids to be reused.
 HOLD_SECONDS = 30 * 24 * 3600
-# The DN of a personal group's hold: no directory entry has an empty DN.
-PERSONAL = ""
 
 
 @dataclass(frozen=True)
@@ -125,92 +119,6 @@ class Result:
         self.warnings.append(f"skipped {detail}")
 
 
-class _Skip(Exception):
-    """An entry that is not admitted: a short reason (counted) and the detail (logged)."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(detail)
-        self.reason, self.detail = reason, detail
-
-
-def _rule(reason: str, check: Any, *args: Any) -> Any:
-    try:
-        return check(*args)
-    except AccountError as err:
-        raise _Skip(reason, str(err)) from err
-
-
-def _single(entry: Entry, attribute: str, name_of_entry: bool = False) -> str | None:
-    """The attribute's one value. A name with several values is the one in the entry's own
-    RDN (RFC 2307 allows several uid or cn values); anything else with several is refused."""
-    values = entry.get(attribute) or []
-    if len(values) <= 1:
-        return values[0] if values else None
-    if name_of_entry:
-        try:
-            rdn_attribute, rdn_value, _ = parse_dn(entry["dn"][0])[0]
-        except (LDAPInvalidDnError, IndexError):
-            rdn_attribute, rdn_value = "", ""
-        if rdn_attribute.lower() == attribute.lower() and rdn_value in values:
-            return rdn_value
-    raise _Skip(f"several values for {attribute}", f"{len(values)} values for {attribute}")
-
-
-def _check_dn(entry: Entry) -> None:
-    """Holds are matched on DNs; the empty one is a personal group's (and the root DSE's)."""
-    if entry["dn"][0] == PERSONAL:
-        raise _Skip("no DN", "an entry without a DN")
-
-
-def _number(entry: Entry, attribute: str) -> int:
-    value = _single(entry, attribute)
-    if value is None:
-        raise _Skip(f"no {attribute}", f"no {attribute}")
-    if not _NUMBER.fullmatch(value):
-        raise _Skip(f"invalid {attribute}", f"{attribute} {show(value)} is not a number")
-    return int(value)
-
-
-def _ldap_group(entry: Entry, a: Mapping[str, str]) -> tuple[Group, list[str]]:
-    _check_dn(entry)
-    name = _single(entry, a["groupName"], name_of_entry=True)
-    if name is None:
-        raise _Skip("invalid group name", f"no {a['groupName']}")
-    return Group(name=name, gid=_number(entry, a["gidNumber"])), entry.get(a["groupMember"], [])
-
-
-class _BadKeys(Exception):
-    """A user admissible without some of its keys: the keys go, the user stays."""
-
-    def __init__(self, user: User, problems: list[str]) -> None:
-        super().__init__("; ".join(problems))
-        self.user = user
-
-
-def _ldap_user(entry: Entry, a: Mapping[str, str]) -> User:
-    _check_dn(entry)
-    name = _single(entry, a["uid"], name_of_entry=True)
-    if name is None:
-        raise _Skip("invalid user name", f"no {a['uid']}")
-    keys, bad = [], []
-    for value in entry.get(a["sshPublicKey"], []):
-        try:
-            keys.append(accounts.check_key(value))
-        except AccountError as err:
-            bad.append(str(err))
-    user = User(
-        name=name,
-        uid=_number(entry, a["uidNumber"]),
-        gid=_number(entry, a["gidNumber"]),
-        shell=_single(entry, a["loginShell"]) or accounts.DEFAULT_SHELL,
-        home=_single(entry, a["homeDirectory"]) or "",
-        ssh_keys=tuple(keys),
-    )
-    if bad:  # the user stays, without the keys that are not one clean line each
-        raise _BadKeys(user, bad)
-    return user
-
-
 @dataclass
 class _Taken:
     """Names and ids in use: the image's, then each admitted account's."""
@@ -228,11 +136,11 @@ class _Taken:
         would hand one user the other's files (or let one replace the other's dotfiles)."""
         parents = _parents(home)
         if home in self.homes:
-            raise _Skip("shared home", f"home {home} is {self.homes[home]}'s")
+            raise Skip("shared home", f"home {home} is {self.homes[home]}'s")
         if inside := next((p for p in parents if p in self.homes), None):
-            raise _Skip("shared home", f"home {home} is inside {self.homes[inside]}'s home")
+            raise Skip("shared home", f"home {home} is inside {self.homes[inside]}'s home")
         if home in self.around_homes:
-            raise _Skip("shared home", f"home {home} holds {self.around_homes[home]}'s home")
+            raise Skip("shared home", f"home {home} holds {self.around_homes[home]}'s home")
 
     def add_home(self, home: str, name: str) -> None:
         self.homes[home] = name
@@ -253,45 +161,45 @@ class _Admission:
         self.taken = _Taken(base)
 
     def group(self, group: Group) -> None:
-        """Raises _Skip, or admits the group."""
+        """Raises Skip, or admits the group."""
         taken, base = self.taken, self.taken.base
-        name = _rule("invalid group name", accounts.check_name, group.name, "group name")
-        gid = _rule("invalid gid", self.rules.check_id, group.gid, "gid")
+        name = checked("invalid group name", accounts.check_name, group.name, "group name")
+        gid = checked("invalid gid", self.rules.check_id, group.gid, "gid")
         if name in base.names:
-            raise _Skip("image account", f"name {name} is the image's")
+            raise Skip("image account", f"name {name} is the image's")
         if gid in base.gids:
-            raise _Skip("image account", f"gid {gid} is the image's")
+            raise Skip("image account", f"gid {gid} is the image's")
         if name in taken.group_names:
-            raise _Skip("duplicate group name", f"group name {name} is taken")
+            raise Skip("duplicate group name", f"group name {name} is taken")
         if gid in taken.gids:
-            raise _Skip("duplicate gid", f"gid {gid} is {taken.gids[gid]}'s")
+            raise Skip("duplicate gid", f"gid {gid} is {taken.gids[gid]}'s")
         taken.group_names[name], taken.gids[gid] = gid, name
         self.result.groups.append(group)
 
     def user(self, user: User, static: Mapping[str, User]) -> bool:
-        """Raises _Skip; False for a directory entry of a static user (same name and uid:
+        """Raises Skip; False for a directory entry of a static user (same name and uid:
         one account), True when the user is admitted."""
         taken, base = self.taken, self.taken.base
-        name = _rule("invalid user name", accounts.check_name, user.name, "user name")
-        _rule("invalid uid", self.rules.check_id, user.uid, "uid")
-        _rule("invalid gid", self.rules.check_id, user.gid, "gid")
-        _rule("invalid home", self.rules.check_home, user.home_dir)
-        _rule("invalid shell", accounts.check_shell, user.shell, self.shells)
+        name = checked("invalid user name", accounts.check_name, user.name, "user name")
+        checked("invalid uid", self.rules.check_id, user.uid, "uid")
+        checked("invalid gid", self.rules.check_id, user.gid, "gid")
+        checked("invalid home", self.rules.check_home, user.home_dir)
+        checked("invalid shell", accounts.check_shell, user.shell, self.shells)
         for key in user.ssh_keys:
-            _rule("invalid SSH key", accounts.check_key, key)
+            checked("invalid SSH key", accounts.check_key, key)
         if name in base.names:
-            raise _Skip("image account", f"name {name} is the image's")
+            raise Skip("image account", f"name {name} is the image's")
         if user.uid in base.uids:
-            raise _Skip("image account", f"uid {user.uid} is the image's")
+            raise Skip("image account", f"uid {user.uid} is the image's")
         if user.gid in base.gids:
-            raise _Skip("image account", f"gid {user.gid} is the image's")
+            raise Skip("image account", f"gid {user.gid} is the image's")
         if name in taken.user_names:
             held = taken.user_names[name]
             if name in static and held.uid == user.uid:
                 return False
-            raise _Skip("duplicate user name", f"user name {name} is taken (uid {held.uid})")
+            raise Skip("duplicate user name", f"user name {name} is taken (uid {held.uid})")
         if user.uid in taken.uids:
-            raise _Skip("duplicate uid", f"uid {user.uid} is {taken.uids[user.uid]}'s")
+            raise Skip("duplicate uid", f"uid {user.uid} is {taken.uids[user.uid]}'s")
         taken.check_home(user.home_dir)
         admitted = replace(user, groups=tuple(g for g in user.groups if g in taken.group_names))
         taken.user_names[name], taken.uids[user.uid] = admitted, name
@@ -478,7 +386,7 @@ def admit(
     for group in static_groups:
         try:
             admission.group(group)
-        except _Skip as skip:
+        except Skip as skip:
             result.skip(skip.reason, f"static group {group.name}: {skip.detail}")
 
     user_dns = {e["dn"][0] for e in directory.users} if directory else set()
@@ -507,7 +415,7 @@ def admit(
     for user in static_users:
         try:
             admission.user(user, static)
-        except _Skip as skip:
+        except Skip as skip:
             result.skip(skip.reason, f"static user {user.name}: {skip.detail}")
 
     def admit_user(user: User, dn: str) -> bool:
@@ -540,7 +448,7 @@ def _directory(
         try:
             if admit_one(account, dn):
                 holds[account.name] = Hold(kind.number(account), dn)
-        except _Skip as skip:
+        except Skip as skip:
             result.skip(skip.reason, f"{kind.word} {show(dn)}: {skip.detail}")
     return holds
 
@@ -559,8 +467,8 @@ def _parse(
     for entry in directory.groups:
         dn = entry["dn"][0]
         try:
-            group, members = _ldap_group(entry, a)
-        except _Skip as skip:
+            group, members = ldap_group(entry, a)
+        except Skip as skip:
             result.skip(skip.reason, f"group {show(dn)}: {skip.detail}")
             continue
         groups.append((group, dn))
@@ -568,10 +476,10 @@ def _parse(
     for entry in directory.users:
         dn = entry["dn"][0]
         try:
-            users.append((_ldap_user(entry, a), dn))
-        except _Skip as skip:
+            users.append((ldap_user(entry, a), dn))
+        except Skip as skip:
             result.skip(skip.reason, f"user {show(dn)}: {skip.detail}")
-        except _BadKeys as bad:
+        except BadKeys as bad:
             result.warnings.append(f"user {show(dn)}: SSH keys left out: {bad}")
             users.append((bad.user, dn))
     return groups, members_of, users
