@@ -10,72 +10,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from slonk.base import paths
 from slonk.base.errors import SlonkError
-from slonk.config import accounts, patterns
+from slonk.config import arguments
 
 if TYPE_CHECKING:
-    from slonk.local.state import Cluster
-
-# Arguments that name an account, a pod, a node or a path, checked as argparse reads them:
-# one that fails is refused naming the argument (exit 2), before anything runs. Each rule
-# has its one home in slonk.config (accounts, patterns); these only apply them.
-
-
-def _path(value: str) -> Path:
-    """A path a person names (a file to read, a folder to write): one line of text, so that
-    every message naming it stays one line."""
-    if not value or patterns.CONTROL_CHARACTERS.search(value):
-        raise argparse.ArgumentTypeError(f"{accounts.show(value)}: empty, or a control character")
-    return Path(value)
-
-
-def _state_dir(value: str) -> Path:
-    """Local mode's state dir, made absolute: plain characters only, as it reaches ssh's
-    command line (which reads `%` as a token, and a space as a second file)."""
-    try:
-        return Path(accounts.check_path(os.path.abspath(value), "state dir"))
-    except accounts.AccountError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-
-
-def _account(value: str) -> str:
-    """A user to log in as: an account name, never an option of ssh's (`-oProxyCommand=`)."""
-    try:
-        return accounts.check_name(value, "user name")
-    except accounts.AccountError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-
-
-def _named(pattern: str, what: str, most: int | None = None) -> Callable[[str], str]:
-    """An argparse type for a name of `what`, whole-matching `pattern`, at most `most`
-    characters (by default a DNS-1123 label's: pods, Slurm nodes and pools are named so)."""
-
-    def check(value: str) -> str:
-        from slonk.config.spec import DNS_LABEL_MAX
-
-        longest = most or DNS_LABEL_MAX
-        if len(value) > longest or not patterns.matches(pattern, value):
-            raise argparse.ArgumentTypeError(
-                f"{accounts.show(value)} is not {what} (at most {longest} characters: "
-                f"{pattern.strip('^$')})"
-            )
-        return value
-
-    return check
-
-
-_pod_name = _named(patterns.DNS_LABEL, "a pod name")
-_node_name = _named(patterns.DNS_LABEL, "a Slurm node's name")
-_pool_name = _named(patterns.DNS_LABEL, "a node pool's name")
-# `nodes history`: a Slurm node, a machine (a Kubernetes Node: a DNS name) or a GPU serial.
-_history_subject = _named(patterns.SLURM_NAME, "a node, machine or GPU serial", 253)
+    pass
 
 
 def _chart_template(args: argparse.Namespace) -> int:
@@ -175,74 +119,17 @@ def _power(args: argparse.Namespace) -> int:
     return 0
 
 
-def _local(args: argparse.Namespace) -> int:
-    from slonk.local.state import Cluster, check_state_dir
-
-    # Root's alone, or no command reads or makes anything in it (slonk.local.state).
-    state = check_state_dir(args.state_dir)
-    if args.local_command in ("exec", "ssh"):
-        # Only the state directory's files: scripts and tests run these by the thousand.
-        return _local_enter(args, Cluster(state.resolve()))
-
-    from slonk.local import cluster
-    from slonk.local.nodes import printer
-
-    progress = printer(sys.stdout)
-    if args.local_command == "up":
-        local = cluster.up(
-            state, args.values, progress, runtime=args.runtime, with_prometheus=args.prometheus
-        )
-        login = local.pod_names("login")
-        if login:
-            print(f"Log in:  slonk local ssh demo --state-dir {local.state_dir}")
-        if args.prometheus:
-            from slonk.local import prometheus
-
-            print(f"Prometheus:  {prometheus.url(local)}")
-        return 0
-    if args.local_command == "upgrade":
-        from slonk.local import upgrade
-
-        upgrade.upgrade(state, args.values, progress)
-        return 0
-    if args.local_command == "down":
-        cluster.down(state, purge=args.purge, progress=progress)
-        return 0
-    if args.local_command == "status":
-        print(cluster.status(state))
-        return 0
-    if args.local_command in ("restart", "stop"):
-        cluster.restart(state, args.pod, stop_only=args.local_command == "stop")
-        return 0
-    from slonk.local import fake_apiserver  # kubeconfig
-
-    print(fake_apiserver.kubeconfig(Cluster(state.resolve())), end="")
-    return 0
-
-
-def _local_enter(args: argparse.Namespace, local: Cluster) -> int:
-    import subprocess
-
-    from slonk.local.manifests import LocalModeError
-
-    if args.local_command == "exec":
-        if not args.argv:
-            raise LocalModeError("exec needs a command: slonk local exec POD -- CMD...")
-        argv = local.enter(args.pod, args.argv)
-    else:
-        argv = local.ssh(args.user, args.argv)
-    return subprocess.run(argv, check=False, cwd="/").returncode
-
-
 def _add_chart(chart_cmd: argparse.ArgumentParser) -> None:
     chart_sub = chart_cmd.add_subparsers(dest="chart_command", required=True)
     template = chart_sub.add_parser("template", help="print the rendered manifests, as helm does")
-    template.add_argument("chart", nargs="?", type=_path, help="chart directory (default: slonk's)")
+    template.add_argument(
+        "chart", nargs="?", type=arguments.path, help="chart directory (default: slonk's)"
+    )
     template.add_argument(
         "-f",
         "--values",
         action="append",
-        type=_path,
+        type=arguments.path,
         default=[],
         help="a values file; later files win",
     )
@@ -266,8 +153,10 @@ def _add_chart(chart_cmd: argparse.ArgumentParser) -> None:
 
 
 def _add_render_config(render: argparse.ArgumentParser) -> None:
-    render.add_argument("--cluster", type=_path, required=True, help="the cluster.yaml spec")
-    render.add_argument("--out", type=_path, required=True, help="directory to write into")
+    render.add_argument(
+        "--cluster", type=arguments.path, required=True, help="the cluster.yaml spec"
+    )
+    render.add_argument("--out", type=arguments.path, required=True, help="directory to write into")
     render.set_defaults(run=_render_config)
 
 
@@ -280,14 +169,14 @@ def _add_init(init: argparse.ArgumentParser) -> None:
 
 def _add_agent(agent: argparse.ArgumentParser) -> None:
     agent.add_argument("--role", required=True, choices=("controller", "worker", "login"))
-    agent.add_argument("--cluster", type=_path, default=paths.CLUSTER_SPEC)
+    agent.add_argument("--cluster", type=arguments.path, default=paths.CLUSTER_SPEC)
     agent.set_defaults(run=_agent)
 
 
 def _add_users(users: argparse.ArgumentParser) -> None:
     users_sub = users.add_subparsers(dest="users_command", required=True)
     users_sync = users_sub.add_parser("sync", help="write static and LDAP users into local files")
-    users_sync.add_argument("--cluster", type=_path, default=paths.CLUSTER_SPEC)
+    users_sync.add_argument("--cluster", type=arguments.path, default=paths.CLUSTER_SPEC)
     users_sync.add_argument(
         "--force", action="store_true", help="accept a sync that removes more users than allowed"
     )
@@ -301,7 +190,7 @@ def _add_hooks(hooks: argparse.ArgumentParser) -> None:
     hooks_run = hooks_sub.add_parser("run", help="run the active revision's scripts for a phase")
     hooks_run.add_argument("phase", choices=HOOK_PHASES)
     hooks_sub.add_parser("status", help="the active revision, and the last refused one")
-    hooks.add_argument("--cluster", type=_path, default=paths.CLUSTER_SPEC)
+    hooks.add_argument("--cluster", type=arguments.path, default=paths.CLUSTER_SPEC)
     hooks.set_defaults(run=_hooks)
 
 
@@ -317,7 +206,7 @@ def _add_health(health: argparse.ArgumentParser) -> None:
         action="store_true",
         help="drain the node on failure, resume what slonk drained once it passes",
     )
-    health.add_argument("--cluster", type=_path, default=paths.CLUSTER_SPEC)
+    health.add_argument("--cluster", type=arguments.path, default=paths.CLUSTER_SPEC)
     health.set_defaults(run=_health)
 
 
@@ -330,7 +219,7 @@ def _syncer(args: argparse.Namespace) -> int:
 
 
 def _add_syncer(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--cluster", type=_path, default=paths.CLUSTER_SPEC)
+    parser.add_argument("--cluster", type=arguments.path, default=paths.CLUSTER_SPEC)
     parser.set_defaults(run=_syncer)
 
 
@@ -345,7 +234,7 @@ def _add_metrics(metrics: argparse.ArgumentParser) -> None:
     metrics_sub = metrics.add_subparsers(dest="metrics_command", required=True)
     show = metrics_sub.add_parser("show", help="print one scrape's metrics")
     show.add_argument("--role", choices=("controller", "worker"), required=True)
-    show.add_argument("--cluster", type=_path, default=paths.CLUSTER_SPEC)
+    show.add_argument("--cluster", type=arguments.path, default=paths.CLUSTER_SPEC)
     metrics.set_defaults(run=_metrics)
 
 
@@ -366,7 +255,7 @@ def _align(args: argparse.Namespace) -> int:
 
 
 def _add_align(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--cluster", type=_path, default=paths.CLUSTER_SPEC)
+    parser.add_argument("--cluster", type=arguments.path, default=paths.CLUSTER_SPEC)
     parser.add_argument("--fix", action="store_true", help="apply the syncer's actions once")
     parser.set_defaults(run=_align)
 
@@ -391,7 +280,7 @@ def _add_nodes(parser: argparse.ArgumentParser) -> None:
     past.add_argument(
         "node",
         nargs="?",
-        type=_history_subject,
+        type=arguments.history_subject,
         help="a Slurm node, a machine or a GPU serial",
     )
     parser.set_defaults(run=_nodes)
@@ -402,7 +291,7 @@ def _add_pool(parser: argparse.ArgumentParser) -> None:
     scale = pool_sub.add_parser(
         "scale", help="lend a pool's highest nodes once idle, or return them"
     )
-    scale.add_argument("pool", type=_pool_name)
+    scale.add_argument("pool", type=arguments.pool_name)
     scale.add_argument("replicas", type=int)
     scale.add_argument(
         "--timeout",
@@ -410,7 +299,7 @@ def _add_pool(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="give up after this many seconds (default: wait)",
     )
-    parser.add_argument("--cluster", type=_path, default=paths.CLUSTER_SPEC)
+    parser.add_argument("--cluster", type=arguments.path, default=paths.CLUSTER_SPEC)
     parser.set_defaults(run=_pool)
 
 
@@ -427,7 +316,9 @@ def _add_worker(worker: argparse.ArgumentParser) -> None:
         "release", help="lift the pod-stop drain once a slurmd started after --since registers"
     )
     release.add_argument("--since", type=int, required=True, help="epoch seconds")
-    worker.add_argument("--node", type=_node_name, help="the Slurm node (default: this pod's name)")
+    worker.add_argument(
+        "--node", type=arguments.node_name, help="the Slurm node (default: this pod's name)"
+    )
     worker.set_defaults(run=_worker)
 
 
@@ -438,65 +329,14 @@ def _add_power(power: argparse.ArgumentParser) -> None:
     )
     power_sub.add_parser(
         "slurmd-flags", help="print the options a starting slurmd needs (its node powering up)"
-    ).add_argument("node", type=_node_name)
+    ).add_argument("node", type=arguments.node_name)
     power.set_defaults(run=_power)
 
 
 def _add_local(local: argparse.ArgumentParser) -> None:
-    from slonk.local.state import DEFAULT_STATE_DIR
+    from slonk.local import commands
 
-    local_sub = local.add_subparsers(dest="local_command", required=True)
-
-    def sub(name: str, help_text: str) -> argparse.ArgumentParser:
-        parser = local_sub.add_parser(name, help=help_text)
-        parser.add_argument(
-            "--state-dir",
-            type=_state_dir,
-            default=DEFAULT_STATE_DIR,
-            help=f"where the cluster's state lives (default: {DEFAULT_STATE_DIR})",
-        )
-        parser.set_defaults(run=_local)
-        return parser
-
-    up = sub("up", "render the chart, start every pod, wait until all nodes are idle")
-    upgrade = sub(
-        "upgrade",
-        "render again with the values in force and these; apply the ConfigMaps and pod set",
-    )
-    for parser in (up, upgrade):
-        parser.add_argument(
-            "-f",
-            "--values",
-            action="append",
-            type=_path,
-            default=[],
-            help="a values file over local mode's defaults; later files win",
-        )
-    up.add_argument(
-        "--runtime",
-        choices=("host", "podman"),
-        default="host",
-        help="run pods on the host's files (default) or from the chart's images with podman",
-    )
-    up.add_argument(
-        "--prometheus",
-        action="store_true",
-        help="and Debian's Prometheus scraping every pod's metrics (prints its URL)",
-    )
-    sub("down", "stop every pod, remove namespaces; volumes and secrets kept").add_argument(
-        "--purge", action="store_true", help="remove the state directory too"
-    )
-    sub("status", "pods, their processes and Slurm's node states")
-    restart = sub("restart", "stop a pod and start it again, as a new container")
-    restart.add_argument("pod", type=_pod_name)
-    sub("stop", "stop a pod (its preStop hook, SIGTERM, then SIGKILL)").add_argument(
-        "pod", type=_pod_name
-    )
-    sub("exec", "run a command in a pod: exec POD -- CMD...").add_argument("pod", type=_pod_name)
-    sub("ssh", "ssh to the login pod as USER (-- CMD... runs a command)").add_argument(
-        "user", type=_account
-    )
-    sub("kubeconfig", "print an admin kubeconfig for the cluster's fake Kubernetes API (host only)")
+    commands.define(local)
 
 
 # name: (help, what defines its arguments and handler), in the order `slonk --help` lists them.
