@@ -257,20 +257,15 @@ def test_the_base_values_render_and_parse(base_spec):
     assert parse_spec(base_spec).partitions[0].name == "main"
 
 
-# The schema states each shape again for Helm: it must be the very pattern the pods use.
+# The schema states each shape again for Helm: it must be the very pattern the pods use (the
+# settings' own patterns are written from their rules: slonk.config.contract).
 SCHEMA_PATTERNS = [
     ("/properties/clusterName", patterns.CLUSTER_NAME),
-    ("/properties/clusterDomain", patterns.DNS_NAME),
     ("/properties/slurm/properties/extraLines/items", patterns.EXTRA_LINE),
     ("/$defs/confMap/propertyNames", patterns.CONF_KEY),
     ("/$defs/confMap/additionalProperties", patterns.CONF_VALUE),
     ("/$defs/dnsLabel", patterns.DNS_LABEL),
     ("/$defs/slurmName", patterns.SLURM_NAME),
-    ("/$defs/partition/properties/maxTime", patterns.SLURM_TIME),
-    ("/$defs/partition/properties/defaultTime", patterns.SLURM_TIME),
-    ("/$defs/partition/properties/preemptMode", patterns.PREEMPT_MODE),
-    ("/properties/ldap/properties/userFilter", patterns.LDAP_FILTER),
-    ("/properties/ldap/properties/groupFilter", patterns.LDAP_FILTER),
     ("/properties/hooks/properties/git/properties/ref", patterns.GIT_REF),
     ("/properties/hooks/properties/git/properties/repo/anyOf/1", patterns.GIT_REPO),
     ("/properties/hooks/properties/git/properties/image", patterns.IMAGE),
@@ -280,18 +275,10 @@ SCHEMA_PATTERNS = [
     ("/properties/images/properties/worker", patterns.IMAGE_NAME),
     ("/properties/images/properties/login", patterns.IMAGE_NAME),
     ("/properties/images/properties/database", patterns.IMAGE_NAME),
-    ("/properties/accounting/properties/defaultAccount", patterns.ACCOUNT_NAME),
     (
         "/properties/accounting/properties/groupAccounts/items/properties/account",
         patterns.ACCOUNT_NAME,
     ),
-    ("/properties/accounting/properties/database/properties/name", patterns.DATABASE_NAME),
-    ("/properties/accounting/properties/database/properties/user", patterns.DATABASE_USER),
-    (
-        "/properties/slurm/properties/priority/properties/decayHalfLife",
-        patterns.PRIORITY_PERIOD,
-    ),
-    ("/properties/slurm/properties/priority/properties/maxAge", patterns.PRIORITY_PERIOD),
     (
         "/properties/health/properties/checks/properties/gpu/properties/nvidiaSmi",
         patterns.COMMAND_LINE,

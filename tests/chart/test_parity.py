@@ -677,5 +677,5 @@ def test_the_schema_and_the_pods_agree_on_every_bound():
         probed += 1
         if by_chart != by_pods:
             disagree.append((name, value, "chart" if by_chart else "pods"))
-    assert probed > 40  # the walk found the keys
+    assert probed > 30  # the walk found the keys
     assert disagree == [], disagree

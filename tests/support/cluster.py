@@ -41,7 +41,12 @@ HEALTH_INTERVAL = 2
 # A stopping worker pod waits this long for its jobs (workers.drainTimeoutSeconds), then
 # requeues them: long enough for a test to see a job finish first, short for those that wait.
 DRAIN_TIMEOUT = 20
-SCRATCH = "/var/tmp"  # in a pod's own writable layer
+# The scratch check's directory, where tests mount a small disk on a worker: one the images
+# have and no checkout lives under (the pods see the checkout at its own path, and a disk
+# mounted over a folder holding it hid its tests/fakes from that worker: CI under /var/tmp).
+SCRATCH = "/srv"
+if (_checkout := paths.checkout()) and _checkout.is_relative_to(SCRATCH):
+    raise RuntimeError(f"the checkout {_checkout} is under {SCRATCH}, which tests mount over")
 USER_CA_SECRET = "slonk-test-user-ca"
 
 # The session cluster's recycling: as good as off, but for the tests that turn it on.
@@ -333,7 +338,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         "health": {
             "intervalSeconds": HEALTH_INTERVAL,
             # Both workers "have" two GPUs: a fake nvidia-smi (tests/fakes) answers for them.
-            # Scratch off /tmp: a test fills it, and a CI checkout under /tmp must stay seen.
+            # Scratch at SCRATCH: tests fill it, and a checkout must stay seen (see there).
             "checks": {
                 "gpu": {
                     "expectedCount": 2,

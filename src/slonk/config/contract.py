@@ -39,6 +39,7 @@ SECTIONS: dict[type, str] = {
     model.ClusterSpec: "",
     model.NodePool: "nodepools.*",
     model.Gpus: "nodepools.*.gpus",
+    model.Placement: "nodepools.*.topology",
     model.Partition: "partitions.*",
     model.LdapSettings: "ldap",
     model.HookSettings: "hooks",
@@ -47,6 +48,7 @@ SECTIONS: dict[type, str] = {
     model.SyncerSettings: "syncer",
     model.MetricsSettings: "metrics",
     model.CapacitySettings: "capacity",
+    model.Priority: "slurm.priority",
     model.PriorityWeights: "slurm.priority.weights",
     model.SshSettings: "",
     model.Database: "accounting.database",
@@ -64,7 +66,10 @@ TEMPLATES = "templates/_contract.tpl"
 _TYPES = {int: "integer", float: "number", bool: "boolean", str: "string"}
 # What a setting's schema node says that the setting's rule owns; any other key of the node
 # (a description) is the chart's.
-_OWNED = {"type", "enum", "minimum", "maximum", "exclusiveMinimum", "default", "$ref", "anyOf"}
+_OWNED = {
+    *("type", "enum", "minimum", "maximum", "exclusiveMinimum", "pattern", "default"),
+    *("$ref", "anyOf"),
+}
 _DOC_WIDTH = 96
 
 
@@ -84,8 +89,9 @@ class Setting:
         if rule.choices:
             node["enum"] = list(rule.choices)
         else:
-            kind = _TYPES[rule.kind]
-            node["type"] = [kind, "null"] if rule.nullable else kind
+            kinds = [_TYPES[rule.kind], *(["integer"] if rule.numbers else [])]
+            kinds += ["null"] if rule.nullable else []
+            node["type"] = kinds if len(kinds) > 1 else kinds[0]
         for key, bound in (
             ("exclusiveMinimum", rule.above),
             ("minimum", rule.minimum),
@@ -93,6 +99,8 @@ class Setting:
         ):
             if bound is not None:
                 node[key] = bound
+        if rule.pattern is not None:
+            node["pattern"] = rule.pattern
         if self.default is not MISSING and self.default is not None:
             node["default"] = self.default
         if rule.doc:

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import MISSING, Field, dataclass, field, fields
 from typing import Any, TypeVar
 
-from slonk.config import accounts
+from slonk.config import accounts, patterns
 from slonk.config.accounts import AccountRules
 
 CONFINEMENTS = ("cgroup", "none")
@@ -44,9 +44,12 @@ MAX_UINT16 = 65535
 @dataclass(frozen=True)
 class Rule:
     """What one key of cluster.yaml may hold. Numbers: `minimum`, `maximum` (inclusive),
-    `above` (exclusive); strings: one of `choices`. `why` ends a refusal of a bound. `values`
-    is the key's path in values.yaml where it is not its section's path and `key`. `doc`, where
-    given, is what values.yaml and the schema say of the key (otherwise values.yaml's own)."""
+    `above` (exclusive); strings: one of `choices`, or text whole-matching `pattern`
+    (slonk.config.patterns), refused as not `what`; empty or null is the default, and with
+    `numbers` an integer is read as its text too (Slurm's minutes). `why` ends a refusal of a
+    bound. `values` is the key's path in values.yaml where it is not its section's path and
+    `key`. `doc`, where given, is what values.yaml and the schema say of the key (otherwise
+    values.yaml's own)."""
 
     key: str
     kind: type
@@ -58,6 +61,9 @@ class Rule:
     values: str | None = None
     nullable: bool = False
     doc: str = ""
+    pattern: str | None = None
+    what: str = ""
+    numbers: bool = False
 
     def refusal(self, value: Any) -> str | None:
         """Why `value` (of the right type) breaks a bound; None when it keeps them."""
@@ -84,6 +90,20 @@ def _number(bound: float) -> str:
     return str(int(bound)) if bound == int(bound) else str(bound)
 
 
+# Rules shared by several keys. A switch, block or GRES type is written as it is or not at all.
+SLURM_NAME = {"kind": str, "pattern": patterns.SLURM_NAME, "nullable": False}
+SLURM_TIME = {
+    "pattern": patterns.SLURM_TIME,
+    "what": "a Slurm time (minutes, [days-]hours:minutes:seconds or INFINITE)",
+    "numbers": True,
+    "minimum": 0,
+}
+LDAP_FILTER = {"pattern": patterns.LDAP_FILTER, "what": "an LDAP filter in parentheses"}
+PERIOD = {
+    "pattern": patterns.PRIORITY_PERIOD,
+    "what": "days-hours from 0-1 to 9999-23 (e.g. 7-0)",
+}
+
 T = TypeVar("T")
 
 
@@ -91,7 +111,7 @@ def setting(default: T, key: str, **rule: Any) -> T:
     """A field with a default whose key follows `rule` (Rule's fields but `key` and `kind`:
     the default's type)."""
     kind = rule.pop("kind", type(default))
-    nullable = default is None
+    nullable = rule.pop("nullable", default is None)
     made: T = field(default=default, metadata={"rule": Rule(key, kind, nullable=nullable, **rule)})
     return made
 
@@ -132,15 +152,15 @@ def default_of(cls: type, name: str) -> Any:
 @dataclass(frozen=True)
 class Gpus:
     count: int = required("count", int, minimum=1)
-    type: str | None = None
+    type: str | None = setting(None, "type", **SLURM_NAME, what="a valid GRES type")
 
 
 @dataclass(frozen=True)
 class Placement:
     """Where a pool's nodes sit in the network: a leaf switch (tree) and a block."""
 
-    switch: str | None = None
-    block: str | None = None
+    switch: str | None = setting(None, "switch", **SLURM_NAME, what="a valid switch name")
+    block: str | None = setting(None, "block", **SLURM_NAME, what="a valid block name")
 
 
 @dataclass(frozen=True)
@@ -165,12 +185,14 @@ class Partition:
     name: str
     pools: tuple[str, ...]
     default: bool = False
-    max_time: str = "INFINITE"
-    default_time: str | None = None
+    max_time: str = setting("INFINITE", "maxTime", **SLURM_TIME)
+    default_time: str | None = setting(None, "defaultTime", kind=str, **SLURM_TIME)
     priority_tier: int | None = setting(
         None, "priorityTier", kind=int, minimum=0, maximum=MAX_UINT16
     )
-    preempt_mode: str | None = None
+    preempt_mode: str | None = setting(
+        None, "preemptMode", kind=str, pattern=patterns.PREEMPT_MODE, what="a Slurm PreemptMode"
+    )
     state: str = setting("UP", "state", choices=PARTITION_STATES)
     options: Mapping[str, str] = field(default_factory=dict)
 
@@ -201,8 +223,8 @@ class LdapSettings:
     uris: tuple[str, ...]
     user_base: str
     group_base: str
-    user_filter: str = "(objectClass=posixAccount)"
-    group_filter: str = "(objectClass=posixGroup)"
+    user_filter: str = setting("(objectClass=posixAccount)", "userFilter", **LDAP_FILTER)
+    group_filter: str = setting("(objectClass=posixGroup)", "groupFilter", **LDAP_FILTER)
     attributes: Mapping[str, str] = field(default_factory=lambda: dict(LDAP_ATTRIBUTES))
     bind_dn: str | None = None
     bind_password_file: str | None = None
@@ -324,8 +346,9 @@ class PriorityWeights:
 @dataclass(frozen=True)
 class Priority:
     weights: PriorityWeights = PriorityWeights()
-    decay_half_life: str = "7-0"  # past usage counts half after this long
-    max_age: str = "7-0"  # a job's age factor is full after this long
+    # Past usage counts half after this long.
+    decay_half_life: str = setting("7-0", "decayHalfLife", **PERIOD)
+    max_age: str = setting("7-0", "maxAge", **PERIOD)  # a job's age factor is full after this long
 
 
 @dataclass(frozen=True)
@@ -353,8 +376,18 @@ class Database:
 
     host: str
     port: int = setting(3306, "port", **PORT)
-    name: str = "slurm_acct_db"
-    user: str = "slurm"
+    name: str = setting(
+        "slurm_acct_db",
+        "name",
+        pattern=patterns.DATABASE_NAME,
+        what="a database name (letters, digits, _)",
+    )
+    user: str = setting(
+        "slurm",
+        "user",
+        pattern=patterns.DATABASE_USER,
+        what="a database user (letters, digits, _)",
+    )
     # Verify against paths.ACCOUNTING_CA.
     tls: bool = setting(False, "tls", values="accounting.database.tls.enabled")
 
@@ -366,7 +399,13 @@ class AccountingSettings:
     host: str
     database: Database
     port: int = setting(6819, "port", values="accounting.slurmdbd.port", **PORT)
-    default_account: str = "research"
+    default_account: str = setting(
+        "research",
+        "defaultAccount",
+        pattern=patterns.ACCOUNT_NAME,
+        what="a Slurm account (lowercase letters, digits, _ . -)",
+        values="accounting.defaultAccount",
+    )
     group_accounts: tuple[GroupAccount, ...] = ()
 
 
@@ -384,7 +423,13 @@ class ClusterSpec:
     cluster_name: str
     release: str
     namespace: str = "default"
-    cluster_domain: str = "cluster.local"
+    cluster_domain: str = setting(
+        "cluster.local",
+        "clusterDomain",
+        pattern=patterns.DNS_NAME,
+        what="a DNS domain",
+        values="clusterDomain",
+    )
     slurmctld_port: int = setting(6817, "slurmctldPort", values="slurm.slurmctldPort", **PORT)
     slurmd_port: int = setting(6818, "slurmdPort", values="slurm.slurmdPort", **PORT)
     # In name order (as Helm ranges over the values' maps).

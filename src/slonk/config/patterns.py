@@ -1,7 +1,8 @@
 """The shapes a value may take where it reaches a config line, a command line or a URL.
 
 One home for each rule: the spec parser matches with these, and values.schema.json carries
-the same pattern strings (tests/chart/test_contract.py holds the two equal). Each is written
+the same pattern strings (a setting's written from its rule by slonk.config.contract, the
+rest held equal by tests/chart/test_contract.py). Each is written
 in the subset of regular expressions Python's `re` and Go's RE2 (Helm's schema validator)
 read alike, and always used whole (`re.fullmatch`): Python's `$` would accept a trailing
 newline, which is exactly what an attacker wants on a config line.

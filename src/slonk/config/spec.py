@@ -118,7 +118,7 @@ RELEASE_MAX = STATEFULSET_NAME_MAX - len("-controller")
 SSH_PORT = 22  # sshd on login pods and workers
 # cluster.yaml's keys beside ClusterSpec's ruled ones.
 SPEC_KEYS = frozenset(
-    "version clusterName release namespace clusterDomain nodepools partitions slurmConf "
+    "version clusterName release namespace nodepools partitions slurmConf "
     "cgroupConf extraLines users groups ldap ldapServer accounts hooks health syncer capacity "
     "priority accounting ssh metrics".split()
 )
@@ -169,6 +169,13 @@ class _Reader:
     def ruled(self, rule: Rule, default: Any = MISSING) -> Any:
         """The key of `rule`: `default` when missing (required without one), refused as the
         rule refuses."""
+        if rule.pattern is not None:
+            text = self.text(
+                rule.key, rule.pattern, rule.what, None if default is MISSING else default
+            )
+            if text is None and default is MISSING:
+                raise SpecError(f"{self.at(rule.key)}: required")
+            return text
         kind = (int, float) if rule.kind is float else rule.kind
         if default is MISSING:
             value = self.require(rule.key, kind)
@@ -294,13 +301,10 @@ def _extra_lines(r: _Reader, slurm_conf: dict[str, Any]) -> tuple[str, ...]:
 def _gpus(data: Any, path: str) -> Gpus | None:
     if data is None:
         return None
-    r = _Reader(data, path, {"count", "type"})
+    r = _Reader(data, path, _keys(Gpus))
     if r.get("count", int) is None:
         raise SpecError(f"{r.at('count')}: GPUs declared without a count")
-    return Gpus(
-        count=r.setting(Gpus, "count"),
-        type=r.text("type", patterns.SLURM_NAME, "a valid GRES type"),
-    )
+    return _ruled(r, Gpus)
 
 
 def _pool(name: str, data: Any, path: str, release: str) -> NodePool:
@@ -320,17 +324,14 @@ def _pool(name: str, data: Any, path: str, release: str) -> NodePool:
     for i, feature in enumerate(features):
         if not matches(patterns.SLURM_NAME, feature):
             raise SpecError(f"{r.at('features')}[{i}]: {feature!r} is not a valid Slurm feature")
-    placement = _Reader(r.get("topology", dict, {}), r.at("topology"), {"switch", "block"})
+    placement = _Reader(r.get("topology", dict, {}), r.at("topology"), _keys(Placement))
     return _ruled(
         r,
         NodePool,
         name=name,
         gpus=_gpus(r.data.get("gpus"), r.at("gpus")),
         features=features,
-        placement=Placement(
-            switch=placement.text("switch", patterns.SLURM_NAME, "a valid switch name"),
-            block=placement.text("block", patterns.SLURM_NAME, "a valid block name"),
-        ),
+        placement=_ruled(placement, Placement),
     )
 
 
@@ -342,36 +343,17 @@ def _partition(name: str, data: Any, path: str, pools: set[str]) -> Partition:
             f"{path}: {name!r} is Slurm's keyword for the defaults of the partitions after it, "
             "not a partition"
         )
-    r = _Reader(
-        data,
-        path,
-        {
-            "pools",
-            "default",
-            "maxTime",
-            "defaultTime",
-            "priorityTier",
-            "preemptMode",
-            "state",
-            "options",
-        },
-    )
+    r = _Reader(data, path, _keys(Partition, "pools", "default", "options"))
     members = r.strings("pools")
     for i, pool in enumerate(members):
         if pool not in pools:
             raise SpecError(f"{r.at('pools')}[{i}]: unknown nodepool {pool!r}")
-    time_format = "a Slurm time (minutes, [days-]hours:minutes:seconds or INFINITE)"
     return _ruled(
         r,
         Partition,
         name=name,
         pools=members,
         default=r.get("default", bool, default_of(Partition, "default")),
-        max_time=str(
-            r.text("maxTime", patterns.SLURM_TIME, time_format, default_of(Partition, "max_time"))
-        ),
-        default_time=r.text("defaultTime", patterns.SLURM_TIME, time_format),
-        preempt_mode=r.text("preemptMode", patterns.PREEMPT_MODE, "a Slurm PreemptMode"),
         options=_conf_map(r, "options", reserved=PARTITION_KEYS),
     )
 
@@ -436,9 +418,7 @@ def _user(data: Any, path: str, groups: set[str], rules: AccountRules) -> User:
 def _ldap(data: Any, path: str) -> LdapSettings | None:
     if data is None:
         return None
-    keys = (
-        "uris userBase groupBase userFilter groupFilter attributes bindDN bindPasswordFile caFile"
-    )
+    keys = "uris userBase groupBase attributes bindDN bindPasswordFile caFile"
     r = _Reader(data, path, _keys(LdapSettings, *keys.split()))
     uris = r.strings("uris")
     if not uris:
@@ -461,20 +441,11 @@ def _ldap(data: Any, path: str) -> LdapSettings | None:
         uris=uris,
         user_base=r.require("userBase", str),
         group_base=r.require("groupBase", str),
-        user_filter=_filter(r, "userFilter", default_of(LdapSettings, "user_filter")),
-        group_filter=_filter(r, "groupFilter", default_of(LdapSettings, "group_filter")),
         attributes=attributes,
         bind_dn=r.get("bindDN", str) or None,
         bind_password_file=r.get("bindPasswordFile", str) or None,
         ca_file=r.get("caFile", str) or None,
     )
-
-
-def _filter(r: _Reader, key: str, default: str) -> str:
-    value = r.get(key, str, default)
-    if not matches(patterns.LDAP_FILTER, value):
-        raise SpecError(f"{r.at(key)}: {value!r} is not an LDAP filter in parentheses")
-    return str(value)
 
 
 def _ldap_port(uri: str) -> int:
@@ -634,20 +605,9 @@ RESERVED_DATABASE_USERS = frozenset({"root", "mysql", "public"})
 
 
 def _priority(data: Any, path: str) -> Priority:
-    r = _Reader(data or {}, path, {"weights", "decayHalfLife", "maxAge"})
+    r = _Reader(data or {}, path, _keys(Priority, "weights"))
     w = _Reader(r.get("weights", dict, {}), r.at("weights"), _keys(PriorityWeights))
-    weights = _ruled(w, PriorityWeights)
-    period = "days-hours from 0-1 to 9999-23 (e.g. 7-0)"
-    prioritized = functools.partial(default_of, Priority)
-    return Priority(
-        weights=weights,
-        decay_half_life=_required_text(
-            r, "decayHalfLife", patterns.PRIORITY_PERIOD, period, prioritized("decay_half_life")
-        ),
-        max_age=_required_text(
-            r, "maxAge", patterns.PRIORITY_PERIOD, period, prioritized("max_age")
-        ),
-    )
+    return _ruled(r, Priority, weights=_ruled(w, PriorityWeights))
 
 
 def _required_text(
@@ -667,31 +627,15 @@ def _account_name(r: _Reader, key: str, default: str | None = None) -> str:
 def _accounting(data: Any, path: str) -> AccountingSettings | None:
     if data is None:
         return None
-    r = _Reader(
-        data, path, _keys(AccountingSettings, "host", "defaultAccount", "groupAccounts", "database")
-    )
-    own = functools.partial(default_of, AccountingSettings)
+    r = _Reader(data, path, _keys(AccountingSettings, "host", "groupAccounts", "database"))
     mappings = []
     for i, item in enumerate(r.get("groupAccounts", list, [])):
         m = _Reader(item, r.at(f"groupAccounts[{i}]"), {"group", "account"})
         group = _checked(m, "group", accounts.check_name, m.require("group", str))
         mappings.append(GroupAccount(group=group, account=_account_name(m, "account")))
     _unique([m.group for m in mappings], r.at("groupAccounts"), "group", key="group")
-    d = _Reader(
-        r.get("database", dict, {}), r.at("database"), _keys(Database, "host", "name", "user")
-    )
-    db = functools.partial(default_of, Database)
-    database = _ruled(
-        d,
-        Database,
-        host=_required_text(d, "host", patterns.DNS_NAME, "a host name"),
-        name=_required_text(
-            d, "name", patterns.DATABASE_NAME, "a database name (letters, digits, _)", db("name")
-        ),
-        user=_required_text(
-            d, "user", patterns.DATABASE_USER, "a database user (letters, digits, _)", db("user")
-        ),
-    )
+    d = _Reader(r.get("database", dict, {}), r.at("database"), _keys(Database, "host"))
+    database = _ruled(d, Database, host=_required_text(d, "host", patterns.DNS_NAME, "a host name"))
     for key, value, reserved in (
         ("name", database.name, RESERVED_DATABASES),
         ("user", database.user, RESERVED_DATABASE_USERS),
@@ -704,7 +648,6 @@ def _accounting(data: Any, path: str) -> AccountingSettings | None:
         r,
         AccountingSettings,
         host=_required_text(r, "host", patterns.DNS_NAME, "a host name"),
-        default_account=_account_name(r, "defaultAccount", own("default_account")),
         group_accounts=tuple(mappings),
         database=database,
     )
@@ -807,14 +750,6 @@ def parse_spec(data: Any) -> ClusterSpec:
         cluster_name=cluster_name,
         release=release,
         namespace=_dns_label(r.get("namespace", str, spec_default("namespace")), "namespace"),
-        cluster_domain=str(
-            r.text(
-                "clusterDomain",
-                patterns.DNS_NAME,
-                "a DNS domain",
-                default=spec_default("cluster_domain"),
-            )
-        ),
         nodepools=tuple(pools),
         partitions=tuple(partitions),
         slurm_conf=slurm_conf,
