@@ -41,12 +41,12 @@ HEALTH_INTERVAL = 2
 # A stopping worker pod waits this long for its jobs (workers.drainTimeoutSeconds), then
 # requeues them: long enough for a test to see a job finish first, short for those that wait.
 DRAIN_TIMEOUT = 20
-# The scratch check's directory, where tests mount a small disk on a worker: one the images
-# have and no checkout lives under (the pods see the checkout at its own path, and a disk
-# mounted over a folder holding it hid its tests/fakes from that worker: CI under /var/tmp).
-SCRATCH = "/srv"
-if (_checkout := paths.checkout()) and _checkout.is_relative_to(SCRATCH):
-    raise RuntimeError(f"the checkout {_checkout} is under {SCRATCH}, which tests mount over")
+# The scratch check's directory, where tests mount a small disk on a worker: one the Epilog
+# clears (slonk.health.leftovers.SCRATCH_DIRS) that holds no checkout. The pods see the checkout
+# at its own path, and a disk mounted over a folder holding it hid its tests/fakes from that
+# worker (a clone under /var/tmp, seen here; CI's have been under /tmp).
+_CHECKOUT = paths.checkout()
+SCRATCH = next(d for d in ("/var/tmp", "/tmp") if not (_CHECKOUT and _CHECKOUT.is_relative_to(d)))
 USER_CA_SECRET = "slonk-test-user-ca"
 
 # The session cluster's recycling: as good as off, but for the tests that turn it on.
