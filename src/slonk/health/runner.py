@@ -13,7 +13,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from slonk.base.files import write_atomically
 from slonk.base.paths import HEALTH_PLAN, HEALTH_STATE
@@ -49,13 +49,22 @@ class Result:
         return f"{status} {self.check:<10} {self.detail} ({self.seconds * 1000:.0f} ms)"
 
 
+class PlannedCheck(TypedDict):
+    """One check in the plan file, as the spec's CheckSettings says it (kept here as the
+    plan's JSON: the job-time path reads it without importing the spec's model)."""
+
+    phases: list[str]
+    timeoutSeconds: float
+    options: dict[str, Any]
+
+
 @dataclass(frozen=True)
 class CheckPlan:
     """One node's health checks: which run in which phase, with what options."""
 
     node: Node
     undrain: bool
-    checks: Mapping[str, Mapping[str, Any]]  # name -> phases, timeoutSeconds, options
+    checks: Mapping[str, PlannedCheck]
     watch_seconds: float  # between the agent's runs of the watch phase (slonk.health.watch)
     max_drained_percent: int = 100  # of the nodes, by one check (slonk.health.blast)
 
@@ -71,11 +80,9 @@ def plan_for(spec: ClusterSpec, node_name: str) -> CheckPlan | None:
         peers=tuple(pool.node_names(spec.release)),
     )
     checks = {
-        name: {
-            "phases": list(c.phases),
-            "timeoutSeconds": c.timeout_seconds,
-            "options": dict(c.options),
-        }
+        name: PlannedCheck(
+            phases=list(c.phases), timeoutSeconds=c.timeout_seconds, options=dict(c.options)
+        )
         for name, c in spec.health_checks(pool).items()
     }
     return CheckPlan(
@@ -190,7 +197,7 @@ def run_checks(plan: CheckPlan, names: list[str], phase: str) -> list[Result]:
         with lock:
             outcomes.setdefault(name, outcome)
 
-    def one(name: str, settings: Mapping[str, Any]) -> None:
+    def one(name: str, settings: PlannedCheck) -> None:
         started = time.perf_counter()
         try:
             ok, detail = (
