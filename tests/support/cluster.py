@@ -42,11 +42,15 @@ HEALTH_INTERVAL = 2
 # requeues them: long enough for a test to see a job finish first, short for those that wait.
 DRAIN_TIMEOUT = 20
 # The scratch check's directory, where tests mount a small disk on a worker: one the Epilog
-# clears (slonk.health.leftovers.SCRATCH_DIRS) that holds no checkout. The pods see the checkout
-# at its own path, and a disk mounted over a folder holding it hid its tests/fakes from that
-# worker (a clone under /var/tmp, seen here; CI's have been under /tmp).
-_CHECKOUT = paths.checkout()
-SCRATCH = next(d for d in ("/var/tmp", "/tmp") if not (_CHECKOUT and _CHECKOUT.is_relative_to(d)))
+# clears (slonk.health.leftovers.SCRATCH_DIRS) beside a job's own /tmp. The pods see the
+# checkout at its own path, so a checkout under it would be hidden from that worker (its
+# tests/fakes gone: seen with a clone under /var/tmp): refused here, saying so.
+SCRATCH = "/var/tmp"
+if (_checkout := paths.checkout()) and _checkout.is_relative_to(SCRATCH):
+    raise RuntimeError(
+        f"the checkout {_checkout} is under {SCRATCH}, where the integration tests mount a "
+        "small disk on a worker: run them from a checkout elsewhere"
+    )
 USER_CA_SECRET = "slonk-test-user-ca"
 
 # The session cluster's recycling: as good as off, but for the tests that turn it on.
