@@ -8,11 +8,21 @@ from collections.abc import Generator, Iterator
 
 import pytest
 
+from slonk.base import paths
 from slonk.local.cluster import Cluster
 
-from ..support.cluster import ROLES, LocalCluster, cluster, healthy, image, image_exists
+from ..support.cluster import ROLES, SCRATCH, LocalCluster, cluster, healthy, image, image_exists
 
 __all__ = ["cluster", "healthy"]  # fixtures, found here by pytest
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    checkout = paths.checkout()
+    if checkout and checkout.is_relative_to(SCRATCH):
+        raise pytest.UsageError(
+            f"the checkout {checkout} is under {SCRATCH}, where these tests mount a small disk "
+            "on a worker (hiding the checkout from it): run them from a checkout elsewhere"
+        )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
