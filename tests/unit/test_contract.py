@@ -182,3 +182,11 @@ def test_the_pods_refuse_what_each_setting_refuses_naming_its_key():
                 parse_spec(spec)
             probed += 1
     assert probed > 180
+
+
+def test_a_default_is_written_back_and_the_chart_s_own_comment_kept(chart):
+    values = chart / contract.VALUES
+    text = values.read_text()
+    values.write_text(text.replace("  watchSeconds: 10\n", "  watchSeconds: 11  # x\n"))
+    assert contract.main([str(chart)]) == 0
+    assert "  watchSeconds: 10  # x\n" in values.read_text()

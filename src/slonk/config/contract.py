@@ -2,11 +2,11 @@
 
 Each ruled field of `slonk.config.model` (made with `setting` or `required`) and each health
 check's timeout and integer options (`slonk.config.health_checks`) is one setting: one values
-key, its type, its bounds, its default. This module writes them where the chart states them:
-the setting's node of values.schema.json (so Helm refuses a value before any template runs),
-its default in values.yaml wherever values.yaml shows the key, and the lists the templates
-check beside the schema (templates/_contract.tpl). Everything else in those files is the
-chart's own and is left as it is.
+key, its type, its bounds or pattern, its default, perhaps its documentation. This module
+writes them where the chart states them: the setting's node of values.schema.json (so Helm
+refuses a value before any template runs), its default (and a documented one's comment) in
+values.yaml, and the lists the templates check beside the schema (templates/_contract.tpl).
+Everything else in those files is the chart's own and is left as it is.
 
     python -m slonk.config.contract [CHART]          write the files
     python -m slonk.config.contract --check [CHART]  fail, naming each file and key, if a
@@ -215,7 +215,7 @@ def write_values(text: str) -> str:
         if "*" not in s.values and s.default is not MISSING and s.default is not None
     }
     lines, seen = text.split("\n"), set()
-    # Each key line: its dotted path, indentation and index, and where its block ends.
+    # Each key line: its dotted path, its indentation and its index.
     keys: list[tuple[str, int, int]] = []
     path: list[tuple[int, str]] = []
     for i, line in enumerate(lines):
@@ -235,7 +235,10 @@ def write_values(text: str) -> str:
             continue
         seen.add(dotted)
         indent = " " * depth
-        edits[i] = [f"{indent}{dotted.rsplit('.', 1)[-1]}: {_yaml_scalar(setting.default)}"]
+        kept = re.search(r"\s+#.*$", lines[i])  # the chart's own comment on the line
+        comment = kept.group() if kept else ""
+        written = f"{dotted.rsplit('.', 1)[-1]}: {_yaml_scalar(setting.default)}{comment}"
+        edits[i] = [f"{indent}{written}"]
         if setting.rule.doc:
             above = i
             while above > 0 and lines[above - 1].startswith(f"{indent}#"):
