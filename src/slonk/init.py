@@ -26,7 +26,7 @@ from slonk.config.render import JOB_CONTAINER, conf_server, render, slurm_settin
 from slonk.config.spec import ClusterSpec, read_spec
 from slonk.health import runner as health
 from slonk.health import serials
-from slonk.pod import cgroups, mount_namespaces, secrets, services, sshd, worker_stop
+from slonk.pod import cgroups, mount_namespaces, restapi, secrets, services, sshd, worker_stop
 from slonk.pod.job_programs import install_job_programs
 from slonk.pod.ldapdev import DevDirectory, seed_ldif
 from slonk.slurm import rollout, statesave
@@ -57,6 +57,8 @@ def check_identity(spec: ClusterSpec, role: str, name: str) -> None:
         raise InitError(f"pod {name!r} is not a node of cluster.yaml (pools: {pools})")
     if role in ("database", "slurmdbd"):
         accounting_of(spec, role)  # before any step changes anything
+    if role == "restapi" and spec.restapi is None:
+        raise InitError("cluster.yaml has no restapi: the chart writes it with restapi.enabled")
 
 
 def prepare_slurm_config(spec: ClusterSpec, role: str) -> str:
@@ -244,7 +246,9 @@ class Step:
 
 
 SLURM_ROLES = frozenset({"controller", "worker", "login"})
-WORKER, LOGIN = frozenset({"worker"}), frozenset({"login"})
+WORKER, LOGIN, RESTAPI = frozenset({"worker"}), frozenset({"login"}), frozenset({"restapi"})
+# What verifies users' tokens when the REST API is on.
+JWT_VERIFIERS = frozenset({"controller", "slurmdbd"})
 # Every role's start, in order (a role's steps keep the table's order).
 STEPS = (
     Step("prepared the development directory", frozenset({"ldap"}),
@@ -256,12 +260,16 @@ STEPS = (
          lambda pod: prepare_slurm_config(pod.spec, pod.role)),
     Step("installed the munge key", SLURM_ROLES | {"slurmdbd"},
          lambda pod: secrets.install_munge_key()),
+    Step("installed the JWT key", JWT_VERIFIERS, lambda pod: secrets.install_jwt_key(),
+         lambda pod: pod.spec.restapi is not None),
     Step("prepared sshd", SLURM_ROLES, lambda pod: sshd.prepare(pod.spec, pod.role),
          lambda pod: sshd.runs_sshd(pod.spec, pod.role)),
     Step("prepared state directories", SLURM_ROLES | {"slurmdbd"},
          lambda pod: prepare_dirs(pod.role)),
     Step("prepared slurmdbd", frozenset({"slurmdbd"}),
-         lambda pod: slurmdbd.prepare(accounting_of(pod.spec, pod.role), pod.name)),
+         lambda pod: slurmdbd.prepare(
+             accounting_of(pod.spec, pod.role), pod.name, jwt=pod.spec.restapi is not None)),
+    Step("prepared slurmrestd", RESTAPI, lambda pod: restapi.prepare(pod.spec)),
     Step("waited for the database", frozenset({"slurmdbd"}),
          lambda pod: slurmdbd.wait_for_database(accounting_of(pod.spec, pod.role))),
     Step("prepared the cgroup tree for jobs", WORKER, lambda pod: cgroups.prepare(),
@@ -277,7 +285,7 @@ STEPS = (
          lambda pod: pod.health_plan is not None),
     Step("installed job programs", WORKER, lambda pod: install_job_programs(pod.spec),
          lambda pod: bool(pod.spec.job_phases or pod.spec.health)),
-    Step("wrote s6 services", SLURM_ROLES | {"ldap", "database", "slurmdbd"},
+    Step("wrote s6 services", SLURM_ROLES | RESTAPI | {"ldap", "database", "slurmdbd"},
          lambda pod: services.write_scan_dir(pod.role, optional_services(pod.spec, pod.role))),
 )  # fmt: skip
 

@@ -355,6 +355,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         "slurm": {"slurmConf": {"PriorityCalcPeriod": 1}},
         # SSO-style logins: certificates from this CA log in (tests/integration/test_local_ssh.py).
         "ssh": {"trustedUserCAKeys": USER_CA_SECRET},
+        # Slurm's REST API, and with it users' tokens beside munge for every Slurm daemon
+        # (tests/integration/test_local_restapi.py).
+        "restapi": {"enabled": True},
     }
     with running(state_dir, values=values):
         yield LocalCluster(state_dir, hooks, ca)

@@ -67,6 +67,10 @@ def test_slurmdbd_conf():
     assert "StorageParameters=SSL_CA=/var/run/secrets/slonk/accounting-ca/ca.crt" in (
         slurmdbd.render(tls, "h", "pw").splitlines()
     )
+    assert not any(line.startswith("AuthAlt") for line in lines)
+    with_api = slurmdbd.render(SETTINGS, "h", "pw", jwt=True).splitlines()
+    assert "AuthAltTypes=auth/jwt" in with_api
+    assert "AuthAltParameters=jwt_key=/etc/slurm/jwt_hs256.key" in with_api
 
 
 @pytest.mark.parametrize("value", HOSTILE)

@@ -9,10 +9,15 @@ import pytest
 
 from slonk import init
 from slonk.base import paths
-from slonk.config.spec import parse_spec
+from slonk.config.spec import ClusterSpec, parse_spec
 from slonk.init import InitError, check_identity
-from slonk.pod import services
-from slonk.pod.secrets import MissingSecret, install_munge_key, install_ssh_host_keys
+from slonk.pod import restapi, services
+from slonk.pod.secrets import (
+    MissingSecret,
+    install_jwt_key,
+    install_munge_key,
+    install_ssh_host_keys,
+)
 
 
 def test_identity(demo_spec):
@@ -65,6 +70,49 @@ def test_each_role_runs_its_own_steps_in_order(demo_spec):
     assert all("registered users" in found for found in (controller, worker, login))
     for found in (controller, worker, login, steps("ldap", "slonk-ldap-0")):
         assert found[-1] == "wrote s6 services", found
+
+
+def test_the_rest_api_s_steps_and_the_key_its_verifiers_install(demo_spec, monkeypatch, tmp_path):
+    """The REST pod writes its own slurm.conf and holds no key; slurmctld and slurmdbd get
+    the JWT key only while the API is on."""
+    spec = parse_spec(demo_spec)
+    with_api = parse_spec({**demo_spec, "restapi": {"port": 6820}})
+
+    def steps(spec: ClusterSpec, role: str, name: str) -> list[str]:
+        return [step.what for step in init.steps_for(init.Pod(spec, role, name))]
+
+    assert steps(with_api, "restapi", "slonk-restapi-0") == [
+        "prepared slurmrestd",
+        "wrote s6 services",
+    ]
+    assert "installed the JWT key" in steps(with_api, "controller", "slonk-controller-0")
+    assert "installed the JWT key" not in steps(spec, "controller", "slonk-controller-0")
+    with pytest.raises(InitError, match="no restapi"):
+        check_identity(spec, "restapi", "slonk-restapi-0")
+    conf = tmp_path / "slurmrestd" / "slurm.conf"
+    monkeypatch.setattr(paths, "SLURMRESTD_CONF", conf)
+    monkeypatch.setenv("SLURM_CONF_SERVER", "elsewhere:6817")
+    assert restapi.prepare(with_api).endswith("port 6820, openapi/slurmctld")
+    assert os.environ["SLURM_CONF"] == str(conf) and "SLURM_CONF_SERVER" not in os.environ
+    assert os.environ["SLONK_RESTAPI_LISTEN"] == ":6820"
+    assert "AuthAltTypes=auth/jwt" in conf.read_text().splitlines()
+
+
+def test_jwt_key_is_installed_for_slurm_only(tmp_path):
+    source, target = tmp_path / "secret" / "jwt_hs256.key", tmp_path / "etc" / "jwt_hs256.key"
+    with pytest.raises(MissingSecret, match="no JWT key; mount the Secret <release>-jwt"):
+        install_jwt_key(source, target)
+    source.parent.mkdir()
+    source.write_bytes(os.urandom(31))
+    with pytest.raises(MissingSecret, match="JWT key is 31 bytes, auth/jwt needs at least 32"):
+        install_jwt_key(source, target)
+    source.write_bytes(os.urandom(32))
+    try:
+        install_jwt_key(source, target)
+    except KeyError:
+        pytest.skip("no slurm user here")
+    assert stat.S_IMODE(target.stat().st_mode) == 0o400
+    assert target.read_bytes() == source.read_bytes()
 
 
 def test_munge_key_is_installed_for_munge_only(tmp_path):

@@ -5,11 +5,11 @@
 {{- end }}
 {{- /* Settings slonk derives from the spec, with Slurm's aliases, lower case (Slurm reads keys in any case): spec.MANAGED_KEYS. */}}
 {{- define "slonk.managedSlurmKeys" -}}
-backupaddr backupcontroller clustername controladdr controlmachine downnodes frontendname include nodename nodeset partitionname slurmctldaddr slurmctldhost slurmctldlogfile slurmctldport slurmdlogfile slurmdport
+authaltparameters authalttypes backupaddr backupcontroller clustername controladdr controlmachine downnodes frontendname include nodename nodeset partitionname slurmctldaddr slurmctldhost slurmctldlogfile slurmctldport slurmdlogfile slurmdport
 {{- end }}
 {{- /* Pool names whose StatefulSet or node names would be another component's, and Slurm's keyword for defaults: spec.RESERVED_POOL_NAMES. */}}
 {{- define "slonk.reservedPoolNames" -}}
-controller login ldap slurmdbd mariadb default
+controller login ldap slurmdbd mariadb restapi default
 {{- end }}
 {{- /* What slonk writes on a partition's line: spec.PARTITION_KEYS. */}}
 {{- define "slonk.partitionKeys" -}}

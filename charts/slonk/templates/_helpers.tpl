@@ -28,6 +28,37 @@
 {{ .Values.munge.existingSecret | default (printf "%s-munge" .Release.Name) }}
 {{- end }}
 
+{{- define "slonk.jwtSecret" -}}
+{{ .Values.restapi.jwt.existingSecret | default (printf "%s-jwt" .Release.Name) }}
+{{- end }}
+
+{{/* The JWT key for slurmctld and slurmdbd, which verify users' tokens while the REST API is
+on (values: restapi); each nothing when it is off. */}}
+{{- define "slonk.jwtVolume" -}}
+{{- if .Values.restapi.enabled }}
+- name: jwt-key
+  secret: {secretName: {{ include "slonk.jwtSecret" . | quote }}, defaultMode: 0400}
+{{- end }}
+{{- end }}
+
+{{- define "slonk.jwtMount" -}}
+{{- if .Values.restapi.enabled }}
+- {name: jwt-key, mountPath: /var/run/secrets/slonk/jwt, readOnly: true}
+{{- end }}
+{{- end }}
+
+{{- /* The container security context of slurmdbd and MariaDB, as the controller's
+(controller.securityContext): init and s6 run as root and write the munge key and the daemons'
+files; munged, slurmdbd and mariadbd switch to their own users (SETUID, SETGID); s6 signals
+them (KILL). Nothing else. */}}
+{{- define "slonk.serviceSecurityContext" -}}
+allowPrivilegeEscalation: false
+capabilities:
+  drop: [ALL]
+  add: [CHOWN, DAC_OVERRIDE, FOWNER, KILL, SETGID, SETUID]
+seccompProfile: {type: RuntimeDefault}
+{{- end }}
+
 {{- define "slonk.sshSecret" -}}
 {{ .Values.ssh.existingSecret | default (printf "%s-ssh-host-keys" .Release.Name) }}
 {{- end }}
@@ -420,6 +451,9 @@ resources, placement) are checked by the API server and are left to it. */}}
 -}}
 {{- if .Values.metrics.enabled -}}
 {{- $_ := set $spec "metrics" (dict "port" (int .Values.metrics.port)) -}}
+{{- end -}}
+{{- if .Values.restapi.enabled -}}
+{{- $_ := set $spec "restapi" (dict "port" (int .Values.restapi.port)) -}}
 {{- end -}}
 {{- $accounting := .Values.accounting -}}
 {{- if $accounting.enabled -}}

@@ -11,6 +11,7 @@ from slonk.accounting import password
 from slonk.base import paths
 from slonk.base.files import make_dir, write_atomically
 from slonk.config.model import AccountingSettings
+from slonk.config.render import JWT_AUTH
 
 CONF = Path("/etc/slurm/slurmdbd.conf")
 PID_DIR = Path("/run/slurmdbd")
@@ -20,13 +21,21 @@ SLURM_USER = "slurm"
 DATABASE_WAIT_SECONDS = 30.0
 
 
-def render(accounting: AccountingSettings, host: str, storage_pass: str) -> str:
+def render(
+    accounting: AccountingSettings, host: str, storage_pass: str, *, jwt: bool = False
+) -> str:
     """slurmdbd.conf. Every value but the password comes from the spec's checked patterns
-    (host names, ports, database name and user); the password passes password.check."""
+    (host names, ports, database name and user); the password passes password.check. With
+    `jwt` (the REST API is on), users' tokens are taken too, verified with slurmctld's key."""
     db = accounting.database
     lines = [
         "# Written by slonk init --role slurmdbd from cluster.yaml; changes are overwritten.",
         "AuthType=auth/munge",
+        *(
+            [f"AuthAltTypes={JWT_AUTH}", f"AuthAltParameters=jwt_key={paths.JWT_KEY}"]
+            if jwt
+            else []
+        ),
         # slurmdbd refuses to start unless DbdHost names the machine it runs on: the pod.
         f"DbdHost={host}",
         f"DbdPort={accounting.port}",
@@ -46,13 +55,13 @@ def render(accounting: AccountingSettings, host: str, storage_pass: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def prepare(accounting: AccountingSettings, host: str) -> str:
+def prepare(accounting: AccountingSettings, host: str, *, jwt: bool = False) -> str:
     """Write slurmdbd.conf (SlurmUser's, 0600: it holds the password) and its PID directory."""
     if accounting.database.tls and not paths.ACCOUNTING_CA.is_file():
         raise password.PasswordError(
             f"{paths.ACCOUNTING_CA}: no CA certificate; database.tls needs the CA Secret there"
         )
-    text = render(accounting, host, password.read())
+    text = render(accounting, host, password.read(), jwt=jwt)
     make_dir(CONF.parent, 0o755)
     write_atomically(CONF, text, mode=0o600, owner=SLURM_USER)
     make_dir(PID_DIR, 0o755, owner=SLURM_USER)

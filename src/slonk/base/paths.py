@@ -22,6 +22,9 @@ LDAP_DATA = Path("/var/lib/ldap")
 ACCOUNTING_PASSWORD = Path("/var/run/secrets/slonk/accounting/password")
 ACCOUNTING_CA = Path("/var/run/secrets/slonk/accounting-ca/ca.crt")
 DATABASE_DATA = Path("/var/lib/mysql")
+# The REST API (values restapi): the key slurmctld and slurmdbd sign and verify users' JSON
+# Web Tokens with.
+JWT_SECRET = Path("/var/run/secrets/slonk/jwt/jwt_hs256.key")
 HOME = Path("/home")
 # Environment modules every login pod offers beside the image's: a site adds tools to the
 # shared /home; slonk init adds it to the search path (slonk.init.offer_shared_modulefiles).
@@ -87,6 +90,8 @@ SLURMCTLD_LOG = Path("/run/slonk/log/slurmctld/current")
 
 # Written by `slonk init` inside the pod.
 MUNGE_KEY = Path("/etc/munge/munge.key")
+JWT_KEY = Path("/etc/slurm/jwt_hs256.key")  # SlurmUser's, 0400 (slonk.pod.secrets)
+SLURMRESTD_CONF = Path("/etc/slurm/slurmrestd/slurm.conf")  # slonk.pod.restapi
 SCAN_DIR = Path("/run/slonk/service")
 # The fingerprint of the cluster.yaml `slonk init` started on: config-watch applies any other,
 # even one that came between init and its own start.

@@ -47,6 +47,7 @@ SECTIONS: dict[type, str] = {
     model.RecycleSettings: "health.recycle",
     model.SyncerSettings: "syncer",
     model.MetricsSettings: "metrics",
+    model.RestApiSettings: "restapi",
     model.CapacitySettings: "capacity",
     model.Priority: "slurm.priority",
     model.PriorityWeights: "slurm.priority.weights",

@@ -319,6 +319,15 @@ class MetricsSettings:
 
 
 @dataclass(frozen=True)
+class RestApiSettings:
+    """slurmrestd (its own pod, Service <release>-restapi): Slurm's REST API. Clients send a
+    JSON Web Token that slurmctld issued to their user (`scontrol token`), and each request
+    acts as that user; slurmctld and slurmdbd verify it with a key the REST pod never holds."""
+
+    port: int = setting(6820, "port", **PORT)
+
+
+@dataclass(frozen=True)
 class CapacitySettings:
     """Nodes lent to Kubernetes (slonk.slurm.power): may Slurm ask them back for pending jobs?"""
 
@@ -460,6 +469,7 @@ class ClusterSpec:
     ssh: SshSettings = SshSettings()
     accounting: AccountingSettings | None = None
     metrics: MetricsSettings | None = None
+    restapi: RestApiSettings | None = None
 
     @property
     def controller_name(self) -> str:

@@ -15,6 +15,7 @@ from slonk.base.paths import (
     CONFIG_FILES,
     HOOK_BIN,
     JOB_TMP_BASE,
+    JWT_KEY,
     POWER_RESUME_PROGRAM,
     SLURMD_SPOOL,
     STATE_SAVE,
@@ -58,6 +59,8 @@ def max_job_count(spec: ClusterSpec) -> int:
 
 # Power-save passes every second (Slurm's default: 10 s): `lend` waits for one.
 POWER_SAVE_INTERVAL = "power_save_interval=1"
+# The REST API's tokens, beside munge (values restapi).
+JWT_AUTH = "auth/jwt"
 
 _env = jinja2.Environment(
     loader=jinja2.PackageLoader("slonk.config", "templates"),
@@ -145,6 +148,11 @@ def slurm_settings(spec: ClusterSpec) -> dict[str, str]:
         defaults["TopologyPlugin"] = f"topology/{spec.topology}"
     if any(p.gpus for p in spec.nodepools):
         defaults["GresTypes"] = "gpu"
+    if spec.restapi:
+        # Users' JSON Web Tokens (`scontrol token`), which the REST API passes on: slurmctld
+        # verifies them with the key, as slurmdbd does (slonk.accounting.slurmdbd).
+        defaults["AuthAltTypes"] = JWT_AUTH
+        defaults["AuthAltParameters"] = f"jwt_key={JWT_KEY}"
     if "prolog" in spec.job_phases:
         # Health checks and hooks from git around jobs (slonk.hooks.dispatch). A failing
         # prolog drains its node; the job is requeued to run elsewhere rather than held.

@@ -50,6 +50,7 @@ from slonk.config.model import (
     Priority,
     PriorityWeights,
     RecycleSettings,
+    RestApiSettings,
     Rule,
     SshSettings,
     SyncerSettings,
@@ -81,6 +82,7 @@ __all__ = [
     "Partition",
     "Placement",
     "RecycleSettings",
+    "RestApiSettings",
     "SpecError",
     "SyncerSettings",
     "User",
@@ -93,12 +95,13 @@ M = TypeVar("M")
 
 DNS_LABEL_MAX = 63
 # Settings slonk derives from the spec, with Slurm's aliases for them: overriding them by hand
-# would desynchronize slurm.conf from the pods and their Services, so they are refused in
-# `slurmConf` and `extraLines`. Slurm reads keys case-insensitively, and so does this check.
+# would desynchronize slurm.conf from the pods and their Services (AuthAlt*: from the JWT key
+# the pods hold, values restapi), so they are refused in `slurmConf` and `extraLines`. Slurm
+# reads keys case-insensitively, and so does this check.
 MANAGED_KEYS = frozenset(
     "ClusterName SlurmctldHost ControlMachine ControlAddr BackupController BackupAddr "
     "SlurmctldAddr SlurmctldPort SlurmdPort NodeName NodeSet PartitionName FrontendName "
-    "DownNodes Include SlurmctldLogFile SlurmdLogFile".split()
+    "DownNodes Include SlurmctldLogFile SlurmdLogFile AuthAltTypes AuthAltParameters".split()
 )
 # What slonk writes on a partition's line, and Slurm's alias of one (Priority): its
 # `options` may add anything else.
@@ -108,7 +111,9 @@ PARTITION_KEYS = frozenset(
 )
 # Pool names whose StatefulSet or node names would be another component's, and Slurm's
 # keyword for the defaults of the lines after it.
-RESERVED_POOL_NAMES = ("controller", "login", "ldap", "slurmdbd", "mariadb", "default")
+RESERVED_POOL_NAMES = (
+    "controller", "login", "ldap", "slurmdbd", "mariadb", "restapi", "default"
+)  # fmt: skip
 # Kubernetes labels every pod of a StatefulSet `controller-revision-hash: <name>-<hash>`, a
 # label value of at most 63 characters with an 11-character hash: a StatefulSet with a longer
 # name never makes a pod. Its pods' names (<name>-<ordinal>) then fit a DNS label too.
@@ -120,7 +125,7 @@ SSH_PORT = 22  # sshd on login pods and workers
 SPEC_KEYS = frozenset(
     "version clusterName release namespace nodepools partitions slurmConf "
     "cgroupConf extraLines users groups ldap ldapServer accounts hooks health syncer capacity "
-    "priority accounting ssh metrics".split()
+    "priority accounting ssh metrics restapi".split()
 )
 
 
@@ -581,11 +586,12 @@ def _syncer(data: Any, path: str) -> SyncerSettings | None:
     )
 
 
-def _metrics(data: Any, path: str) -> MetricsSettings | None:
-    """Absent: no `metrics` service (the chart writes the key when metrics.enabled)."""
+def _service(cls: type[M], data: Any, path: str) -> M | None:
+    """A service that is off when its key is absent (`metrics`, `restapi`: the chart writes
+    the key when the service is enabled), its settings all ruled."""
     if data is None:
         return None
-    return _ruled(_Reader(data, path, _keys(MetricsSettings)), MetricsSettings)
+    return _ruled(_Reader(data, path, _keys(cls)), cls)
 
 
 def _capacity(data: Any, path: str) -> CapacitySettings:
@@ -735,7 +741,7 @@ def parse_spec(data: Any) -> ClusterSpec:
     spec_default = functools.partial(default_of, ClusterSpec)
     slurm_conf = _conf_map(r, "slurmConf")
     extra_lines = _extra_lines(r, slurm_conf)
-    metrics = _metrics(r.data.get("metrics"), "metrics")
+    metrics = _service(MetricsSettings, r.data.get("metrics"), "metrics")
     taken = {
         "slurmctldPort": r.get("slurmctldPort", int, spec_default("slurmctld_port")),
         "slurmdPort": r.get("slurmdPort", int, spec_default("slurmd_port")),
@@ -768,6 +774,7 @@ def parse_spec(data: Any) -> ClusterSpec:
         accounting=_accounting(r.data.get("accounting"), "accounting"),
         ssh=_ssh(r.data.get("ssh"), "ssh"),
         metrics=metrics,
+        restapi=_service(RestApiSettings, r.data.get("restapi"), "restapi"),
     )
 
 

@@ -1,4 +1,4 @@
-"""Install the munge key and SSH host keys from their mounted Secrets."""
+"""Install the munge key, the JWT key and SSH host keys from their mounted Secrets."""
 
 from __future__ import annotations
 
@@ -9,25 +9,39 @@ from slonk.base.errors import SlonkError
 from slonk.base.files import make_dir, write_atomically
 
 MIN_MUNGE_KEY_BYTES = 32  # munged refuses shorter keys
+# Slurm signs tokens with HMAC-SHA256: a key shorter than the hash gives less than its strength.
+MIN_JWT_KEY_BYTES = 32
 
 
 class MissingSecret(SlonkError):
     """A Secret the pod needs is not mounted; the message says which and where."""
 
 
-def install_munge_key(source: Path = paths.MUNGE_SECRET, target: Path = paths.MUNGE_KEY) -> None:
+def _key_from(source: Path, what: str, secret: str, minimum: int, reader: str) -> bytes:
     if not source.is_file():
         raise MissingSecret(
-            f"{source}: no munge key; mount the Secret <release>-munge (key munge.key) there"
+            f"{source}: no {what}; mount the Secret {secret} (key {source.name}) there"
         )
     key = source.read_bytes()
-    if len(key) < MIN_MUNGE_KEY_BYTES:
+    if len(key) < minimum:
         raise MissingSecret(
-            f"{source}: munge key is {len(key)} bytes, munged needs at least {MIN_MUNGE_KEY_BYTES}"
+            f"{source}: {what} is {len(key)} bytes, {reader} needs at least {minimum}"
         )
+    return key
+
+
+def install_munge_key(source: Path = paths.MUNGE_SECRET, target: Path = paths.MUNGE_KEY) -> None:
+    key = _key_from(source, "munge key", "<release>-munge", MIN_MUNGE_KEY_BYTES, "munged")
     # munged refuses a key directory or file that anyone but munge (or root) could change.
     make_dir(target.parent, 0o700, owner="munge")
     write_atomically(target, key, mode=0o400, owner="munge")
+
+
+def install_jwt_key(source: Path = paths.JWT_SECRET, target: Path = paths.JWT_KEY) -> None:
+    """slurmctld's and slurmdbd's copy: SlurmUser's alone, 0400, as Slurm's JWT guide asks."""
+    key = _key_from(source, "JWT key", "<release>-jwt", MIN_JWT_KEY_BYTES, "auth/jwt")
+    make_dir(target.parent, 0o755)
+    write_atomically(target, key, mode=0o400, owner="slurm")
 
 
 def install_ssh_host_keys(

@@ -23,6 +23,8 @@ ROLE_SERVICES = {
     # Accounting: slurmdbd authenticates slurmctld and clients with munge; the chart's MariaDB.
     "slurmdbd": ("munged", "slurmdbd"),
     "database": ("mariadb",),
+    # The REST API: users' tokens only, no munge (slonk.pod.restapi).
+    "restapi": ("slurmrestd",),
 }
 
 
