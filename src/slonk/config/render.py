@@ -134,6 +134,9 @@ def slurm_settings(spec: ClusterSpec) -> dict[str, str]:
         "JobCompType": "jobcomp/none",
         # Images carry no mailer; Slurm refuses to start with a MailProg that is missing.
         "MailProg": "/bin/true",
+        # Users' own cron entries (`scrontab -e`), run as batch jobs: researchers' nightly
+        # syncs and sweeps (Slurm's default is off).
+        "ScronParameters": "enable",
     }
     if not cgroup:
         # No cgroup holds a job to its memory: the sampler kills a step that uses more.
