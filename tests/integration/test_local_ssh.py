@@ -325,6 +325,11 @@ TOOLS = {
     "curl": "curl --version",
     "gcc": "gcc --version",
     "mpicc": "mpicc --version",
+    "gdb": "gdb --version",
+    "strace": "strace -V",
+    "cmake": "cmake --version",
+    "jq": "echo '{\"a\": 1}' | jq .a",
+    "bc": "echo 6*7 | bc",
 }
 
 
@@ -332,6 +337,35 @@ TOOLS = {
 def test_the_login_node_has_the_daily_tools(healthy, tool):
     result = healthy.user("demo").run(TOOLS[tool])
     assert result.rc == 0 and result.stdout.strip(), (tool, result.stderr)
+
+
+SLURM_VERSION_C = r"""
+#include <stdio.h>
+#include <slurm/slurm.h>
+int main(void) {
+    long v = SLURM_VERSION_NUMBER;
+    if (slurm_api_version() <= 0) return 1; /* linked with libslurm */
+    printf("%ld.%02ld\n", SLURM_VERSION_MAJOR(v), SLURM_VERSION_MINOR(v));
+    return 0;
+}
+"""
+
+
+def test_a_program_builds_against_slurms_library_on_the_login_node(healthy):
+    """Slurm's development files (what pyslurm builds against): a program linked with
+    libslurm reports the installed release, which the cluster runs too."""
+    demo = healthy.user("demo")
+    demo.check_output(
+        f"mkdir -p ~/slurmdev && printf %s {shlex.quote(SLURM_VERSION_C)} > ~/slurmdev/v.c"
+    )
+    demo.check_output("cd ~/slurmdev && gcc -o v v.c -lslurm")
+    built = demo.check_output("~/slurmdev/v").strip()
+    assert demo.check_output("sinfo -V").split()[1].startswith(built)
+
+
+@pytest.mark.parametrize("tool", ["rsync --version", "git --version"])
+def test_jobs_have_rsync_and_git(healthy, tool):
+    assert healthy.user("demo").check_output(f"srun -N1 {tool}").strip()
 
 
 def test_a_venv_in_ones_home(healthy):
