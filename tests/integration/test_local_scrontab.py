@@ -15,8 +15,8 @@ def test_a_users_scrontab_entry_runs_as_their_job(healthy: LocalCluster):
     user = healthy.user("demo")
     marker = f"cron-{uuid.uuid4().hex[:8]}"
     table = f"{marker}.crontab"
-    # An absolute path: Slurm's --get-user-env fails in the workers (README, scrontab), so
-    # the job has no HOME of its login shell's.
+    # An absolute path: Slurm's --get-user-env fails under the workers' masked /proc (README,
+    # "Cron in Slurm"), so the job has no HOME of its login shell's.
     user.check_output(f"printf '* * * * * id -un > /home/demo/{marker}\\n' > {table}")
     try:
         user.check_output(f"scrontab {table}")
