@@ -11,6 +11,7 @@ import yaml
 
 from slonk.base import paths
 from slonk.config.spec import parse_spec
+from slonk.kube import chart
 
 from .netpol import Endpoint, allowed
 from .test_security import OUTSIDE, STRANGER, _container, _docs, _get, _pods, _policies, _slurm_conf
@@ -110,3 +111,14 @@ def test_who_may_reach_the_api(docs, source, destination, port, expected):
 def test_slurm_conf_cannot_change_how_tokens_are_verified(key):
     error = _template_error("--set", f"slurm.slurmConf.{key}=auth/none")
     assert f"slurm.slurmConf.{key}: set by slonk from the spec" in error
+
+
+def test_the_notes_show_how_to_call_it():
+    def notes(values):
+        rendered = chart.render(chart.default_chart(), values, namespace="hpc")
+        return next(text for path, text in rendered.items() if path.endswith("NOTES.txt"))
+
+    assert "REST API" not in notes({})
+    said = notes(ON)
+    assert "http://slonk-restapi.hpc:6820/slurm/v0.0.42/jobs" in said
+    assert 'eval "$(scontrol token)"' in said
