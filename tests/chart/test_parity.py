@@ -373,6 +373,11 @@ CHART_ONLY = dict(
             "the CA is a Secret's: it never reaches cluster.yaml",
         ),
         (
+            "restapi.fromNamespaces: %q is the release's own namespace, where its workers run "
+            "users' jobs; the login pods reach the API already",
+            "the namespaces are the NetworkPolicies': they never reach cluster.yaml",
+        ),
+        (
             "accounting.database.tls.enabled: only for a site's database (set "
             "accounting.database.host); slurmdbd reaches the chart's MariaDB inside the cluster",
             "a choice of pods: cluster.yaml names the database's host either way",

@@ -72,7 +72,7 @@ def test_the_jwt_key_is_made_once_kept_and_given_to_its_verifiers_alone(docs):
         assert "jwt-key" not in _mounts(docs, statefulset), statefulset
     conf = _slurm_conf(docs)
     assert "AuthAltTypes=auth/jwt" in conf
-    assert f"AuthAltParameters=jwt_key={paths.JWT_KEY}" in conf
+    assert f"AuthAltParameters=jwt_key={paths.JWT_KEY},max_token_lifespan=3600" in conf
     own = _docs({"restapi": {"enabled": True, "jwt": {"existingSecret": "site-jwt"}}})
     assert not [d for d in own if d["kind"] == "Secret" and d["metadata"]["name"] == "slonk-jwt"]
     volumes = _get(own, "StatefulSet", "slonk-controller")["spec"]["template"]["spec"]["volumes"]
@@ -121,4 +121,25 @@ def test_the_notes_show_how_to_call_it():
     assert "REST API" not in notes({})
     said = notes(ON)
     assert "http://slonk-restapi.hpc:6820/slurm/v0.0.42/jobs" in said
-    assert 'eval "$(scontrol token)"' in said
+    assert '"$jwt" |\n    curl -H @- http://slonk-restapi' in said  # off the command line
+
+
+def test_the_release_s_own_namespace_is_refused_as_a_client():
+    error = _template_error(
+        "--set", "restapi.enabled=true", "--set", "restapi.fromNamespaces={portal,default}"
+    )
+    assert 'restapi.fromNamespaces: "default" is the release\'s own namespace' in error
+
+
+def test_a_new_spec_starts_a_new_rest_pod():
+    def digest(values):
+        sts = _get(_docs(values), "StatefulSet", "slonk-restapi")
+        return sts["spec"]["template"]["metadata"]["annotations"]["slonk.io/cluster-spec"]
+
+    assert digest(ON) == digest(ON)
+    assert digest(ON) != digest({**ON, "accounting": {"enabled": False}})
+
+
+def test_tokens_live_at_most_the_setting():
+    conf = _slurm_conf(_docs({"restapi": {"enabled": True, "maxTokenLifespanSeconds": 600}}))
+    assert f"AuthAltParameters=jwt_key={paths.JWT_KEY},max_token_lifespan=600" in conf

@@ -41,15 +41,18 @@ def _call(
     body: dict[str, Any] | None = None,
 ) -> tuple[int, dict[str, Any]]:
     """(HTTP status, JSON answer or {}) of one request from the login pod, run as `as_user`,
-    sending `name` and `token` as Slurm's headers when given."""
-    command = ["curl", "-s", "-m", "20", "-X", method, "-w", r"\n%{http_code}"]
-    if name is not None:
-        command += ["-H", f"X-SLURM-USER-NAME: {name}"]
-    if token is not None:
-        command += ["-H", f"X-SLURM-USER-TOKEN: {token}"]
+    sending `name` and `token` as Slurm's headers when given: on curl's standard input, as
+    the README tells users to (other users see command lines there)."""
+    headers = "".join(
+        f"{header}: {value}\n"
+        for header, value in (("X-SLURM-USER-NAME", name), ("X-SLURM-USER-TOKEN", token))
+        if value is not None
+    )
+    command = ["curl", "-s", "-m", "20", "-X", method, "-w", r"\n%{http_code}", "-H", "@-"]
     if body is not None:
         command += ["-H", "Content-Type: application/json", "--data-binary", json.dumps(body)]
-    out = cluster.user(as_user).check_output(shlex.join([*command, API + path]))
+    printed = shlex.join(["printf", "%s", headers])
+    out = cluster.user(as_user).check_output(f"{printed} | {shlex.join([*command, API + path])}")
     text, _, status = out.rpartition("\n")
     try:
         answer = json.loads(text) if text.strip() else {}
@@ -58,15 +61,18 @@ def _call(
     return int(status), answer
 
 
-def _forged(user: str) -> str:
-    """A token in Slurm's form for `user`, signed with a key that is not the cluster's."""
+def _forged(user: str, algorithm: str = "HS256") -> str:
+    """A token in Slurm's form for `user`, signed with a key that is not the cluster's (or,
+    with algorithm "none", not signed at all)."""
 
     def part(data: bytes) -> str:
         return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
     now = int(time.time())
-    head = part(json.dumps({"alg": "HS256", "typ": "JWT"}).encode())
+    head = part(json.dumps({"alg": algorithm, "typ": "JWT"}).encode())
     claims = part(json.dumps({"exp": now + 600, "iat": now, "sun": user}).encode())
+    if algorithm == "none":
+        return f"{head}.{claims}."
     signature = hmac.new(secrets.token_bytes(32), f"{head}.{claims}".encode(), hashlib.sha256)
     return f"{head}.{claims}.{part(signature.digest())}"
 
@@ -121,8 +127,12 @@ def test_no_token_a_forged_one_or_a_name_not_the_token_s_is_refused(healthy: Loc
     token, other = _token(healthy, "demo"), bystander(healthy)
     assert _call(healthy, "GET", "/jobs")[0] == 401
     assert _call(healthy, "GET", "/jobs", name="demo")[0] == 401
-    for name, forged in (("demo", _forged("demo")), ("root", _forged("root"))):
-        assert _call(healthy, "GET", "/jobs", name=name, token=forged)[0] == 511
+    for name, forged in (
+        ("demo", _forged("demo")),
+        ("root", _forged("root")),
+        ("demo", _forged("demo", "none")),
+    ):
+        assert _call(healthy, "GET", "/jobs", name=name, token=forged)[0] == 511, forged
     # demo's own token under root's name or another user's acts as no one.
     for name in ("root", "slurm", other):
         assert _call(healthy, "GET", "/jobs", name=name, token=token)[0] == 511
@@ -137,18 +147,38 @@ def test_no_token_a_forged_one_or_a_name_not_the_token_s_is_refused(healthy: Loc
     assert _call(healthy, "GET", "/jobs", name="demo", token=token)[0] == 200
 
 
-def test_a_user_gets_a_token_for_themselves_alone(healthy: LocalCluster):
+def test_a_user_gets_a_token_for_themselves_alone_and_not_for_long(healthy: LocalCluster):
     for someone in ("root", "slurm", bystander(healthy)):
         asked = healthy.user("demo").run(f"scontrol token username={someone}")
         assert asked.rc != 0 and "SLURM_JWT=" not in asked.stdout, asked.stdout
+    # restapi.maxTokenLifespanSeconds, 3600 by default.
+    assert healthy.user("demo").run("scontrol token lifespan=3600").rc == 0
+    longer = healthy.user("demo").run("scontrol token lifespan=3601")
+    assert longer.rc != 0 and "SLURM_JWT=" not in longer.stdout, longer.stdout
+
+
+PROBE = """import socket, sys
+try:
+    socket.create_connection((sys.argv[1], int(sys.argv[2])), 5)
+    print("connected")
+except OSError as err:
+    print(type(err).__name__)
+"""
 
 
 def test_jobs_cannot_reach_the_api_and_its_pod_holds_no_secret(healthy: LocalCluster):
-    # Users' jobs run on the workers, which the API's NetworkPolicy leaves out.
-    probe = "python3 -c 'import socket; socket.create_connection((\"slonk-restapi\", 6820), 5)'"
-    assert healthy.pod("slonk-cpu-0").run(probe).rc != 0
-    assert healthy.pod("slonk-login-0").run(probe).rc == 0
+    """A user's job (on a worker, which the API's NetworkPolicy leaves out) is refused at
+    once, while the same job reaches slurmctld and a login pod reaches the API."""
+    demo = healthy.user("demo")
+    demo.check_output(f"printf %s {shlex.quote(PROBE)} > ~/probe.py")
+    both = "python3 ~/probe.py slonk-restapi 6820; python3 ~/probe.py slonk-controller 6817"
+    assert demo.check_output(f"srun -N1 sh -c {shlex.quote(both)}").split() == [
+        "ConnectionRefusedError",
+        "connected",
+    ]
+    assert demo.check_output("python3 ~/probe.py slonk-restapi 6820").strip() == "connected"
     pod = healthy.pod(RESTAPI)
-    assert pod.run("ls -A /var/run/secrets/slonk 2>/dev/null").stdout.strip() == ""
+    for secret in ("/var/run/secrets/slonk", "/etc/slurm/jwt_hs256.key", "/etc/munge/munge.key"):
+        assert pod.run(f"test -e {secret}").rc != 0, secret
     owners = pod.check_output("ps -o user= -C slurmrestd").split()
     assert owners and set(owners) == {"slurmrestd"}

@@ -453,7 +453,7 @@ resources, placement) are checked by the API server and are left to it. */}}
 {{- $_ := set $spec "metrics" (dict "port" (int .Values.metrics.port)) -}}
 {{- end -}}
 {{- if .Values.restapi.enabled -}}
-{{- $_ := set $spec "restapi" (dict "port" (int .Values.restapi.port)) -}}
+{{- $_ := set $spec "restapi" (dict "port" (int .Values.restapi.port) "maxTokenLifespanSeconds" (int .Values.restapi.maxTokenLifespanSeconds)) -}}
 {{- end -}}
 {{- $accounting := .Values.accounting -}}
 {{- if $accounting.enabled -}}

@@ -325,6 +325,15 @@ class RestApiSettings:
     acts as that user; slurmctld and slurmdbd verify it with a key the REST pod never holds."""
 
     port: int = setting(6820, "port", **PORT)
+    max_token_lifespan_seconds: int = setting(
+        3600,
+        "maxTokenLifespanSeconds",
+        minimum=60,
+        maximum=30 * 86400,
+        doc="The longest token slurmctld issues to a user (`scontrol token lifespan=`): a "
+        "token leaked from a command line or a log acts as its user until it expires. Root "
+        "and SlurmUser are not held to it.",
+    )
 
 
 @dataclass(frozen=True)

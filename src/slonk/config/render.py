@@ -154,8 +154,9 @@ def slurm_settings(spec: ClusterSpec) -> dict[str, str]:
     if spec.restapi:
         # Users' JSON Web Tokens (`scontrol token`), which the REST API passes on: slurmctld
         # verifies them with the key, as slurmdbd does (slonk.accounting.slurmdbd).
+        lifespan = spec.restapi.max_token_lifespan_seconds
         defaults["AuthAltTypes"] = JWT_AUTH
-        defaults["AuthAltParameters"] = f"jwt_key={JWT_KEY}"
+        defaults["AuthAltParameters"] = f"jwt_key={JWT_KEY},max_token_lifespan={lifespan}"
     if "prolog" in spec.job_phases:
         # Health checks and hooks from git around jobs (slonk.hooks.dispatch). A failing
         # prolog drains its node; the job is requeued to run elsewhere rather than held.
