@@ -136,6 +136,7 @@ def test_a_new_spec_starts_a_new_rest_pod():
         sts = _get(_docs(values), "StatefulSet", "slonk-restapi")
         return sts["spec"]["template"]["metadata"]["annotations"]["slonk.io/cluster-spec"]
 
+    assert isinstance(digest(ON), str)  # quoted: hex digits alone would read as a number
     assert digest(ON) == digest(ON)
     assert digest(ON) != digest({**ON, "accounting": {"enabled": False}})
 
