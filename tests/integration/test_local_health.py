@@ -415,13 +415,18 @@ def test_a_users_job_filling_scratch_drains_nothing_and_leaves_nothing(faults: F
     assert pod.check_output(f"find {SCRATCH} /dev/shm -mindepth 1 -user demo") == ""
     assert pod.run("pgrep -u demo").rc == 1, pod.run("ps -fu demo").stdout
     uid = pod.check_output("id -u demo").strip()
-    said = pod.check_output(f"cat /var/log/slonk/hooks/{job}.log")
-    # The daemon is gone either way: ended by the Epilog ("processes: ended N uid U left on
-    # the node") or, in some runs, gone before the Epilog looked (seen once: its log had the
-    # scratch line alone, and no process of demo's was left).
-    assert "still there" not in said, said
-    removed = re.search(rf"scratch: removed (\d+) entries uid {uid} left", said)
-    assert removed and int(removed[1]) >= 1, said  # its own, and any an earlier job left
+    log = pod.run(f"cat /var/log/slonk/hooks/{job}.log")
+    # Whoever cleared, nothing is left (above). Mostly the Epilog did, and said so; but a
+    # watch round that comes after the job's last step and before its Epilog finds no job on
+    # the node and clears first (check_scratch, as for anyone whose Epilog did not), and the
+    # Epilog, finding nothing, writes no log (seen once in five clean-clone runs).
+    if log.rc == 0:
+        said = log.stdout
+        # The daemon is gone either way: ended by the Epilog ("processes: ended N uid U left
+        # on the node") or gone before it looked (seen once: the scratch line alone).
+        assert "still there" not in said, said
+        removed = re.search(rf"scratch: removed (\d+) entries uid {uid} left", said)
+        assert removed and int(removed[1]) >= 1, said  # its own, and any an earlier job left
     assert cluster.user(victim).check_output(f"srun --nodelist={BAD} hostname").strip() == BAD
 
 
