@@ -125,14 +125,7 @@ def _add_chart(chart_cmd: argparse.ArgumentParser) -> None:
     template.add_argument(
         "chart", nargs="?", type=arguments.path, help="chart directory (default: slonk's)"
     )
-    template.add_argument(
-        "-f",
-        "--values",
-        action="append",
-        type=arguments.path,
-        default=[],
-        help="a values file; later files win",
-    )
+    arguments.add_values_files(template, "a values file; later files win")
     template.add_argument(
         "--set",
         action="append",

@@ -20,6 +20,11 @@ def path(value: str) -> Path:
     return Path(value)
 
 
+def add_values_files(parser: argparse.ArgumentParser, help: str) -> None:
+    """`-f/--values FILE`, repeatable, as helm takes it: a list of checked paths."""
+    parser.add_argument("-f", "--values", action="append", type=path, default=[], help=help)
+
+
 def state_dir(value: str) -> Path:
     """Local mode's state dir, made absolute: plain characters only, as it reaches ssh's
     command line (which reads `%` as a token, and a space as a second file)."""

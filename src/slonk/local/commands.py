@@ -35,13 +35,8 @@ def define(local: argparse.ArgumentParser) -> None:
         "render again with the values in force and these; apply the ConfigMaps and pod set",
     )
     for parser in (up, upgrade):
-        parser.add_argument(
-            "-f",
-            "--values",
-            action="append",
-            type=arguments.path,
-            default=[],
-            help="a values file over local mode's defaults; later files win",
+        arguments.add_values_files(
+            parser, "a values file over local mode's defaults; later files win"
         )
     up.add_argument(
         "--runtime",
