@@ -48,9 +48,10 @@ def log(message: str) -> None:
 
 def check_identity(spec: ClusterSpec, role: str, name: str) -> None:
     """The pod must be what cluster.yaml says it is: Slurm knows nodes by these names."""
-    if role == "controller" and name != spec.controller_name:
+    if role == "controller" and name not in spec.controller_names:
         raise InitError(
-            f"pod {name!r} runs the controller, cluster.yaml names {spec.controller_name!r}"
+            f"pod {name!r} runs the controller, cluster.yaml names "
+            f"{' and '.join(spec.controller_names)}"
         )
     if role == "worker" and spec.pool_of(name) is None:
         pools = ", ".join(p.name for p in spec.nodepools) or "none"

@@ -373,6 +373,12 @@ CHART_ONLY = dict(
             "the CA is a Secret's: it never reaches cluster.yaml",
         ),
         (
+            "controller.backup.enabled: both controllers must mount one state volume; set "
+            "controller.persistence.existingClaim to a claim both can mount at once "
+            "(ReadWriteMany): a volumeClaimTemplate would give each pod a volume of its own",
+            "the claim is the StatefulSet's: it never reaches cluster.yaml",
+        ),
+        (
             "restapi.fromNamespaces: %q is the release's own namespace, where its workers run "
             "users' jobs; the login pods reach the API already",
             "the namespaces are the NetworkPolicies': they never reach cluster.yaml",

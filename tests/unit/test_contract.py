@@ -126,6 +126,7 @@ SPEC_PATHS = {
     "workers.ssh.enabled": "ssh.workers",
     "accounting.slurmdbd.port": "accounting.port",
     "accounting.database.tls.enabled": "accounting.database.tls",
+    "controller.backup.": "backupController.",
 }
 # A cluster.yaml in which every section a setting lives in is read.
 EVERY_SECTION: dict = {

@@ -28,8 +28,14 @@ def test_identity(demo_spec):
     check_identity(spec, "worker", "slonk-gpu-3")
     with pytest.raises(InitError, match=r"pod 'slonk-gpu-4' is not a node of cluster\.yaml"):
         check_identity(spec, "worker", "slonk-gpu-4")
-    with pytest.raises(InitError, match=r"cluster\.yaml names 'slonk-controller-0'"):
+    with pytest.raises(InitError, match=r"cluster\.yaml names slonk-controller-0$"):
         check_identity(spec, "controller", "other-controller-0")
+    with pytest.raises(InitError, match=r"cluster\.yaml names slonk-controller-0$"):
+        check_identity(spec, "controller", "slonk-controller-1")
+    backed = parse_spec({**demo_spec, "backupController": {}})
+    check_identity(backed, "controller", "slonk-controller-1")
+    with pytest.raises(InitError, match=r"names slonk-controller-0 and slonk-controller-1$"):
+        check_identity(backed, "controller", "slonk-controller-2")
 
 
 def test_each_role_runs_its_own_steps_in_order(demo_spec):

@@ -404,3 +404,46 @@ def test_a_change_between_init_and_the_watchs_start_is_applied(tmp_path, demo_sp
     assert follower.poll(1.0) is None
     # A pod whose init recorded nothing takes what is there as what it runs.
     assert started_on(spec_file, tmp_path / "none") == fingerprint(spec_file)
+
+
+def _pair(tmp_path: Path) -> tuple[Controller, Controller]:
+    """A primary in control and its backup in standby (values controller.backup): each pod's
+    files of its own, one record on the state volume both mount."""
+    record = rollout.Record(tmp_path / "record.json")
+    primary, standby = tmp_path / "primary", tmp_path / "standby"
+    return (
+        Controller(primary, record, StandIn(primary), in_control=lambda spec: True),
+        Controller(standby, record, StandIn(standby), in_control=lambda spec: False),
+    )
+
+
+def test_a_standby_takes_only_what_the_controller_in_control_runs(tmp_path, demo_spec):
+    primary, standby = _pair(tmp_path)
+    primary.apply(_spec(demo_spec))
+    demo_spec["partitions"]["gpu"]["maxTime"] = 60
+    with pytest.raises(NotNow, match="the slurmctld in control has not run it yet"):
+        standby.apply(_spec(demo_spec))  # seen first by the standby: it waits
+    assert not (standby.conf_dir / "slurm.conf").exists()
+    primary.apply(_spec(demo_spec))
+    assert standby.apply(_spec(demo_spec)) == (
+        "this standby slurmctld's files follow what the one in control runs"
+    )
+    assert rollout.read_files(standby.conf_dir) == rollout.read_files(primary.conf_dir)
+    assert standby.daemon.calls == []  # it reads them when it takes control
+    bogus = _spec(demo_spec, SelectType="select/bogus")
+    with pytest.raises(NotApplied):
+        primary.apply(bogus)
+    with pytest.raises(NotApplied, match="refused this configuration before"):
+        standby.apply(bogus)
+    assert rollout.read_files(standby.conf_dir) == rollout.read_files(primary.conf_dir)
+
+
+def test_at_start_a_standby_accepts_nothing_for_the_controller_in_control(tmp_path, demo_spec):
+    primary, standby = _pair(tmp_path)
+    primary.apply(_spec(demo_spec))
+    demo_spec["partitions"]["gpu"]["maxTime"] = 60
+    new = render(_spec(demo_spec))
+    rollout.write_files(standby.conf_dir, new)  # what `slonk init` wrote
+    spec = _spec(demo_spec)
+    assert standby.settle(spec) == "standby slurmctld runs cluster.yaml's configuration"
+    assert primary.record.accepted() == rollout.read_files(primary.conf_dir) != new

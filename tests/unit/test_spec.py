@@ -14,8 +14,8 @@ def test_demo_spec_parses(demo_spec):
     assert [p.name for p in spec.nodepools] == ["cpu", "gpu"]
     assert spec.pool("gpu").gpus.count == 8
     assert spec.node_names()[:3] == ["slonk-cpu-0", "slonk-cpu-1", "slonk-gpu-0"]
-    assert spec.controller_name == "slonk-controller-0"
-    assert spec.controller_address == "slonk-controller.hpc.svc.cluster.local"
+    assert spec.controller_names == ("slonk-controller-0",)
+    assert spec.controller_addresses == ("slonk-controller.hpc.svc.cluster.local",)
 
 
 def test_pool_of_maps_node_names_to_pools(demo_spec):

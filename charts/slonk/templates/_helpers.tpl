@@ -134,7 +134,20 @@ sets the same, from cluster.yaml, for the pod's services). */}}
 - name: POD_NAMESPACE
   valueFrom: {fieldRef: {fieldPath: metadata.namespace}}
 - name: SLURM_CONF_SERVER
-  value: {{ printf "%s-controller.%s.svc.%s:%d" .Release.Name .Release.Namespace .Values.clusterDomain (int .Values.slurm.slurmctldPort) | quote }}
+  value: {{ include "slonk.confServer" . | quote }}
+{{- end }}
+
+{{/* Where slurmctld answers (slonk.config.model's controller_addresses, slonk.config.render's
+conf_server): the controller's Service, or with a backup each controller pod's own name, in
+SlurmctldHost's order, since a client tries one after the other. */}}
+{{- define "slonk.confServer" -}}
+{{- $domain := printf "%s.svc.%s" .Release.Namespace .Values.clusterDomain -}}
+{{- $port := int .Values.slurm.slurmctldPort -}}
+{{- if .Values.controller.backup.enabled -}}
+{{- printf "%s-controller-0.%s-pods.%s:%d,%s-controller-1.%s-pods.%s:%d" .Release.Name .Release.Name $domain $port .Release.Name .Release.Name $domain $port -}}
+{{- else -}}
+{{- printf "%s-controller.%s:%d" .Release.Name $domain $port -}}
+{{- end -}}
 {{- end }}
 
 {{/* Volumes and mounts shared by every pod: the cluster spec, the munge key, /home. */}}
@@ -451,6 +464,9 @@ resources, placement) are checked by the API server and are left to it. */}}
 -}}
 {{- if .Values.metrics.enabled -}}
 {{- $_ := set $spec "metrics" (dict "port" (int .Values.metrics.port)) -}}
+{{- end -}}
+{{- if .Values.controller.backup.enabled -}}
+{{- $_ := set $spec "backupController" (dict "takeoverSeconds" (int .Values.controller.backup.takeoverSeconds)) -}}
 {{- end -}}
 {{- if .Values.restapi.enabled -}}
 {{- $_ := set $spec "restapi" (dict "port" (int .Values.restapi.port) "maxTokenLifespanSeconds" (int .Values.restapi.maxTokenLifespanSeconds)) -}}

@@ -10,8 +10,10 @@ import time
 from collections.abc import Callable
 
 from slonk.accounting.associations import AccountingUnavailable, ensure
+from slonk.base.identity import pod_name
 from slonk.config.render import max_job_count
 from slonk.config.spec import ClusterSpec, SpecError
+from slonk.slurm import control
 from slonk.users import sync as users_sync
 
 RETRY_SECONDS = 5.0
@@ -61,7 +63,7 @@ def run_forever(
     stop: threading.Event,
     clock: Callable[[], float] = time.monotonic,
 ) -> None:
-    """Until `stop` is set. One controller: its syncs need no per-pod phase."""
+    """Until `stop` is set. One controller in control: its syncs need no per-pod phase."""
     spec = load()
     passes = Associations()
     next_sync = clock()
@@ -74,6 +76,10 @@ def run_forever(
             passes.synced(users_sync.run_once(spec))
             interval = spec.ldap.sync_interval_seconds if spec.ldap else STATIC_INTERVAL_SECONDS
             next_sync = clock() + interval
-        passes.apply(spec)
+        # sacctmgr's adds once per cluster: in the controller pod in control (a standby's
+        # users sync above keeps its own files current, for when it takes over).
+        leading = control.in_control(spec, pod_name())
+        if leading:
+            passes.apply(spec)
         wait = next_sync - clock()
-        stop.wait(max(0.0, min(wait, RETRY_SECONDS) if passes.pending else wait))
+        stop.wait(max(0.0, min(wait, RETRY_SECONDS) if passes.pending and leading else wait))

@@ -24,12 +24,13 @@ from typing import Any, Protocol
 
 from slonk.base import paths
 from slonk.base.files import write_atomically
+from slonk.base.identity import pod_name
 from slonk.config.health_checks import SHARED_CHECKS
 from slonk.config.spec import ClusterSpec, RecycleSettings, SpecError
 from slonk.health import blast
 from slonk.kube.api import KubeError, PodReplaced
 from slonk.metrics import node_events
-from slonk.slurm import reasons, slurm_nodes
+from slonk.slurm import control, reasons, slurm_nodes
 from slonk.slurm.slurm_state import NodeState, SlurmError
 
 # On the controller's state volume, beside slurmctld's own state: a controller restart must
@@ -198,7 +199,7 @@ def run_forever(
     """A pass every periodSeconds until `stop` is set or recycling is switched off."""
     spec = load()
     kube: Kubernetes | None = None
-    history = History.load()
+    history: History | None = None
     while not stop.is_set():
         if spec.health is None or spec.health.recycle is None:
             log("node recycling is off")
@@ -211,6 +212,13 @@ def run_forever(
             log(f"keeping the last good settings: {err}")
         if spec.health is None or spec.health.recycle is None:
             continue
+        if not control.in_control(spec, pod_name()):
+            # The controller pod in control recycles (slonk.slurm.control); its record of
+            # recycles, on the shared state volume, is read again when this one takes over.
+            history = None
+            continue
+        if history is None:
+            history = History.load()
         try:
             kube = kube or connect(spec.namespace)
             pass_once(spec, kube, history, time.time())

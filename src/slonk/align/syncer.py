@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import socket
 import sys
 import time
 from collections.abc import Callable
@@ -23,10 +22,11 @@ from slonk.align.kube import BACKOFF_SECONDS, Cluster
 from slonk.align.stats import Stats
 from slonk.base import paths
 from slonk.base.errors import SlonkError
+from slonk.base.identity import pod_name
 from slonk.config.spec import ClusterSpec, SpecError
 from slonk.kube.api import KubeError
 from slonk.metrics import node_events
-from slonk.slurm import power, reasons, slurm_nodes
+from slonk.slurm import control, power, reasons, slurm_nodes
 from slonk.slurm.slurm_state import SlurmError
 
 LEASE_SECONDS, RENEW_SECONDS, RETRY_SECONDS = 15, 10, 2
@@ -232,6 +232,9 @@ def run(load: Callable[[], ClusterSpec]) -> None:
                 if str(err) != refused:
                     log(f"keeping the last good settings: {err}")
                 refused = str(err)
+            if not control.in_control(current, pod_name()):
+                log("this pod's slurmctld no longer holds control; exiting for the one that does")
+                os._exit(1)
             if current.syncer is not None:  # the pace as the settings say now
                 gate.window = current.syncer.topology_window_seconds
                 gate.interval = current.syncer.topology_min_interval_seconds
@@ -267,10 +270,15 @@ def next_pass(gate: topology.Gate, poll_seconds: float) -> float:
 
 
 def lead(spec: ClusterSpec, kube: Cluster, work: Callable[[], None]) -> None:
-    """Run `work` while this process holds the Lease <release>-syncer; exit when it is lost."""
+    """Run `work` while this process holds the Lease <release>-syncer, in the controller pod
+    whose slurmctld holds control (slonk.slurm.control); exit when it is lost."""
     from kubernetes import client
 
-    identity = f"{os.environ.get('POD_NAME') or socket.gethostname()}_{os.getpid()}"
+    identity = f"{pod_name()}_{os.getpid()}"
+    if not control.in_control(spec, pod_name()):
+        log("waits for this pod's slurmctld to hold control (values controller.backup)")
+        while not control.in_control(spec, pod_name()):
+            time.sleep(RETRY_SECONDS)
 
     def lost() -> None:
         log("lost the Lease; exiting so that only the new leader acts")

@@ -337,6 +337,23 @@ class RestApiSettings:
 
 
 @dataclass(frozen=True)
+class BackupController:
+    """A second slurmctld (Slurm's second SlurmctldHost) in the controller's second pod, on
+    the same state volume: it takes over when the first stops answering, and hands control
+    back when the first returns."""
+
+    takeover_seconds: int = setting(
+        10,
+        "takeoverSeconds",
+        minimum=3,
+        maximum=600,
+        doc="slurm.conf's SlurmctldTimeout: how long the backup waits for an unanswering "
+        "primary before it takes control. Too short, and a primary busy for that long is "
+        "taken over while it runs.",
+    )
+
+
+@dataclass(frozen=True)
 class CapacitySettings:
     """Nodes lent to Kubernetes (slonk.slurm.power): may Slurm ask them back for pending jobs?"""
 
@@ -479,15 +496,23 @@ class ClusterSpec:
     accounting: AccountingSettings | None = None
     metrics: MetricsSettings | None = None
     restapi: RestApiSettings | None = None
+    backup_controller: BackupController | None = None
 
     @property
-    def controller_name(self) -> str:
-        return f"{self.release}-controller-0"
+    def controller_names(self) -> tuple[str, ...]:
+        """The controller StatefulSet's pods, primary first (Slurm's SlurmctldHost order)."""
+        count = 1 if self.backup_controller is None else 2
+        return tuple(f"{self.release}-controller-{i}" for i in range(count))
 
     @property
-    def controller_address(self) -> str:
-        """The controller's Service, fully qualified: reachable from any namespace."""
-        return f"{self.release}-controller.{self.namespace}.svc.{self.cluster_domain}"
+    def controller_addresses(self) -> tuple[str, ...]:
+        """Where each slurmctld answers, fully qualified (reachable from any namespace): the
+        controller's Service, or with a backup each pod's own name (the headless Service
+        <release>-pods), since clients must reach each one in turn."""
+        domain = f"{self.namespace}.svc.{self.cluster_domain}"
+        if self.backup_controller is None:
+            return (f"{self.release}-controller.{domain}",)
+        return tuple(f"{name}.{self.release}-pods.{domain}" for name in self.controller_names)
 
     @property
     def srun_ports(self) -> tuple[int, int] | None:

@@ -157,6 +157,10 @@ def slurm_settings(spec: ClusterSpec) -> dict[str, str]:
         lifespan = spec.restapi.max_token_lifespan_seconds
         defaults["AuthAltTypes"] = JWT_AUTH
         defaults["AuthAltParameters"] = f"jwt_key={JWT_KEY},max_token_lifespan={lifespan}"
+    if spec.backup_controller:
+        # How long the backup waits for an unanswering primary (Slurm's default, 120 s, is
+        # two minutes in which no job is accepted).
+        defaults["SlurmctldTimeout"] = spec.backup_controller.takeover_seconds
     if "prolog" in spec.job_phases:
         # Health checks and hooks from git around jobs (slonk.hooks.dispatch). A failing
         # prolog drains its node; the job is requeued to run elsewhere rather than held.
@@ -215,7 +219,7 @@ def _accounting_settings(spec: ClusterSpec) -> dict[str, Any]:
 
 def conf_server(spec: ClusterSpec) -> str:
     """Where slurmd (`--conf-server`) and clients (SLURM_CONF_SERVER) fetch the configuration."""
-    return f"{spec.controller_address}:{spec.slurmctld_port}"
+    return ",".join(f"{address}:{spec.slurmctld_port}" for address in spec.controller_addresses)
 
 
 def cgroup_settings(spec: ClusterSpec) -> dict[str, str]:
@@ -338,6 +342,7 @@ def render(spec: ClusterSpec, placement: Placement = EMPTY) -> dict[str, str]:
     node (slonk.config.placement)."""
     context = {
         "spec": spec,
+        "controllers": list(zip(spec.controller_names, spec.controller_addresses, strict=True)),
         "settings": slurm_settings(spec),
         "nodesets": [
             (p.name, _ranged(p.node_names(spec.release))) for p in spec.nodepools if p.replicas

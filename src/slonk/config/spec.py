@@ -32,6 +32,7 @@ from slonk.config.model import (
     LDAP_ATTRIBUTES,
     MAX_PORT,
     AccountingSettings,
+    BackupController,
     CapacitySettings,
     CheckSettings,
     ClusterSpec,
@@ -68,6 +69,7 @@ __all__ = [
     "HOOK_PHASES",
     "LDAP_ATTRIBUTES",
     "LDAP_SUFFIX_PATTERN",
+    "BackupController",
     "CapacitySettings",
     "CheckSettings",
     "ClusterSpec",
@@ -125,7 +127,7 @@ SSH_PORT = 22  # sshd on login pods and workers
 SPEC_KEYS = frozenset(
     "version clusterName release namespace nodepools partitions slurmConf "
     "cgroupConf extraLines users groups ldap ldapServer accounts hooks health syncer capacity "
-    "priority accounting ssh metrics restapi".split()
+    "priority accounting ssh metrics restapi backupController".split()
 )
 
 
@@ -775,6 +777,9 @@ def parse_spec(data: Any) -> ClusterSpec:
         ssh=_ssh(r.data.get("ssh"), "ssh"),
         metrics=metrics,
         restapi=_service(RestApiSettings, r.data.get("restapi"), "restapi"),
+        backup_controller=_service(
+            BackupController, r.data.get("backupController"), "backupController"
+        ),
     )
 
 

@@ -27,11 +27,11 @@ def spec_users(spec: ClusterSpec) -> list[str]:
 def known_users(cluster: Cluster, users: Collection[str]) -> set[str]:
     """The users among `users` slurmctld holds an association of (none while it does not
     answer)."""
-    controller = cluster.pod_names("controller")
-    if not controller or cluster.pid(controller[0]) is None or not users:
+    controller = cluster.running_controller()
+    if controller is None or not users:
         return set()
     command = ["scontrol", "show", "assoc_mgr", "flags=assoc", f"users={','.join(users)}"]
-    result = cluster.run(controller[0], command)
+    result = cluster.run(controller, command)
     return parse_users(result.stdout, users) if result.returncode == 0 else set()
 
 

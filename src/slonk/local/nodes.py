@@ -54,10 +54,10 @@ def printer(stream: TextIO) -> Callable[[str], None]:
 def node_states(cluster: Cluster) -> dict[str, NodeState]:
     """Slurm's state of every node, as the controller sees it ({} while it does not answer).
     Output that cannot be read is an error, never an empty answer."""
-    controller = cluster.pod_names("controller")
-    if not controller or cluster.pid(controller[0]) is None:
+    controller = cluster.running_controller()
+    if controller is None:
         return {}
-    result = cluster.run(controller[0], list(SHOW_NODES))
+    result = cluster.run(controller, list(SHOW_NODES))
     if result.returncode != 0:
         return {}
     try:
@@ -122,10 +122,10 @@ def wait_nodes_up(
 def _controller_run(cluster: Cluster, *command: str) -> str | None:
     """A Slurm command's output in the controller pod; None when it is not running or the
     command failed."""
-    controller = cluster.pod_names("controller")
-    if not controller or cluster.pid(controller[0]) is None:
+    controller = cluster.running_controller()
+    if controller is None:
         return None
-    result = cluster.run(controller[0], list(command))
+    result = cluster.run(controller, list(command))
     return result.stdout if result.returncode == 0 else None
 
 

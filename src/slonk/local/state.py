@@ -185,6 +185,11 @@ class Cluster:
     def pod_names(self, role: str | None = None) -> list[str]:
         return [n for n, p in self.record()["pods"].items() if role in (None, p["role"])]
 
+    def running_controller(self) -> str | None:
+        """The first controller pod that runs (with a backup, the primary may be stopped):
+        where Slurm's commands are run from, whichever slurmctld is in control."""
+        return next((n for n in self.pod_names("controller") if self.pid(n) is not None), None)
+
     def address(self, name: str) -> str:
         return self.record()["pods"][name]["address"]
 

@@ -122,9 +122,9 @@ def _unlisted_templates(pods_dir: Path, listed: Collection[str]) -> list[str]:
 
 def load_record(path: Path, pods_dir: Path) -> dict[str, Any]:
     """cluster.json's record (FileNotFoundError: none), refused unless whole and in step
-    with the pods there are: one controller, an address per pod, and every pod with a
-    template in `pods_dir` listed (`up` and `upgrade` write a pod's entry before its
-    directory, and remove it after)."""
+    with the pods there are: one controller (two with a backup), an address per pod, and
+    every pod with a template in `pods_dir` listed (`up` and `upgrade` write a pod's entry
+    before its directory, and remove it after)."""
     record = _json_object(path, _read(path, RECORD_HINT), RECORD_HINT)
     pods = record.get("pods")
     if not isinstance(pods, dict) or not pods:
@@ -133,9 +133,9 @@ def load_record(path: Path, pods_dir: Path) -> dict[str, Any]:
     if len(set(addresses)) != len(addresses):
         raise StateFileError(path, "pods: two pods share an address", RECORD_HINT)
     controllers = [name for name, pod in pods.items() if pod["role"] == "controller"]
-    if len(controllers) != 1:
+    if len(controllers) not in (1, 2):  # a primary, and perhaps its backup
         raise StateFileError(
-            path, f"pods: {len(controllers)} controllers listed, expected 1", RECORD_HINT
+            path, f"pods: {len(controllers)} controllers listed, expected 1 or 2", RECORD_HINT
         )
     unlisted = _unlisted_templates(pods_dir, pods)
     if unlisted:

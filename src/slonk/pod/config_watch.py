@@ -33,7 +33,7 @@ from slonk.base.identity import pod_name
 from slonk.config import placement
 from slonk.config.spec import ClusterSpec, SpecError, load_spec
 from slonk.config.spec import fingerprint as spec_fingerprint
-from slonk.slurm import rollout
+from slonk.slurm import control, rollout
 from slonk.slurm.slurmctld import Refused, Slurmctld, needs_restart
 
 MAX_RETRY_SECONDS = 60.0
@@ -82,6 +82,7 @@ class Controller:
     conf_dir: Path = paths.SLURMCTLD_CONF_DIR
     record: rollout.Record = field(default_factory=lambda: rollout.Record(paths.ROLLOUT_RECORD))
     daemon: Slurmctld = field(default_factory=Slurmctld)
+    in_control: Callable[[ClusterSpec], bool] = lambda spec: control.in_control(spec, pod_name())
 
     @functools.cached_property
     def version(self) -> str:
@@ -116,6 +117,8 @@ class Controller:
         refused = self.record.refusal(key)
         if refused is not None:
             raise NotApplied(f"slurmctld refused this configuration before ({refused})")
+        if not self.in_control(spec):
+            return self._follow(new)
         answers = self.daemon.answers()
         # Not answering on files it never accepted, it has nothing to lose: a start decides.
         if not answers and old == self.record.accepted():
@@ -134,10 +137,19 @@ class Controller:
         changed = ", ".join(sorted(n for n in new if new[n] != old.get(n)))
         return f"rewrote {changed}; slurmctld runs it; {sent}"
 
-    def settle(self) -> str | None:
+    def _follow(self, new: rollout.Files) -> str:
+        """A standby slurmctld (values controller.backup) reads its files when it takes
+        control: they follow what the slurmctld in control accepted (the record, on the state
+        volume both share), never files it has not run."""
+        if new != self.record.accepted():
+            raise NotNow("the slurmctld in control has not run it yet")
+        rollout.write_files(self.conf_dir, new)
+        return "this standby slurmctld's files follow what the one in control runs"
+
+    def settle(self, spec: ClusterSpec | None = None) -> str | None:
         """At start: slurmctld was started on what `slonk init` wrote. Files it has not
-        accepted before become accepted once it answers, or are taken back if it will not
-        run them."""
+        accepted before become accepted once it answers (in control: see _follow), or are
+        taken back if it will not run them."""
         self.daemon.keep_up()  # a config-watch that died half-way may have left it at -o
         live, accepted = rollout.read_files(self.conf_dir), self.record.accepted()
         if live == accepted:
@@ -156,6 +168,9 @@ class Controller:
                 f"slurmctld refused cluster.yaml's configuration ({said}); "
                 "it runs the last configuration it accepted"
             )
+        if spec is not None and not self.in_control(spec):
+            # It runs them, in standby; the record holds what the one in control ran.
+            return "standby slurmctld runs cluster.yaml's configuration"
         self.record.accept(live)
         if accepted is None:
             return "slurmctld runs cluster.yaml's configuration"
@@ -219,7 +234,11 @@ def watch(
     apply: Callable[[ClusterSpec], str] = apply_worker
     if role == "controller":
         controller = Controller()
-        settled = controller.settle()
+        try:
+            spec: ClusterSpec | None = load_spec(spec_path)
+        except SpecError:
+            spec = None  # init read it; a change since is the follower's to refuse
+        settled = controller.settle(spec)
         if settled:
             log(settled)
         apply = controller.apply

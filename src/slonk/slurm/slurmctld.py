@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from slonk.base import paths
+from slonk.base.identity import pod_name
 from slonk.base.text import printable
 
 # Starting slurmctld recovers its state and resolves every node: generous, but bounded.
@@ -126,8 +127,13 @@ class Slurmctld:
         return int(out[1]) if out[:1] == ["true"] and len(out) == 2 else None
 
     def answers(self) -> bool:
+        """This pod's own slurmctld answers (in control or, with a backup, in standby): its
+        line of `scontrol ping`, which lists every controller."""
         result = self._scontrol("ping")
-        return result.returncode == 0 and " is UP" in result.stdout
+        mine = f" at {pod_name()} is UP"
+        return result.returncode == 0 and any(
+            line.endswith(mine) for line in result.stdout.splitlines()
+        )
 
     def version(self) -> str:
         return _run("slurmctld", "-V").stdout.strip()

@@ -1,0 +1,106 @@
+"""A backup slurmctld (values controller.backup, issue 31 part 3): the controller's second pod
+on the same state volume. The primary's pod is stopped with a job running and one pending:
+the backup takes control after takeoverSeconds, new jobs are accepted, the running job
+completes and the pending one runs, and no node is lost. The primary's pod comes back and
+takes control back (Slurm's own handback), with every job kept. Cluster-wide duties (the
+syncer, sacctmgr's associations) follow control.
+
+The seconds from the stop to the first accepted job are printed (`-s` shows them): local
+mode, 2 cores, not a real node's figure."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from ..support.cluster import LocalCluster, running, wait_for
+
+PRIMARY, BACKUP = "slonk-controller-0", "slonk-controller-1"
+TAKEOVER_SECONDS = 5
+VALUES = {
+    "controller": {
+        "persistence": {"existingClaim": "slurmctld-state"},
+        "backup": {"enabled": True, "takeoverSeconds": TAKEOVER_SECONDS},
+    },
+    "metrics": {"enabled": False},
+}
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    state_dir = tmp_path_factory.mktemp("backup") / "state"
+    with running(state_dir, values=VALUES):
+        yield LocalCluster(state_dir)
+
+
+def _answering(cluster: LocalCluster) -> list[str]:
+    """The controllers whose slurmctld answers, as a user's `scontrol ping` sees them."""
+    out = cluster.user().run("scontrol ping --json")
+    if out.rc != 0:
+        return []
+    return [p["hostname"] for p in json.loads(out.stdout)["pings"] if p["responding"]]
+
+
+def _state(cluster: LocalCluster, job: str) -> str:
+    out = cluster.user().run(f"sacct -X -n -P -o State -j {job}")
+    return out.stdout.strip() if out.rc == 0 else ""
+
+
+def test_two_controllers_one_state_and_the_duties_where_control_is(pair: LocalCluster):
+    assert _answering(pair) == [PRIMARY, BACKUP]
+    conf = pair.pod(BACKUP).check_output("cat /etc/slurm/slurmctld/slurm.conf").splitlines()
+    domain = "slonk-pods.default.svc.cluster.local"
+    assert [line for line in conf if line.startswith("SlurmctldHost=")] == [
+        f"SlurmctldHost={PRIMARY}({PRIMARY}.{domain})",
+        f"SlurmctldHost={BACKUP}({BACKUP}.{domain})",
+    ]
+    assert f"SlurmctldTimeout={TAKEOVER_SECONDS}" in conf
+    heartbeat = "test -s /var/spool/slurmctld/heartbeat && stat -c %i /var/spool/slurmctld"
+    assert pair.pod(PRIMARY).check_output(heartbeat) == pair.pod(BACKUP).check_output(heartbeat)
+    wait_for("the primary's syncer to lead", lambda: "syncer: leading" in pair.log(PRIMARY))
+    backup_log = pair.log(BACKUP)
+    assert "syncer: waits for this pod's slurmctld to hold control" in backup_log
+    assert "syncer: leading" not in backup_log
+    assert "sacctmgr adds" not in backup_log  # associations: the primary's alone
+
+
+def test_the_backup_takes_over_and_hands_control_back_with_every_job(pair: LocalCluster):
+    demo = pair.user()
+    running_job = pair.start("sleep 20", "--output=/dev/null")
+    after_it = f"--dependency=afterok:{running_job}"
+    pending = pair.submit(after_it, "--output=/dev/null", "--wrap", "true")
+    backup_log = pair.log_offset(BACKUP)
+    stopped = time.monotonic()
+    pair.slonk("stop", PRIMARY)
+    wait_for(
+        "the backup to take control",
+        lambda: "Running as primary controller" in pair.log(BACKUP, backup_log),
+        timeout=60,
+    )
+    accepted = pair.submit("--output=/dev/null", "--wrap", "true")
+    took = time.monotonic() - stopped
+    print(f"\nfirst job accepted {took:.1f} s after the primary's pod stopped")
+    assert _answering(pair) == [BACKUP]
+    states = dict(line.split() for line in demo.check_output("sinfo -h -N -o '%N %T'").splitlines())
+    assert sorted(states) == ["slonk-cpu-0", "slonk-cpu-1"], states
+    assert set(states.values()) <= {"idle", "mixed"}, states  # none lost, down or drained
+    for job in (running_job, pending, accepted):
+        wait_for(f"job {job} to complete", lambda j=job: _state(pair, j) == "COMPLETED", 60)
+
+    primary_log = pair.log_offset(PRIMARY)
+    pair.slonk("restart", PRIMARY)
+    wait_for(
+        "the primary to take control back",
+        lambda: "Running as primary controller" in pair.log(PRIMARY, primary_log),
+        timeout=90,
+    )
+    # During the handback a client may find neither slurmctld serving (measured: about 20 s
+    # of `Could not establish a configuration source`); it answers again after.
+    wait_for("both controllers to answer", lambda: _answering(pair) == [PRIMARY, BACKUP], 90)
+    after = pair.submit("--output=/dev/null", "--wrap", "true")
+    wait_for(f"job {after} to complete", lambda: _state(pair, after) == "COMPLETED", 60)
+    for job in (running_job, pending, accepted):
+        assert _state(pair, job) == "COMPLETED", job
