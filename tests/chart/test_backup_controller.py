@@ -27,6 +27,11 @@ def test_off_by_default_one_controller_behind_its_service():
     controller = _get(docs, "StatefulSet", "slonk-controller")["spec"]
     assert controller["replicas"] == 1
     assert "topologySpreadConstraints" not in controller["template"]["spec"]
+    assert not [
+        d
+        for d in docs
+        if d["kind"] == "PodDisruptionBudget" and "controller" in d["metadata"]["name"]
+    ]
     hosts = [line for line in _slurm_conf(docs) if line.startswith("SlurmctldHost")]
     assert hosts == [f"SlurmctldHost=slonk-controller-0(slonk-controller.{DOMAIN})"]
     assert not any(line.startswith("SlurmctldTimeout") for line in _slurm_conf(docs))
@@ -44,7 +49,10 @@ def test_two_controllers_on_one_claim_on_different_nodes():
     (spread,) = pod["topologySpreadConstraints"]
     assert spread["topologyKey"] == "kubernetes.io/hostname"
     assert spread["whenUnsatisfiable"] == "DoNotSchedule"
+    assert spread["nodeTaintsPolicy"] == "Honor"  # a tainted node is no place to spread to
     assert spread["labelSelector"]["matchLabels"] == controller["selector"]["matchLabels"]
+    budget = _get(docs, "PodDisruptionBudget", "slonk-controller")["spec"]
+    assert budget == {"maxUnavailable": 1, "selector": controller["selector"]}
 
 
 def test_slurm_lists_both_and_every_client_tries_both():

@@ -4,7 +4,7 @@ order, whose slurmctld answers; with one controller, always it, without asking S
 from __future__ import annotations
 
 from slonk.config.spec import parse_spec
-from slonk.slurm.control import answering, in_control
+from slonk.slurm.control import answering, held_elsewhere, in_control
 
 PRIMARY, BACKUP = "slonk-controller-0", "slonk-controller-1"
 
@@ -13,7 +13,9 @@ def test_one_controller_is_always_in_control_and_slurm_is_not_asked(demo_spec):
     def ask() -> list[str] | None:
         raise AssertionError("asked")
 
-    assert in_control(parse_spec(demo_spec), PRIMARY, ask)
+    spec = parse_spec(demo_spec)
+    assert in_control(spec, PRIMARY, ask) and in_control(spec, "a-host-of-any-name", ask)
+    assert held_elsewhere(spec, PRIMARY, ask) is None
 
 
 def test_with_a_backup_the_first_that_answers_holds_control(demo_spec):
@@ -22,8 +24,13 @@ def test_with_a_backup_the_first_that_answers_holds_control(demo_spec):
     both, backup_alone = (lambda: [PRIMARY, BACKUP]), (lambda: [BACKUP])
     assert in_control(spec, PRIMARY, both) and not in_control(spec, BACKUP, both)
     assert in_control(spec, BACKUP, backup_alone) and not in_control(spec, PRIMARY, backup_alone)
+    assert (
+        held_elsewhere(spec, BACKUP, both) == PRIMARY
+        and held_elsewhere(spec, PRIMARY, both) is None
+    )
     for unknown in (lambda: None, lambda: []):  # scontrol could not say, or nobody answers
         assert not in_control(spec, PRIMARY, unknown) and not in_control(spec, BACKUP, unknown)
+        assert held_elsewhere(spec, PRIMARY, unknown) is None  # a syncer keeps going
 
 
 # `scontrol ping --json` of Slurm 24.11.5 with the primary's pod stopped (local mode), cut to

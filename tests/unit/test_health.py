@@ -3,6 +3,7 @@ drain/resume rules, and the recycle loop's decisions."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -824,7 +825,8 @@ def test_a_recycled_node_waits_for_a_new_slurmd(monkeypatch):
     assert kube.deleted == ["slonk-cpu-0", "slonk-cpu-0"]
 
 
-def test_a_pass_that_fails_for_any_reason_does_not_stop_the_loop(monkeypatch, capsys):
+def test_a_pass_that_fails_for_any_reason_does_not_stop_the_loop(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(recycle, "PASS_LOCK", tmp_path / "recycle.lock")
     passes = []
 
     def pass_once(spec, kube, history, now):
@@ -843,6 +845,31 @@ def test_a_pass_that_fails_for_any_reason_does_not_stop_the_loop(monkeypatch, ca
     recycle.run_forever(lambda: spec, lambda namespace: RecordingKubernetes(), Stop())
     assert len(passes) == 2
     assert "pass failed, trying again next period: KeyError: 'State'" in capsys.readouterr().err
+
+
+def test_a_pass_waits_while_the_other_controllers_pass_holds_the_lock(monkeypatch, tmp_path):
+    """With a backup, both controller pods may think for a moment that they hold control: the
+    pass of one runs, the other's is skipped, each on the record as the volume has it."""
+    monkeypatch.setattr(recycle, "PASS_LOCK", tmp_path / "recycle.lock")
+    passes = []
+    monkeypatch.setattr(recycle, "pass_once", lambda spec, kube, history, now: passes.append(now))
+    monkeypatch.setattr(recycle.History, "load", classmethod(lambda cls: cls()))
+    monkeypatch.setattr(recycle.History, "save", lambda self, path=None: None)
+
+    class Stop(threading.Event):  # set after two periods
+        looks = 0
+
+        def wait(self, timeout=None):
+            self.looks += 1
+            return self.looks > 2
+
+    spec = parse_spec({**BASE, "health": RECYCLE_NOW})
+    with open(tmp_path / "recycle.lock", "a") as other:
+        fcntl.flock(other, fcntl.LOCK_EX)  # the other pod's pass
+        recycle.run_forever(lambda: spec, lambda namespace: RecordingKubernetes(), Stop())
+    assert passes == []
+    recycle.run_forever(lambda: spec, lambda namespace: RecordingKubernetes(), Stop())
+    assert len(passes) == 2
 
 
 @pytest.mark.parametrize("saved", ["{not json", "[]", '{"recycles": 3}', '{"other": {}}', "\xff"])

@@ -20,7 +20,15 @@ import yaml
 from slonk.base import paths
 from slonk.config.render import render
 from slonk.config.spec import parse_spec, read_spec
-from slonk.pod.config_watch import Controller, Follower, NotApplied, NotNow, fingerprint, started_on
+from slonk.pod.config_watch import (
+    FOLLOWED,
+    Controller,
+    Follower,
+    NotApplied,
+    NotNow,
+    fingerprint,
+    started_on,
+)
 from slonk.slurm import rollout
 from slonk.slurm.slurmctld import Refused, _what_it_said, needs_restart
 
@@ -425,9 +433,7 @@ def test_a_standby_takes_only_what_the_controller_in_control_runs(tmp_path, demo
         standby.apply(_spec(demo_spec))  # seen first by the standby: it waits
     assert not (standby.conf_dir / "slurm.conf").exists()
     primary.apply(_spec(demo_spec))
-    assert standby.apply(_spec(demo_spec)) == (
-        "this standby slurmctld's files follow what the one in control runs"
-    )
+    assert standby.apply(_spec(demo_spec)) == FOLLOWED
     assert rollout.read_files(standby.conf_dir) == rollout.read_files(primary.conf_dir)
     assert standby.daemon.calls == []  # it reads them when it takes control
     bogus = _spec(demo_spec, SelectType="select/bogus")
@@ -438,12 +444,20 @@ def test_a_standby_takes_only_what_the_controller_in_control_runs(tmp_path, demo
     assert rollout.read_files(standby.conf_dir) == rollout.read_files(primary.conf_dir)
 
 
-def test_at_start_a_standby_accepts_nothing_for_the_controller_in_control(tmp_path, demo_spec):
+def test_a_standby_takes_what_the_controller_in_control_accepted(tmp_path, demo_spec):
+    """At start (files init wrote, which the one in control may never run) and after: a
+    topology the syncer applied in the other pod changes no cluster.yaml, the record alone."""
     primary, standby = _pair(tmp_path)
     primary.apply(_spec(demo_spec))
-    demo_spec["partitions"]["gpu"]["maxTime"] = 60
-    new = render(_spec(demo_spec))
-    rollout.write_files(standby.conf_dir, new)  # what `slonk init` wrote
-    spec = _spec(demo_spec)
-    assert standby.settle(spec) == "standby slurmctld runs cluster.yaml's configuration"
-    assert primary.record.accepted() == rollout.read_files(primary.conf_dir) != new
+    accepted = rollout.read_files(primary.conf_dir)
+    spec = _spec(demo_spec, MaxJobCount=5000)  # which the one in control has not run
+    rollout.write_files(standby.conf_dir, render(spec))  # what `slonk init` wrote
+    assert standby.settle(spec) == FOLLOWED
+    assert rollout.read_files(standby.conf_dir) == accepted == primary.record.accepted()
+    assert standby.follow(spec) is None  # nothing new
+    demo_spec["nodepools"]["cpu"]["replicas"] = 3  # as a new topology would, in the record
+    primary.apply(_spec(demo_spec))
+    assert standby.follow(_spec(demo_spec)) == FOLLOWED
+    assert rollout.read_files(standby.conf_dir) == rollout.read_files(primary.conf_dir)
+    assert primary.follow(_spec(demo_spec)) is None  # the one in control follows nobody
+    assert standby.daemon.calls == ["started"]  # waited for at start; reads files at takeover

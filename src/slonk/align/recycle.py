@@ -13,6 +13,8 @@ files are no hardware fault.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import sys
 import threading
@@ -36,6 +38,7 @@ from slonk.slurm.slurm_state import NodeState, SlurmError
 # On the controller's state volume, beside slurmctld's own state: a controller restart must
 # not forget how often a node was recycled.
 HISTORY = paths.STATE_SAVE / "slonk-recycle.json"
+PASS_LOCK = paths.STATE_SAVE / "slonk-recycle.lock"
 NODE_HISTORY = (
     paths.NODE_HISTORY
 )  # where recycles and quarantines are recorded (slonk.health.history)
@@ -191,6 +194,19 @@ def pass_once(spec: ClusterSpec, kube: Kubernetes, history: History, now: float)
     taint(kube, history)
 
 
+@contextlib.contextmanager
+def _pass_lock() -> Iterator[bool]:
+    """True while this process holds the lock of recycle passes; False: another pass runs."""
+    PASS_LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with open(PASS_LOCK, "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+
+
 def run_forever(
     load: Callable[[], ClusterSpec],
     connect: Callable[[str], Kubernetes],
@@ -199,7 +215,6 @@ def run_forever(
     """A pass every periodSeconds until `stop` is set or recycling is switched off."""
     spec = load()
     kube: Kubernetes | None = None
-    history: History | None = None
     while not stop.is_set():
         if spec.health is None or spec.health.recycle is None:
             log("node recycling is off")
@@ -213,17 +228,19 @@ def run_forever(
         if spec.health is None or spec.health.recycle is None:
             continue
         if not control.in_control(spec, pod_name()):
-            # The controller pod in control recycles (slonk.slurm.control); its record of
-            # recycles, on the shared state volume, is read again when this one takes over.
-            history = None
-            continue
-        if history is None:
+            continue  # the controller pod in control recycles (slonk.slurm.control)
+        # With a backup, both pods may each think for a moment that they hold control (their
+        # pings disagree): a pass runs under a lock on the state volume both mount, on the
+        # record of recycles as it is there now.
+        with _pass_lock() as mine:
+            if not mine:
+                continue
             history = History.load()
-        try:
-            kube = kube or connect(spec.namespace)
-            pass_once(spec, kube, history, time.time())
-        except (SlurmError, KubeError) as err:
-            log(f"pass skipped: {err}")
-        except Exception as err:  # whatever it was, a crash-loop would stop all recycling
-            log(f"pass failed, trying again next period: {type(err).__name__}: {err}")
-        history.save()
+            try:
+                kube = kube or connect(spec.namespace)
+                pass_once(spec, kube, history, time.time())
+            except (SlurmError, KubeError) as err:
+                log(f"pass skipped: {err}")
+            except Exception as err:  # whatever it was, a crash-loop would stop all recycling
+                log(f"pass failed, trying again next period: {type(err).__name__}: {err}")
+            history.save()

@@ -31,6 +31,10 @@ from slonk.slurm.slurm_state import SlurmError
 
 LEASE_SECONDS, RENEW_SECONDS, RETRY_SECONDS = 15, 10, 2
 MIN_PASS_SECONDS = 0.2  # a burst of watch events makes one pass, not one each
+# With a backup controller: how long passes see the other pod's slurmctld in control before
+# this syncer gives way. One look is not enough: a slurmctld re-executing for a reconfigure
+# misses a ping.
+CONTROL_GRACE_SECONDS = 10.0
 
 
 def log(message: str) -> None:
@@ -221,6 +225,7 @@ def run(load: Callable[[], ClusterSpec]) -> None:
 
     def work() -> None:
         current, refused = spec, ""
+        elsewhere_since: float | None = None
         kube.start()
         log(f"leading; watching Nodes, pods and StatefulSets of {spec.release}")
         while True:
@@ -232,8 +237,13 @@ def run(load: Callable[[], ClusterSpec]) -> None:
                 if str(err) != refused:
                     log(f"keeping the last good settings: {err}")
                 refused = str(err)
-            if not control.in_control(current, pod_name()):
-                log("this pod's slurmctld no longer holds control; exiting for the one that does")
+            holder = control.held_elsewhere(current, pod_name())
+            if holder is None:
+                elsewhere_since = None
+            elif elsewhere_since is None:
+                elsewhere_since = time.monotonic()
+            elif time.monotonic() - elsewhere_since >= CONTROL_GRACE_SECONDS:
+                log(f"{holder}'s slurmctld holds control; exiting for the syncer there")
                 os._exit(1)
             if current.syncer is not None:  # the pace as the settings say now
                 gate.window = current.syncer.topology_window_seconds

@@ -349,7 +349,7 @@ class BackupController:
         maximum=600,
         doc="slurm.conf's SlurmctldTimeout: how long the backup waits for an unanswering "
         "primary before it takes control. Too short, and a primary busy for that long is "
-        "taken over while it runs.",
+        "taken over while it runs. slurm.slurmConf's SlurmctldTimeout, where set, wins.",
     )
 
 

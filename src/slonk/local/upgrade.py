@@ -88,10 +88,16 @@ class LogTail:
         return [line.decode(errors="replace") for line in lines]
 
 
+def _controller(cluster: Cluster) -> str:
+    """The controller pod whose log and Slurm commands count: the first that runs (with a
+    backup, the primary's pod may be stopped and the backup in control)."""
+    return cluster.running_controller() or cluster.pod_names("controller")[0]
+
+
 def wait_verdict(cluster: Cluster, tail: LogTail, timeout: float) -> tuple[str, str] | None:
     """The first verdict in the controller's log past `tail`; None when none came within
     `timeout` or the controller pod stopped."""
-    controller = cluster.pod_names("controller")[0]
+    controller = _controller(cluster)
     deadline = time.monotonic() + timeout
     while True:
         for line in tail.new_lines():
@@ -114,7 +120,7 @@ def _exclusive(cluster: Cluster) -> Iterator[None]:
 
 
 def _slurm(cluster: Cluster, *command: str) -> str:
-    controller = cluster.pod_names("controller")[0]
+    controller = _controller(cluster)
     result = cluster.run(controller, command)
     if result.returncode:
         raise LocalModeError(f"{' '.join(command)}: {result.stderr.strip() or 'failed'}")
@@ -225,18 +231,18 @@ def _put_back_spec(
     progress(f"  put back ConfigMap {SPEC_CONFIGMAP}")
     found = wait_verdict(cluster, tail, ROLLBACK_VERDICT_SECONDS)
     if found:
-        progress(f"  {cluster.pod_names('controller')[0]}: {found[1]}")
+        progress(f"  {_controller(cluster)}: {found[1]}")
 
 
 def _controller_tail(cluster: Cluster) -> LogTail:
     """The controller's log from its end now: what config-watch says from here on."""
-    controller = cluster.pod_names("controller")[0]
+    controller = _controller(cluster)
     return LogTail(cluster.log_file(controller), cluster.log_offset(controller))
 
 
 def _await_controller(cluster: Cluster, tail: LogTail, progress: Callable[[str], None]) -> None:
     """The controller's verdict on the new cluster.yaml; anything but applied fails."""
-    controller = cluster.pod_names("controller")[0]
+    controller = _controller(cluster)
     found = wait_verdict(cluster, tail, VERDICT_TIMEOUT_SECONDS)
     if found is None:
         why = (

@@ -7,12 +7,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 from slonk.base import paths
+from slonk.base.identity import pod_name
+from slonk.config.model import ClusterSpec
 from slonk.metrics.cluster import job_families, node_families
 from slonk.metrics.events import EventCounter, syncer_families
 from slonk.metrics.family import Family
 from slonk.metrics.health import health_families
 from slonk.metrics.sdiag import COMMAND as SDIAG
 from slonk.metrics.sdiag import sdiag_families
+from slonk.slurm import control
 from slonk.slurm.slurm_nodes import run
 from slonk.slurm.slurm_state import QUEUE, SHOW_NODES
 
@@ -28,6 +31,7 @@ class Spec:
         self.seen: tuple[int, int] | None = None
         self.pools: dict[str, str] = {}
         self.partitions: frozenset[str] = frozenset()
+        self.cluster: ClusterSpec | None = None
 
     def refresh(self) -> None:
         stat = self.path.stat()
@@ -36,6 +40,7 @@ class Spec:
         from slonk.config.spec import load_spec
 
         spec = load_spec(self.path)
+        self.cluster = spec
         self.pools = {
             node: pool.name for pool in spec.nodepools for node in pool.node_names(spec.release)
         }
@@ -44,6 +49,11 @@ class Spec:
 
     def pool_of(self, node: str) -> str:
         return self.pools.get(node, "")
+
+    def in_control(self) -> bool:
+        """Whether this controller pod's slurmctld holds control (slonk.slurm.control)."""
+        self.refresh()
+        return self.cluster is not None and control.in_control(self.cluster, pod_name())
 
 
 def controller(spec: Spec | None = None) -> dict[str, Source]:
@@ -63,12 +73,17 @@ def controller(spec: Spec | None = None) -> dict[str, Source]:
         counter = counter or EventCounter(paths.NODE_HISTORY)
         return counter.families()
 
+    def once(source: Source) -> Source:
+        """The cluster's figures from the pod in control alone: with a backup controller,
+        both pods would export the same nodes and jobs, and every sum would count them twice."""
+        return lambda: source() if spec.in_control() else []
+
     return {
-        "nodes": nodes,
-        "jobs": jobs,
-        "sdiag": lambda: sdiag_families(run(list(SDIAG))),
-        "history": history,
-        "syncer": lambda: syncer_families(paths.SYNCER_STATS),
+        "nodes": once(nodes),
+        "jobs": once(jobs),
+        "sdiag": once(lambda: sdiag_families(run(list(SDIAG)))),
+        "history": once(history),
+        "syncer": once(lambda: syncer_families(paths.SYNCER_STATS)),
     }
 
 

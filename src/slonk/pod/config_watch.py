@@ -18,6 +18,7 @@ A worker follows cluster.yaml for its own health plan and job programs.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import functools
 import sys
@@ -43,6 +44,13 @@ POLL_SECONDS = 1.0
 
 class NotApplied(RuntimeError):
     """slurmctld refused the configuration; the previous one runs everywhere."""
+
+
+# What a standby says when its files became the record's (values controller.backup).
+FOLLOWED = "this standby slurmctld's files follow what the one in control runs"
+# How often a standby looks at the record: a topology the one in control applied reaches it
+# within this (it reads its files when it takes control).
+STANDBY_FOLLOW_SECONDS = 5.0
 
 
 class NotNow(RuntimeError):
@@ -139,12 +147,24 @@ class Controller:
 
     def _follow(self, new: rollout.Files) -> str:
         """A standby slurmctld (values controller.backup) reads its files when it takes
-        control: they follow what the slurmctld in control accepted (the record, on the state
+        control: they are what the slurmctld in control accepted (the record, on the state
         volume both share), never files it has not run."""
         if new != self.record.accepted():
             raise NotNow("the slurmctld in control has not run it yet")
         rollout.write_files(self.conf_dir, new)
-        return "this standby slurmctld's files follow what the one in control runs"
+        return FOLLOWED
+
+    def follow(self, spec: ClusterSpec) -> str | None:
+        """A standby's files, made the record's again when the one in control accepted others
+        (a topology the syncer applied, files init wrote that it then refused); what to say,
+        or None when there was nothing to do."""
+        accepted = self.record.accepted()
+        if accepted is None or accepted == rollout.read_files(self.conf_dir):
+            return None
+        if self.in_control(spec):
+            return None
+        rollout.write_files(self.conf_dir, accepted)
+        return FOLLOWED
 
     def settle(self, spec: ClusterSpec | None = None) -> str | None:
         """At start: slurmctld was started on what `slonk init` wrote. Files it has not
@@ -169,8 +189,8 @@ class Controller:
                 "it runs the last configuration it accepted"
             )
         if spec is not None and not self.in_control(spec):
-            # It runs them, in standby; the record holds what the one in control ran.
-            return "standby slurmctld runs cluster.yaml's configuration"
+            # In standby it runs nothing: it takes the files the one in control accepted.
+            return self.follow(spec) or "standby slurmctld runs the accepted configuration"
         self.record.accept(live)
         if accepted is None:
             return "slurmctld runs cluster.yaml's configuration"
@@ -232,6 +252,7 @@ def watch(
 ) -> None:
     """Apply each change of cluster.yaml until `stop` is set; `changes` wakes on its directory."""
     apply: Callable[[ClusterSpec], str] = apply_worker
+    standby: Controller | None = None  # a controller with a backup: it may be in standby
     if role == "controller":
         controller = Controller()
         try:
@@ -242,6 +263,8 @@ def watch(
         if settled:
             log(settled)
         apply = controller.apply
+        if spec is not None and spec.backup_controller is not None:
+            standby = controller
     follower = Follower(apply, spec_path, interval, handled=started_on(spec_path))
     log(f"watching {changes.describe()}")
     while not stop.is_set():
@@ -249,6 +272,12 @@ def watch(
         if said:
             log(said)
         timeout = RECHECK_SECONDS
+        if standby is not None:
+            timeout = STANDBY_FOLLOW_SECONDS
+            with contextlib.suppress(SpecError):
+                said = standby.follow(load_spec(spec_path))
+                if said:
+                    log(said)
         if follower.waiting is not None:  # slurmctld did not answer: try again on time
             timeout = min(timeout, follower.retry_at - time.monotonic())
         changes.wait(timeout)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from slonk.base import paths
 from slonk.config.model import ClusterSpec
@@ -41,16 +41,29 @@ def answering(conf: str = str(paths.SLURMCTLD_CONF_DIR / "slurm.conf")) -> list[
         return None
 
 
-def holder(answers: Sequence[str] | None) -> str | None:
-    """The controller in control: the first that answers."""
+def holder(spec: ClusterSpec, ask: Callable[[], list[str] | None] = answering) -> str | None:
+    """The controller pod in control: the first whose slurmctld answers (the only one, without
+    a backup, unasked); None when scontrol cannot say or none answers."""
+    if len(spec.controller_names) == 1:
+        return spec.controller_names[0]
+    answers = ask()
     return answers[0] if answers else None
 
 
 def in_control(
     spec: ClusterSpec, pod: str, ask: Callable[[], list[str] | None] = answering
 ) -> bool:
-    """Whether `pod`'s slurmctld holds control. With a backup, a pod that cannot tell (its
-    own slurmctld not up yet) does not: the duty waits for the next look."""
+    """Whether `pod`'s slurmctld holds control: without a backup, always. With one, a pod that
+    cannot tell (its own slurmctld not up yet) does not: the duty waits for the next look."""
+    return len(spec.controller_names) == 1 or holder(spec, ask) == pod
+
+
+def held_elsewhere(
+    spec: ClusterSpec, pod: str, ask: Callable[[], list[str] | None] = answering
+) -> str | None:
+    """The other controller pod, when it is seen holding control; None without a backup, or
+    when nobody can be seen holding it."""
     if len(spec.controller_names) == 1:
-        return True
-    return holder(ask()) == pod
+        return None
+    found = holder(spec, ask)
+    return found if found not in (None, pod) else None
