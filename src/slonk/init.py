@@ -115,9 +115,10 @@ def prepare_dirs(role: str) -> None:
 
 
 def offer_shared_modulefiles() -> str:
-    """/home/modulefiles on environment modules' search path, once the users sync has made
-    /home root's: only a directory root alone writes (homes.shared_dir), or every user's
-    `module load` would run another user's modulefiles."""
+    """/home/modulefiles on environment modules' search path (login shells, and jobs on the
+    workers, which inherit the submitting shell's `module` or start login shells), once the
+    users sync has made /home root's: only a directory root alone writes (homes.shared_dir),
+    or every user's `module load` would run another user's modulefiles."""
     problem = homes.shared_dir(paths.SHARED_MODULEFILES.name)
     if problem:
         return f"none: {problem}"
@@ -281,7 +282,8 @@ STEPS = (
     Step("looked at /proc", WORKER | LOGIN,  # where users' processes run
          lambda pod: hide_other_users_processes()),
     Step("registered users", SLURM_ROLES, lambda pod: register_users(pod.spec)),
-    Step("offered the site's modulefiles", LOGIN, lambda pod: offer_shared_modulefiles()),
+    Step("offered the site's modulefiles", WORKER | LOGIN,  # jobs load them too
+         lambda pod: offer_shared_modulefiles()),
     Step("ran boot health checks", WORKER, lambda pod: boot_checks(pod.health_plan),
          lambda pod: pod.health_plan is not None),
     Step("installed job programs", WORKER, lambda pod: install_job_programs(pod.spec),

@@ -396,6 +396,27 @@ def test_environment_modules_offer_the_sites_modulefiles(healthy, site_module):
     assert loaded == "ready"
 
 
+def test_jobs_on_the_workers_load_the_sites_modulefiles(healthy, site_module):
+    """A bash batch script inherits the `module` function of the login shell it was submitted
+    from and runs it on its worker; a login-shell script (`#!/bin/bash -l`) starts its own,
+    from the worker's environment modules; srun's tasks inherit it too. (`--wrap` runs
+    /bin/sh, which takes no shell function.)"""
+    demo = healthy.user("demo")
+    show = f"module load {site_module} && echo $SLONK_TEST_TOOL on $(hostname)"
+    jobs = []
+    for shell in ("#!/bin/bash", "#!/bin/bash -l"):
+        demo.check_output(f"printf '%s\\n' {shlex.quote(shell)} {shlex.quote(show)} > modules.sh")
+        submit = "sbatch --parsable --output=modules-%j.out modules.sh"
+        jobs.append(demo.check_output(f"bash -lc {shlex.quote(submit)}"))
+    for job in jobs:
+        wait_for(f"job {job} to finish", lambda j=job: j not in healthy.jobs())
+        said = demo.check_output(f"cat modules-{job}.out")
+        assert re.fullmatch(r"ready on slonk-cpu-\d", said), said
+    stepped = demo.check_output(f"bash -lc {shlex.quote(f'srun bash -c {shlex.quote(show)}')}")
+    assert re.fullmatch(r"ready on slonk-cpu-\d", stepped), stepped
+    demo.check_output(f"rm -f modules.sh {' '.join(f'modules-{j}.out' for j in jobs)}")
+
+
 def test_a_hostile_ca_file_stops_the_pod_naming_the_line(tmp_path: Path):
     """An option smuggled into the CA Secret (here: a forced command) never reaches sshd: the
     login pod stops at start, and `up` says which line."""
