@@ -417,6 +417,25 @@ def test_jobs_on_the_workers_load_the_sites_modulefiles(healthy, site_module):
     demo.check_output(f"rm -f modules.sh {' '.join(f'modules-{j}.out' for j in jobs)}")
 
 
+def test_each_user_has_scratch_of_their_own_on_login_and_workers(healthy):
+    """values scratch: /scratch/<user> is its user's alone, the same volume on the login pod
+    and in a job on a worker; another user can neither read it nor make one in its place."""
+    other = bystander(healthy)
+    demo = healthy.user("demo")
+    for pod in ("slonk-login-0", "slonk-cpu-0", "slonk-cpu-1"):
+        listed = healthy.pod(pod).check_output(
+            f"stat -c '%U %a' /scratch /scratch/demo /scratch/{other}"
+        )
+        assert listed.splitlines() == ["root 755", "demo 700", f"{other} 700"], pod
+    job = healthy.submit("--output=/dev/null", "--wrap", "hostname > /scratch/demo/from-job")
+    wait_for(f"job {job} to finish", lambda: job not in healthy.jobs())
+    assert demo.check_output("cat /scratch/demo/from-job").startswith("slonk-cpu-")
+    stranger = healthy.user(other)
+    assert stranger.run("cat /scratch/demo/from-job").rc != 0
+    assert stranger.run("mkdir /scratch/carol").rc != 0  # the root is root's
+    demo.check_output("rm /scratch/demo/from-job")
+
+
 def test_a_hostile_ca_file_stops_the_pod_naming_the_line(tmp_path: Path):
     """An option smuggled into the CA Secret (here: a forced command) never reaches sshd: the
     login pod stops at start, and `up` says which line."""

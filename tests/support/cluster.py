@@ -358,6 +358,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         # Slurm's REST API, and with it users' tokens beside munge for every Slurm daemon
         # (tests/integration/test_local_restapi.py).
         "restapi": {"enabled": True},
+        # The site's per-user scratch volume at /scratch (tests/integration/test_local_ssh.py).
+        "scratch": {"existingClaim": "site-scratch"},
     }
     with running(state_dir, values=values):
         yield LocalCluster(state_dir, hooks, ca)

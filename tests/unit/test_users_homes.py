@@ -5,6 +5,7 @@ anyone a tree it did not make, and says so."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import stat
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from slonk.config.spec import User
-from slonk.users.homes import make_homes, secure_root, shared_dir
+from slonk.users.homes import make_homes, make_scratch, secure_root, shared_dir
 from slonk.users.sync import sync
 
 from .test_users_sync import DEMO, new_pod, reader, spec, user_entry
@@ -95,7 +96,7 @@ def test_homes_made_once(home):
 
 def test_a_home_that_cannot_be_made_is_reported(tmp_path):
     assert make_homes([BOB], tmp_path / "missing") == [
-        "cannot make homes in /home: No such file or directory"
+        "cannot make home directories in /home: No such file or directory"
     ]
 
 
@@ -121,6 +122,26 @@ def test_a_link_in_place_of_a_home_is_not_followed(home, tmp_path):
     (home / "bob").unlink()
     (home / "bob").write_text("")
     assert make_homes([BOB], home) == ["home /home/bob is not a directory: left alone"]
+
+
+def test_scratch_directories_are_made_as_homes_are(home):
+    """The site's scratch volume (values scratch): every user's /scratch/<name>, whatever
+    their home; one mallory made first is left alone and said, a link never followed."""
+    alice = User(name="alice", uid=2001, gid=2002, home="/home/shared/alice")
+    (home / "bob").symlink_to(home)
+    assert secure_root(home, "/scratch") == []
+    assert make_scratch([alice, BOB], home) == [
+        "scratch /scratch/bob is a symbolic link: left alone"
+    ]
+    info = (home / "alice").stat()
+    assert (info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode)) == (2001, 2002, 0o700)
+    (home / "bob").unlink()
+    (home / "bob").mkdir()
+    os.chown(home / "bob", MALLORY, MALLORY)
+    assert make_scratch([BOB], home) == [
+        "scratch /scratch/bob is uid 5300's, not bob's (uid 5001): left alone; check who made "
+        "it and what it holds"
+    ]
 
 
 def test_a_shared_directory_is_made_roots_for_everyone_to_read(home):
@@ -162,3 +183,22 @@ def test_the_sync_closes_home_and_reports_a_squatted_home(tmp_path):
     assert _owner_mode(node.home / "bob")[0] == MALLORY
     assert _owner_mode(node.home / "demo") == (5000, 0o700)
     assert "home /home/bob is uid 5300's, not bob's (uid 5001)" in " ".join(result.warnings)
+
+
+def test_the_sync_makes_scratch_only_with_the_volume_there(tmp_path):
+    """values scratch on: the pods that mount /scratch (login, workers) make each user's
+    directory there; a pod without it (the controller) makes nothing."""
+    node = new_pod(tmp_path / "pod", tmp_path / "home")
+    node = dataclasses.replace(node, scratch=tmp_path / "scratch")
+    with_scratch = dataclasses.replace(spec(), scratch=True)
+    sync(with_scratch, node, read=reader([DEMO]))
+    assert not node.scratch.exists()  # not mounted here: nothing made in its place
+    node.scratch.mkdir(mode=0o777)
+    result = sync(with_scratch, node, read=reader([DEMO, user_entry("bob", 5001, gid=5001)]))
+    assert _owner_mode(node.scratch) == (0, 0o755)
+    assert _owner_mode(node.scratch / "demo") == (5000, 0o700)
+    assert _owner_mode(node.scratch / "bob") == (5001, 0o700)
+    assert result.warnings == []
+    three = [DEMO, user_entry("bob", 5001, gid=5001), user_entry("carol", 5002, gid=5002)]
+    sync(spec(), node, read=reader(three))
+    assert not (node.scratch / "carol").exists()  # values scratch off: the volume is not ours

@@ -186,6 +186,26 @@ SlurmctldHost's order, since a client tries one after the other. */}}
 {{- end }}
 {{- end }}
 
+{{/* The site's scratch volume (values scratch) at /scratch on the login pods and workers;
+each nothing without one. */}}
+{{- define "slonk.scratchVolume" -}}
+{{- with .Values.scratch }}
+{{- if .existingClaim }}
+- name: scratch
+  persistentVolumeClaim: {claimName: {{ .existingClaim | quote }}}
+{{- else if (.nfs | default dict).server }}
+- name: scratch
+  nfs: {server: {{ .nfs.server | quote }}, path: {{ .nfs.path | quote }}}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "slonk.scratchMount" -}}
+{{- if or .Values.scratch.existingClaim (.Values.scratch.nfs | default dict).server }}
+- {name: scratch, mountPath: /scratch}
+{{- end }}
+{{- end }}
+
 {{- define "slonk.imagePullSecrets" -}}
 {{- with .Values.images.pullSecrets }}
 imagePullSecrets:
@@ -464,6 +484,9 @@ resources, placement) are checked by the API server and are left to it. */}}
 -}}
 {{- if .Values.metrics.enabled -}}
 {{- $_ := set $spec "metrics" (dict "port" (int .Values.metrics.port)) -}}
+{{- end -}}
+{{- if or .Values.scratch.existingClaim (.Values.scratch.nfs | default dict).server -}}
+{{- $_ := set $spec "scratch" true -}}
 {{- end -}}
 {{- if .Values.controller.backup.enabled -}}
 {{- $_ := set $spec "backupController" (dict "takeoverSeconds" (int .Values.controller.backup.takeoverSeconds)) -}}

@@ -46,6 +46,8 @@ RESERVED_IDS = {
 # The shared volume every Slurm pod mounts: default homes are made there.
 HOME = "/home"
 HOME_ROOTS = (HOME,)
+# The site's scratch volume on login pods and workers (values scratch): each user's directory.
+SCRATCH = "/scratch"
 DEFAULT_SHELL = "/bin/bash"
 
 _NAME = re.compile(NAME_PATTERN)

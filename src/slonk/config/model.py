@@ -497,6 +497,9 @@ class ClusterSpec:
     metrics: MetricsSettings | None = None
     restapi: RestApiSettings | None = None
     backup_controller: BackupController | None = None
+    # The site's scratch volume at /scratch on login pods and workers (values scratch): the
+    # users sync makes each user's directory there.
+    scratch: bool = False
 
     @property
     def controller_names(self) -> tuple[str, ...]:

@@ -127,7 +127,7 @@ SSH_PORT = 22  # sshd on login pods and workers
 SPEC_KEYS = frozenset(
     "version clusterName release namespace nodepools partitions slurmConf "
     "cgroupConf extraLines users groups ldap ldapServer accounts hooks health syncer capacity "
-    "priority accounting ssh metrics restapi backupController".split()
+    "priority accounting ssh metrics restapi backupController scratch".split()
 )
 
 
@@ -780,6 +780,7 @@ def parse_spec(data: Any) -> ClusterSpec:
         backup_controller=_service(
             BackupController, r.data.get("backupController"), "backupController"
         ),
+        scratch=r.get("scratch", bool, False),
     )
 
 

@@ -24,13 +24,14 @@ HOME_MODE = 0o700
 ROOT_BITS = 0o755
 
 
-def secure_root(home: Path = Path(accounts.HOME)) -> list[str]:
-    """Make the shared /home (mounted at `home`) root's, writable by root alone. Where the
-    volume refuses (NFS with root_squash), one problem is returned: the pod still starts."""
+def secure_root(home: Path = Path(accounts.HOME), shown: str = accounts.HOME) -> list[str]:
+    """Make the shared /home (mounted at `home`; or /scratch, `shown` as it is in the pods)
+    root's, writable by root alone. Where the volume refuses (NFS with root_squash), one
+    problem is returned: the pod still starts."""
     try:
         fd = os.open(home, os.O_RDONLY | os.O_DIRECTORY)
     except OSError as err:
-        return [f"{accounts.HOME}: {err.strerror}"]
+        return [f"{shown}: {err.strerror}"]
     try:
         info = os.fstat(fd)
         mode = stat.S_IMODE(info.st_mode)
@@ -42,9 +43,9 @@ def secure_root(home: Path = Path(accounts.HOME)) -> list[str]:
             os.fchmod(fd, mode & ROOT_BITS)
         except OSError as err:
             return [
-                f"{accounts.HOME} is uid {info.st_uid}'s with mode {mode:o} and cannot be made "
+                f"{shown} is uid {info.st_uid}'s with mode {mode:o} and cannot be made "
                 f"root's {mode & ROOT_BITS:o} ({err.strerror}): users may make or replace "
-                "each other's homes there; fix its owner and mode on the volume"
+                "each other's directories there; fix its owner and mode on the volume"
             ]
         return []
     finally:
@@ -57,20 +58,31 @@ def make_homes(users: Iterable[User], home: Path = Path(accounts.HOME)) -> list[
     problem per home it could not make or that is not its user's; it changes no home
     that was already there."""
     mine = [u for u in users if u.home_dir == f"{accounts.HOME}/{u.name}"]
-    if not mine:
+    return make_user_dirs(mine, home, accounts.HOME, "home")
+
+
+def make_scratch(users: Iterable[User], scratch: Path = Path(accounts.SCRATCH)) -> list[str]:
+    """Each user's <SCRATCH>/<name> on the site's scratch volume (values scratch), made as a
+    home is: the user's, mode 0700; one already there is never given to anyone."""
+    return make_user_dirs(list(users), scratch, accounts.SCRATCH, "scratch")
+
+
+def make_user_dirs(users: list[User], root_path: Path, shown: str, what: str) -> list[str]:
+    """<root>/<name> for each user, made and given away through descriptors (no link
+    followed); one problem per directory not made or not its user's."""
+    if not users:
         return []
     try:
-        root = os.open(home, os.O_RDONLY | os.O_DIRECTORY)
+        root = os.open(root_path, os.O_RDONLY | os.O_DIRECTORY)
     except OSError as err:
-        return [f"cannot make homes in {accounts.HOME}: {err.strerror}"]
+        return [f"cannot make {what} directories in {shown}: {err.strerror}"]
     try:
-        return [problem for user in mine if (problem := _make_home(root, user))]
+        return [p for user in users if (p := _make_dir(root, user, f"{shown}/{user.name}", what))]
     finally:
         os.close(root)
 
 
-def _make_home(root: int, user: User) -> str | None:
-    where = user.home_dir
+def _make_dir(root: int, user: User, where: str, what: str) -> str | None:
     try:
         os.mkdir(user.name, HOME_MODE, dir_fd=root)
         made = True
@@ -81,7 +93,7 @@ def _make_home(root: int, user: User) -> str | None:
     try:
         fd = os.open(user.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=root)
     except OSError as err:
-        return f"home {where} {_what(root, user.name, err)}: left alone"
+        return f"{what} {where} {_what(root, user.name, err)}: left alone"
     try:
         info = os.fstat(fd)
         if made and info.st_uid == os.geteuid():  # still the directory made above
@@ -93,7 +105,7 @@ def _make_home(root: int, user: User) -> str | None:
             return None
         if info.st_uid != user.uid:
             return (
-                f"home {where} is uid {info.st_uid}'s, not {user.name}'s (uid {user.uid}): "
+                f"{what} {where} is uid {info.st_uid}'s, not {user.name}'s (uid {user.uid}): "
                 "left alone; check who made it and what it holds"
             )
         return None

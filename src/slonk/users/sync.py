@@ -27,7 +27,7 @@ from slonk.users.admit import Owners, admit
 from slonk.users.admit import Result as Result  # re-exported: what sync() returns
 from slonk.users.directory import Directory, DirectoryError, read_directory
 from slonk.users.files import capture_base, write_accounts, write_authorized_keys
-from slonk.users.homes import make_homes, secure_root
+from slonk.users.homes import make_homes, make_scratch, secure_root
 
 
 class SyncRefused(SlonkError):
@@ -38,6 +38,7 @@ class SyncRefused(SlonkError):
 class Paths:
     etc: Path = Path("/etc")
     home: Path = Path(accounts.HOME)
+    scratch: Path = Path(accounts.SCRATCH)
     var: Path = Path("/var/lib/slonk")
 
     @property
@@ -134,6 +135,9 @@ def sync(
     write_accounts(base, result.users, result.groups, paths.etc)
     write_authorized_keys(result.users, paths.etc)
     result.warnings += secure_root(paths.home) + make_homes(result.users, paths.home)
+    if spec.scratch and paths.scratch.is_dir():  # a pod that mounts it: login, workers
+        result.warnings += secure_root(paths.scratch, accounts.SCRATCH)
+        result.warnings += make_scratch(result.users, paths.scratch)
     if directory is not None and directory.live:
         try:
             snapshot.save(paths.snapshot, directory, result.owners)
