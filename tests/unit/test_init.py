@@ -66,6 +66,7 @@ def test_each_role_runs_its_own_steps_in_order(demo_spec):
         "ordered mount namespace ids for jobs' own /tmp",
         "looked at /proc",
         "registered users",
+        "offered the site's modulefiles",
         "installed job programs",
         "wrote s6 services",
     ]
@@ -73,6 +74,7 @@ def test_each_role_runs_its_own_steps_in_order(demo_spec):
     assert "installed job programs" not in {*controller, *login}
     assert "ran boot health checks" not in worker  # this spec has no health checks
     assert "offered the site's modulefiles" in login and "looked at /proc" in login
+    assert "offered the site's modulefiles" not in controller
     assert all("registered users" in found for found in (controller, worker, login))
     for found in (controller, worker, login, steps("ldap", "slonk-ldap-0")):
         assert found[-1] == "wrote s6 services", found
