@@ -91,7 +91,7 @@ def test_the_generated_password_is_kept(docs):
     password = base64.b64decode(secret["data"]["password"]).decode()
     assert re.fullmatch(r"[A-Za-z0-9]{32}", password)
     text = (paths.chart_dir() / "templates" / "accounting.yaml").read_text()
-    assert 'lookup "v1" "Secret" .Release.Namespace $password' in text  # made once
+    assert 'include "slonk.keptSecret" (dict "root" . "name" $password' in text  # made once
 
 
 @pytest.mark.parametrize("statefulset", ["slonk-slurmdbd", "slonk-mariadb"])

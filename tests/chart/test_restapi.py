@@ -65,7 +65,7 @@ def test_the_jwt_key_is_made_once_kept_and_given_to_its_verifiers_alone(docs):
     assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
     assert len(base64.b64decode(secret["data"]["jwt_hs256.key"])) == 32
     text = (paths.chart_dir() / "templates" / "secrets.yaml").read_text()
-    assert '"jwt_hs256.key")) | default (randBytes 32)' in text  # an existing key is kept
+    assert '"key" "jwt_hs256.key" "value" (randBytes 32)' in text  # slonk.keptSecret: kept
     for statefulset in ("slonk-controller", "slonk-slurmdbd"):
         assert _mounts(docs, statefulset)["jwt-key"] == str(paths.JWT_SECRET.parent)
     for statefulset in ("slonk-login", "slonk-cpu", "slonk-restapi", "slonk-mariadb"):

@@ -579,3 +579,24 @@ def test_a_container_that_keeps_its_runtimes_capabilities_needs_no_list():
 def test_privileged_workers_keep_no_capability_list():
     docs = _docs({"workers": {"privileged": True, "capabilities": []}})
     assert _container(docs, "slonk-cpu")["securityContext"] == {"privileged": True}
+
+
+def test_every_generated_secret_is_made_once_and_kept():
+    """Each Secret slonk generates comes from one helper (slonk.keptSecret): found on an
+    upgrade with `lookup` and kept, left by uninstall. Template mode has no cluster to look
+    in, so the helper's text is what is checked."""
+    on = {
+        "restapi": {"enabled": True},
+        "accounting": {"enabled": True},
+        "ldap": {"dev": {"enabled": True}},
+    }
+    secrets = [d for d in _docs(on) if d["kind"] == "Secret"]
+    assert len(secrets) == 5
+    for secret in secrets:
+        assert secret["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+    helpers = (chart.default_chart() / "templates" / "_helpers.tpl").read_text()
+    kept = helpers[helpers.index('define "slonk.keptSecret"') :]
+    assert 'lookup "v1" "Secret" .root.Release.Namespace .name' in kept
+    assert "(and $existing (index $existing.data .key)) | default .value" in kept
+    templates = (chart.default_chart() / "templates").glob("*.yaml")
+    assert not [t.name for t in templates if "lookup" in t.read_text()]  # none elsewhere

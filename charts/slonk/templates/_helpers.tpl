@@ -206,6 +206,24 @@ each nothing without one. */}}
 {{- end }}
 {{- end }}
 
+{{/* A Secret slonk generates (its values' existingSecret empty), made once: an upgrade finds
+it with `lookup` and keeps its value, and uninstall leaves it (resource-policy keep), so a
+reinstall does not strand running nodes or a database. Call with (dict "root" . "name" NAME
+"key" KEY "value" NEW), NEW base64 as a Secret's data is. */}}
+{{- define "slonk.keptSecret" -}}
+{{- $existing := lookup "v1" "Secret" .root.Release.Namespace .name -}}
+apiVersion: v1
+kind: Secret
+metadata:
+  name: {{ .name }}
+  labels: {{- include "slonk.labels" .root | nindent 4 }}
+  annotations:
+    helm.sh/resource-policy: keep
+type: Opaque
+data:
+  {{ .key }}: {{ (and $existing (index $existing.data .key)) | default .value }}
+{{- end }}
+
 {{- define "slonk.imagePullSecrets" -}}
 {{- with .Values.images.pullSecrets }}
 imagePullSecrets:
