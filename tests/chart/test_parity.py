@@ -373,6 +373,15 @@ CHART_ONLY = dict(
             "the CA is a Secret's: it never reaches cluster.yaml",
         ),
         (
+            "scratch: set existingClaim or nfs, not both",
+            "volumes are the pods': never in cluster.yaml",
+        ),
+        (
+            "scratch.existingClaim: %q is /home's claim (home.existingClaim); scratch is a "
+            "volume of its own",
+            "the same",
+        ),
+        (
             "controller.backup.enabled: both controllers must mount one state volume; set "
             "controller.persistence.existingClaim to a claim both can mount at once "
             "(ReadWriteMany): a volumeClaimTemplate would give each pod a volume of its own",

@@ -72,3 +72,22 @@ def test_an_export_without_its_path_is_refused(tmp_path):
     values = tmp_path / "values.yaml"
     values.write_text(yaml.safe_dump({"scratch": {"nfs": {"server": "nfs.example.org"}}}))
     assert "scratch" in _template_error("-f", str(values))
+
+
+@pytest.mark.parametrize(
+    ("values", "said"),
+    [
+        (
+            {"scratch": {"existingClaim": "a", "nfs": {"server": "nfs", "path": "/s"}}},
+            "scratch: set existingClaim or nfs, not both",
+        ),
+        (
+            {"home": {"existingClaim": "homes"}, "scratch": {"existingClaim": "homes"}},
+            'scratch.existingClaim: "homes" is /home\'s claim',
+        ),
+    ],
+)
+def test_two_volumes_or_home_itself_are_refused(tmp_path, values, said):
+    path = tmp_path / "values.yaml"
+    path.write_text(yaml.safe_dump(values))
+    assert said in _template_error("-f", str(path))

@@ -164,6 +164,36 @@ def test_a_shared_directory_a_user_made_is_not_used(home):
     assert "not root's alone" in str(shared_dir("modulefiles", home))
 
 
+def test_a_shared_directory_under_a_home_users_can_write_is_not_used(home):
+    """/home left open (root_squash: slonk could not close it): mallory could rename the
+    checked directory away and put hers in its place after the look."""
+    assert shared_dir("modulefiles", home) is None
+    home.chmod(0o777)
+    assert shared_dir("modulefiles", home) == (
+        "/home is uid 0's with mode 777, not root's alone: users could replace "
+        "/home/modulefiles; not used"
+    )
+
+
+def test_scratch_on_a_root_that_cannot_be_closed_gets_no_directories(tmp_path, monkeypatch):
+    """An export with root_squash: /scratch stays open to users, who could make another's
+    directory first or rename it away later, so none is made there; the pod says why."""
+    from slonk.users import sync as users_sync
+
+    node = dataclasses.replace(new_pod(tmp_path / "pod", tmp_path / "home"), scratch=tmp_path / "s")
+    node.scratch.mkdir(mode=0o777)
+    closed = users_sync.secure_root
+    refused = "/scratch is uid 65534's with mode 777 and cannot be made root's 755"
+    monkeypatch.setattr(
+        users_sync,
+        "secure_root",
+        lambda root, shown="/home": [refused] if shown == "/scratch" else closed(root, shown),
+    )
+    result = sync(dataclasses.replace(spec(), scratch=True), node, read=reader([DEMO]))
+    assert result.warnings == [refused]
+    assert list(node.scratch.iterdir()) == []
+
+
 def test_a_link_in_place_of_a_shared_directory_is_not_followed(home, tmp_path):
     victim = tmp_path / "victim"
     victim.mkdir(mode=0o700)

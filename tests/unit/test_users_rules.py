@@ -23,6 +23,7 @@ RULES = AccountRules()
     ("check", "value"),
     [
         (accounts.check_name, "root\n"),
+        (accounts.check_name, "modulefiles"),  # would own the site's /home/modulefiles
         (accounts.check_name, "a\rb"),
         (accounts.check_name, "a\x00"),
         (accounts.check_name, "a:b"),
@@ -101,6 +102,7 @@ def test_the_schema_holds_the_same_patterns():
     assert defs["accountId"]["minimum"] == accounts.ID_FLOOR
     assert defs["accountId"]["maximum"] == accounts.ID_CEILING
     assert defs["accountId"]["not"]["enum"] == sorted(accounts.RESERVED_IDS)
+    assert defs["accountName"]["not"]["enum"] == sorted(accounts.RESERVED_NAMES)
     suffix = _schema()["properties"]["ldap"]["properties"]["dev"]["properties"]["suffix"]
     assert suffix["pattern"] == LDAP_SUFFIX_PATTERN
 

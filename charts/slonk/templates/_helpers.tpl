@@ -189,6 +189,13 @@ SlurmctldHost's order, since a client tries one after the other. */}}
 {{/* The site's scratch volume (values scratch) at /scratch on the login pods and workers;
 each nothing without one. */}}
 {{- define "slonk.scratchVolume" -}}
+{{- $claim := .Values.scratch.existingClaim }}
+{{- if and $claim (.Values.scratch.nfs | default dict).server }}
+{{- fail "scratch: set existingClaim or nfs, not both" }}
+{{- end }}
+{{- if and $claim (eq $claim .Values.home.existingClaim) }}
+{{- fail (printf "scratch.existingClaim: %q is /home's claim (home.existingClaim); scratch is a volume of its own" $claim) }}
+{{- end }}
 {{- with .Values.scratch }}
 {{- if .existingClaim }}
 - name: scratch

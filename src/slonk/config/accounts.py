@@ -43,6 +43,8 @@ RESERVED_IDS = {
     65534: "nobody",
     65535: "(uid_t)-1 on 16-bit systems",
 }
+# Never given: a user of that name would own the directory of the same name on /home.
+RESERVED_NAMES = {"modulefiles": "the site's modulefiles (/home/modulefiles)"}
 # The shared volume every Slurm pod mounts: default homes are made there.
 HOME = "/home"
 HOME_ROOTS = (HOME,)
@@ -72,6 +74,8 @@ def check_name(value: str, what: str = "name") -> str:
             f"{value!a} is not a valid {what} (lowercase letters, digits, '_' or '-', "
             "starting with a letter or '_', at most 32 characters)"
         )
+    if value in RESERVED_NAMES:
+        raise AccountError(f"{what} {value} is reserved for {RESERVED_NAMES[value]}")
     return value
 
 

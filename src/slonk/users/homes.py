@@ -115,8 +115,8 @@ def _make_dir(root: int, user: User, where: str, what: str) -> str | None:
 
 def shared_dir(name: str, home: Path = Path(accounts.HOME)) -> str | None:
     """Make <HOME>/<name> (mounted at `home`) root's with mode 0755 for every pod to read,
-    as a home is made: through descriptors, no link followed. One that exists is used only
-    if it is root's and writable by root alone; otherwise the problem is returned and the
+    as a home is made: through descriptors, no link followed. It is used only if it and
+    /home are root's and writable by root alone; otherwise the problem is returned and the
     caller offers nothing from it (a user may have made it while /home was open to all)."""
     where = f"{accounts.HOME}/{name}"
     try:
@@ -124,6 +124,15 @@ def shared_dir(name: str, home: Path = Path(accounts.HOME)) -> str | None:
     except OSError as err:
         return f"cannot open {accounts.HOME}: {err.strerror}"
     try:
+        # A /home users can write (a root_squash export slonk could not close) lets any user
+        # rename the checked directory away and put their own in its place after this look.
+        info = os.fstat(root)
+        if info.st_uid != 0 or stat.S_IMODE(info.st_mode) & ~ROOT_BITS:
+            mode = stat.S_IMODE(info.st_mode)
+            return (
+                f"{accounts.HOME} is uid {info.st_uid}'s with mode {mode:o}, not root's alone: "
+                f"users could replace {where}; not used"
+            )
         try:
             os.mkdir(name, ROOT_BITS, dir_fd=root)
         except FileExistsError:

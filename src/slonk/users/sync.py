@@ -136,8 +136,10 @@ def sync(
     write_authorized_keys(result.users, paths.etc)
     result.warnings += secure_root(paths.home) + make_homes(result.users, paths.home)
     if spec.scratch and paths.scratch.is_dir():  # a pod that mounts it: login, workers
-        result.warnings += secure_root(paths.scratch, accounts.SCRATCH)
-        result.warnings += make_scratch(result.users, paths.scratch)
+        # Only on a root users cannot write (an export with root_squash cannot be closed):
+        # there, any user could make another's directory first, or rename it away later.
+        problems = secure_root(paths.scratch, accounts.SCRATCH)
+        result.warnings += problems or make_scratch(result.users, paths.scratch)
     if directory is not None and directory.live:
         try:
             snapshot.save(paths.snapshot, directory, result.owners)
