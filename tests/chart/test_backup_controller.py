@@ -94,7 +94,7 @@ def test_takeover_seconds_is_bounded(tmp_path):
                 **ON,
                 "controller": {
                     **ON["controller"],
-                    "backup": {"enabled": True, "takeoverSeconds": 2},
+                    "backup": {"enabled": True, "takeoverSeconds": 3},
                 },
             }
         )

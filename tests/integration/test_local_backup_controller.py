@@ -61,8 +61,10 @@ def test_two_controllers_one_state_and_the_duties_where_control_is(pair: LocalCl
         f"SlurmctldHost={BACKUP}({BACKUP}.{domain})",
     ]
     assert f"SlurmctldTimeout={TAKEOVER_SECONDS}" in conf
-    heartbeat = "test -s /var/spool/slurmctld/heartbeat && stat -c %i /var/spool/slurmctld"
-    assert pair.pod(PRIMARY).check_output(heartbeat) == pair.pod(BACKUP).check_output(heartbeat)
+    # The primary beats once it runs as primary, on the volume both pods mount.
+    beat = "test -s /var/spool/slurmctld/heartbeat && stat -c %i /var/spool/slurmctld"
+    volume = wait_for("the primary's heartbeat", lambda: pair.pod(PRIMARY).run(beat).stdout)
+    assert pair.pod(BACKUP).check_output(beat) == volume.strip()
     wait_for("the primary's syncer to lead", lambda: "syncer: leading" in pair.log(PRIMARY))
     backup_log = pair.log(BACKUP)
     assert "syncer: waits for this pod's slurmctld to hold control" in backup_log

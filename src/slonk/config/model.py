@@ -345,8 +345,10 @@ class BackupController:
     takeover_seconds: int = setting(
         10,
         "takeoverSeconds",
-        minimum=3,
+        minimum=4,
         maximum=600,
+        why="the primary's heartbeat comes every takeoverSeconds / 4 whole seconds: below 4, "
+        "every instant",
         doc="slurm.conf's SlurmctldTimeout: how long the backup waits for an unanswering "
         "primary before it takes control. Too short, and a primary busy for that long is "
         "taken over while it runs. slurm.slurmConf's SlurmctldTimeout, where set, wins.",
