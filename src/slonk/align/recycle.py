@@ -215,6 +215,7 @@ def run_forever(
     """A pass every periodSeconds until `stop` is set or recycling is switched off."""
     spec = load()
     kube: Kubernetes | None = None
+    history: History | None = None
     while not stop.is_set():
         if spec.health is None or spec.health.recycle is None:
             log("node recycling is off")
@@ -228,14 +229,16 @@ def run_forever(
         if spec.health is None or spec.health.recycle is None:
             continue
         if not control.in_control(spec, pod_name()):
+            history = None  # read again when this pod holds control again
             continue  # the controller pod in control recycles (slonk.slurm.control)
         # With a backup, both pods may each think for a moment that they hold control (their
         # pings disagree): a pass runs under a lock on the state volume both mount, on the
-        # record of recycles as it is there now.
+        # record of recycles as it is there now (the other pod may have written it).
         with _pass_lock() as mine:
             if not mine:
                 continue
-            history = History.load()
+            if history is None or spec.backup_controller is not None:
+                history = History.load()
             try:
                 kube = kube or connect(spec.namespace)
                 pass_once(spec, kube, history, time.time())
