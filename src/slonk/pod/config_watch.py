@@ -18,7 +18,6 @@ A worker follows cluster.yaml for its own health plan and job programs.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import functools
 import sys
@@ -252,7 +251,9 @@ def watch(
 ) -> None:
     """Apply each change of cluster.yaml until `stop` is set; `changes` wakes on its directory."""
     apply: Callable[[ClusterSpec], str] = apply_worker
-    standby: Controller | None = None  # a controller with a backup: it may be in standby
+    # A controller with a backup, which may be in standby, and its spec (the controllers are
+    # fixed for the pod's life).
+    standby: tuple[Controller, ClusterSpec] | None = None
     if role == "controller":
         controller = Controller()
         try:
@@ -264,7 +265,7 @@ def watch(
             log(settled)
         apply = controller.apply
         if spec is not None and spec.backup_controller is not None:
-            standby = controller
+            standby = controller, spec
     follower = Follower(apply, spec_path, interval, handled=started_on(spec_path))
     log(f"watching {changes.describe()}")
     while not stop.is_set():
@@ -274,10 +275,9 @@ def watch(
         timeout = RECHECK_SECONDS
         if standby is not None:
             timeout = STANDBY_FOLLOW_SECONDS
-            with contextlib.suppress(SpecError):
-                said = standby.follow(load_spec(spec_path))
-                if said:
-                    log(said)
+            said = standby[0].follow(standby[1])
+            if said:
+                log(said)
         if follower.waiting is not None:  # slurmctld did not answer: try again on time
             timeout = min(timeout, follower.retry_at - time.monotonic())
         changes.wait(timeout)

@@ -24,6 +24,11 @@ HOME_MODE = 0o700
 ROOT_BITS = 0o755
 
 
+def _roots_alone(info: os.stat_result) -> bool:
+    """Owned by root and writable by root alone (no set-id or sticky bit either)."""
+    return info.st_uid == 0 and stat.S_IMODE(info.st_mode) & ~ROOT_BITS == 0
+
+
 def secure_root(home: Path = Path(accounts.HOME), shown: str = accounts.HOME) -> list[str]:
     """Make the shared /home (mounted at `home`; or /scratch, `shown` as it is in the pods)
     root's, writable by root alone. Where the volume refuses (NFS with root_squash), one
@@ -35,7 +40,7 @@ def secure_root(home: Path = Path(accounts.HOME), shown: str = accounts.HOME) ->
     try:
         info = os.fstat(fd)
         mode = stat.S_IMODE(info.st_mode)
-        if info.st_uid == 0 and mode & ~ROOT_BITS == 0:
+        if _roots_alone(info):
             return []
         try:
             if info.st_uid != 0:
@@ -127,7 +132,7 @@ def shared_dir(name: str, home: Path = Path(accounts.HOME)) -> str | None:
         # A /home users can write (a root_squash export slonk could not close) lets any user
         # rename the checked directory away and put their own in its place after this look.
         info = os.fstat(root)
-        if info.st_uid != 0 or stat.S_IMODE(info.st_mode) & ~ROOT_BITS:
+        if not _roots_alone(info):
             mode = stat.S_IMODE(info.st_mode)
             return (
                 f"{accounts.HOME} is uid {info.st_uid}'s with mode {mode:o}, not root's alone: "
@@ -145,7 +150,7 @@ def shared_dir(name: str, home: Path = Path(accounts.HOME)) -> str | None:
             return f"{where} {_what(root, name, err)}: not used"
         try:
             info = os.fstat(fd)
-            if info.st_uid != 0 or stat.S_IMODE(info.st_mode) & ~ROOT_BITS:
+            if not _roots_alone(info):
                 return (
                     f"{where} is uid {info.st_uid}'s with mode {stat.S_IMODE(info.st_mode):o}, "
                     "not root's alone: not used; check who made it and what it holds"
