@@ -450,6 +450,24 @@ def test_the_spec_reads_pools_and_partitions_again_when_it_changes(tmp_path, dem
     assert spec.pool_of("slonk-gpu-4") == "gpu"
 
 
+def test_a_backup_controllers_scrape_asks_who_holds_control_once(tmp_path, demo_spec, monkeypatch):
+    """With a backup, the cluster's figures come from the pod in control alone; the five
+    sources of one scrape share one look (an `scontrol ping` each, else)."""
+    import yaml
+
+    from slonk.metrics import sources
+    from slonk.slurm import control
+
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump({**demo_spec, "backupController": {}}))
+    asked: list[str] = []
+    monkeypatch.setattr(control, "in_control", lambda spec, pod: asked.append(pod) or False)
+    monkeypatch.setenv("POD_NAME", "slonk-controller-1")
+    read = sources.controller(Spec(path))
+    assert [read[name]() for name in ("nodes", "jobs", "sdiag", "history", "syncer")] == [[]] * 5
+    assert asked == ["slonk-controller-1"]  # a standby exports none of them, and asked once
+
+
 def test_metrics_port(demo_spec):
     assert parse_spec(demo_spec).metrics is None
     demo_spec["metrics"] = {}

@@ -3,6 +3,8 @@ node count: three commands, never one per node."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,6 +22,7 @@ from slonk.slurm.slurm_nodes import run
 from slonk.slurm.slurm_state import QUEUE, SHOW_NODES
 
 Source = Callable[[], list[Family]]
+CONTROL_LOOK_SECONDS = 2.0
 
 
 class Spec:
@@ -32,6 +35,8 @@ class Spec:
         self.pools: dict[str, str] = {}
         self.partitions: frozenset[str] = frozenset()
         self.cluster: ClusterSpec | None = None
+        self.lock = threading.Lock()
+        self.control: tuple[float, bool] | None = None  # when it was looked at, and the answer
 
     def refresh(self) -> None:
         stat = self.path.stat()
@@ -51,9 +56,16 @@ class Spec:
         return self.pools.get(node, "")
 
     def in_control(self) -> bool:
-        """Whether this controller pod's slurmctld holds control (slonk.slurm.control)."""
-        self.refresh()
-        return self.cluster is not None and control.in_control(self.cluster, pod_name())
+        """Whether this controller pod's slurmctld holds control (slonk.slurm.control). One
+        look serves CONTROL_LOOK_SECONDS: a scrape reads its sources at once, in threads, and
+        each asks (with a backup, an `scontrol ping` a look)."""
+        with self.lock:
+            now = time.monotonic()
+            if self.control is None or now - self.control[0] >= CONTROL_LOOK_SECONDS:
+                self.refresh()
+                held = self.cluster is not None and control.in_control(self.cluster, pod_name())
+                self.control = (now, held)
+            return self.control[1]
 
 
 def controller(spec: Spec | None = None) -> dict[str, Source]:
