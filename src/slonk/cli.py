@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
@@ -326,6 +327,27 @@ def _add_power(power: argparse.ArgumentParser) -> None:
     power.set_defaults(run=_power)
 
 
+def _add_mail(mail: argparse.ArgumentParser) -> None:
+    # MailProg (rootfs' bin/mail) passes the recipient after `--`: it is --mail-user, a
+    # user's to choose, and must never be read as an option of slonk's.
+    mail.add_argument("--subject", required=True, help="the subject")
+    mail.add_argument("--cluster", type=arguments.path, default=paths.CLUSTER_SPEC)
+    mail.set_defaults(run=_mail)
+
+
+def _mail(args: argparse.Namespace) -> int:
+    from slonk.config.spec import load_spec
+    from slonk.slurm import mail
+
+    if len(args.argv) != 1:
+        raise mail.MailError("mail takes one recipient: slonk mail --subject S -- RECIPIENT")
+    settings = load_spec(args.cluster).mail
+    if settings is None:
+        raise mail.MailError(f"{args.cluster} has no mail relay (values mail.relay)")
+    mail.send(settings, mail.compose(settings, args.subject, args.argv[0], os.environ))
+    return 0
+
+
 def _add_local(local: argparse.ArgumentParser) -> None:
     from slonk.local import commands
 
@@ -348,6 +370,7 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
     "nodes": ("the fleet at a glance; `nodes history [NODE]`: what happened", _add_nodes),
     "worker": ("a worker pod's stop and return (preStop, SIGTERM)", _add_worker),
     "power": ("lent nodes as Slurm's power saving", _add_power),
+    "mail": ("slurmctld's MailProg: a job's message to the relay (-- RECIPIENT)", _add_mail),
     "local": ("run the chart's pods on this machine (root)", _add_local),
 }
 

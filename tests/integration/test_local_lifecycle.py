@@ -240,3 +240,15 @@ def test_a_node_running_a_job_counts_as_up(lifecycle: Lifecycle):
     assert lifecycle.nodes()["slonk-cpu-0"][0] == "mixed"
     wait_nodes_up(Cluster(lifecycle.state_dir), timeout=30, progress=lambda _: None)
     lifecycle.finish(job)
+
+
+def test_a_job_asking_for_mail_without_a_relay_is_accepted_and_its_user_told(
+    lifecycle: Lifecycle,
+):
+    # No mail.relay here (the chart's default): job_submit.lua answers at submission.
+    submit = "sbatch --parsable --output=/dev/null --wrap true"
+    asked = lifecycle.pod(CONTROLLER).run(f"{submit} --mail-type=END,FAIL")
+    assert asked.rc == 0 and asked.stdout.strip().isdigit(), asked
+    assert "this cluster sends no mail (no relay is set up)" in asked.stderr
+    plain = lifecycle.pod(CONTROLLER).run(submit)
+    assert plain.rc == 0 and plain.stderr == "", plain

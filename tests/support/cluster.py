@@ -31,6 +31,7 @@ from slonk.base import paths
 from slonk.health import history
 from slonk.local.cluster import Cluster
 from slonk.local.manifests import LocalModeError
+from slonk.local.network import BRIDGE_ADDRESS
 from slonk.local.projection import project
 from slonk.slurm import slurm_state
 from slonk.slurm.slurm_state import NodeState
@@ -47,6 +48,10 @@ DRAIN_TIMEOUT = 20
 # tests/fakes gone: seen with a clone under /var/tmp): tests/integration refuses to start so.
 SCRATCH = "/var/tmp"
 USER_CA_SECRET = "slonk-test-user-ca"
+# The session cluster's mail relay (tests/integration/mailrelay.py, on the bridge's address,
+# which each cluster has of its own) and the domain MailDomain gives user names.
+MAIL_RELAY = f"{BRIDGE_ADDRESS}:2525"
+MAIL_DOMAIN = "slonk.test"
 
 # The session cluster's recycling: as good as off, but for the tests that turn it on.
 SESSION_RECYCLE = {"idleSeconds": 3600, "periodSeconds": 1}
@@ -360,6 +365,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         "restapi": {"enabled": True},
         # The site's per-user scratch volume at /scratch (tests/integration/test_local_ssh.py).
         "scratch": {"existingClaim": "site-scratch"},
+        # Mail through a relay that tests/integration/test_local_mail.py runs.
+        "mail": {"relay": MAIL_RELAY, "domain": MAIL_DOMAIN},
     }
     with running(state_dir, values=values):
         yield LocalCluster(state_dir, hooks, ca)

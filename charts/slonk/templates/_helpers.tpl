@@ -516,6 +516,9 @@ resources, placement) are checked by the API server and are left to it. */}}
 {{- if .Values.controller.backup.enabled -}}
 {{- $_ := set $spec "backupController" (dict "takeoverSeconds" (int .Values.controller.backup.takeoverSeconds)) -}}
 {{- end -}}
+{{- if .Values.mail.relay -}}
+{{- $_ := set $spec "mail" .Values.mail -}}
+{{- end -}}
 {{- if .Values.restapi.enabled -}}
 {{- $_ := set $spec "restapi" (dict "port" (int .Values.restapi.port) "maxTokenLifespanSeconds" (int .Values.restapi.maxTokenLifespanSeconds)) -}}
 {{- end -}}

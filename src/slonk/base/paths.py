@@ -48,7 +48,14 @@ HEALTH_PLAN = Path(places.HEALTH_PLAN)
 # fetches what slurmctld runs; a slurm.conf at the clients' default path would shadow that.
 SLURMCTLD_CONF_DIR = Path("/etc/slurm/slurmctld")
 # The files slonk renders in that dir.
-CONFIG_FILES = ("slurm.conf", "topology.conf", "gres.conf", "cgroup.conf", "job_container.conf")
+CONFIG_FILES = (
+    "slurm.conf",
+    "topology.conf",
+    "gres.conf",
+    "cgroup.conf",
+    "job_container.conf",
+    "job_submit.lua",
+)
 CLIENT_SLURM_CONF = Path("/etc/slurm/slurm.conf")
 # slurmctld's StateSaveLocation (its volume), and on it the last configuration slurmctld
 # accepted and the last it refused.
@@ -100,6 +107,7 @@ SPEC_STARTED_ON = Path("/run/slonk/cluster.yaml.sha256")
 # Shipped in every image from rootfs/.
 SHARE = Path("/usr/share/slonk")
 POWER_RESUME_PROGRAM = SHARE / "bin" / "power-resume"  # slurm.conf's ResumeProgram
+MAIL_PROGRAM = SHARE / "bin" / "mail"  # slurm.conf's MailProg with a relay (values mail)
 
 _REPO = Path(__file__).resolve().parents[3]
 

@@ -48,6 +48,7 @@ SECTIONS: dict[type, str] = {
     model.SyncerSettings: "syncer",
     model.MetricsSettings: "metrics",
     model.RestApiSettings: "restapi",
+    model.MailSettings: "mail",
     model.BackupController: "controller.backup",
     model.CapacitySettings: "capacity",
     model.Priority: "slurm.priority",

@@ -337,6 +337,42 @@ class RestApiSettings:
 
 
 @dataclass(frozen=True)
+class MailSettings:
+    """Mail for `sbatch --mail-type`: slurmctld's MailProg (slonk.slurm.mail) hands each
+    message to the site's SMTP relay. Without a relay there is no `mail` section, and sbatch
+    tells a user who asks for mail that none will come."""
+
+    relay: str = setting(
+        "",
+        "relay",
+        pattern=patterns.MAIL_RELAY,
+        what="host[:port]",
+        doc="The SMTP relay, host[:port] (port 25 when omitted), that accepts mail from the "
+        "controller pods without authentication. Empty: no mail; sbatch tells users who ask "
+        "for it (--mail-type) that none will come.",
+    )
+    sender: str = setting(
+        "slurm",
+        "sender",
+        pattern=patterns.MAIL_ADDRESS,
+        what="a mail address",
+        doc="The messages' From: address; without a domain, domain's.",
+    )
+    domain: str = setting(
+        "",
+        "domain",
+        pattern=patterns.MAIL_DOMAIN,
+        what="a DNS name",
+        doc="slurm.conf's MailDomain: a recipient without a domain (a user name, which "
+        "--mail-user defaults to) gets this one. Empty: the relay qualifies it, or refuses.",
+    )
+
+    def address(self, name: str) -> str:
+        """`name` with the domain, unless it has one or there is none."""
+        return f"{name}@{self.domain}" if self.domain and "@" not in name else name
+
+
+@dataclass(frozen=True)
 class BackupController:
     """A second slurmctld (Slurm's second SlurmctldHost) in the controller's second pod, on
     the same state volume: it takes over when the first stops answering, and hands control
@@ -499,6 +535,7 @@ class ClusterSpec:
     metrics: MetricsSettings | None = None
     restapi: RestApiSettings | None = None
     backup_controller: BackupController | None = None
+    mail: MailSettings | None = None
     # The site's scratch volume at /scratch on login pods and workers (values scratch): the
     # users sync makes each user's directory there.
     scratch: bool = False

@@ -84,12 +84,18 @@ LARGEST_NUMBER = 2**31 - 1
 # host[:port], a lower-case path, a tag. Local mode hands an image to podman's command line,
 # where one starting with `-` would be read as an option.
 _IMAGE_PATH = r"[a-z0-9]+(([._]|__|-+)[a-z0-9]+)*(/[a-z0-9]+(([._]|__|-+)[a-z0-9]+)*)*"
-_IMAGE_HOST = r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:[0-9]{1,5})?"
+_HOST_PORT = r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:[0-9]{1,5})?"
+_IMAGE_HOST = _HOST_PORT
 _IMAGE_TAG = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
 IMAGE_REGISTRY = f"^({_IMAGE_HOST}(/{_IMAGE_PATH})?)?$"  # empty: the runtime's default
 IMAGE_NAME = f"^{_IMAGE_PATH}$"
 IMAGE_TAG = f"^({_IMAGE_TAG})?$"  # empty: the chart's appVersion
 IMAGE = f"^({_IMAGE_HOST}/)?{_IMAGE_PATH}(:{_IMAGE_TAG})?$"
+# An SMTP relay, host[:port], and MailDomain (empty: none); a mail address or a bare local
+# part (the domain qualifies it).
+MAIL_RELAY = f"^({_HOST_PORT})?$"
+MAIL_DOMAIN = f"^({DNS_NAME[1:-1]})?$"
+MAIL_ADDRESS = r"^[A-Za-z0-9._%+-]+(@[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?)?$"
 
 
 def matches(pattern: str, value: str) -> bool:

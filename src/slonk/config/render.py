@@ -1,5 +1,5 @@
-"""Render slurm.conf, topology.conf, gres.conf, cgroup.conf and job_container.conf from a
-cluster spec."""
+"""Render slurm.conf, topology.conf, gres.conf, cgroup.conf, job_container.conf and
+job_submit.lua from a cluster spec."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from slonk.base.paths import (
     HOOK_BIN,
     JOB_TMP_BASE,
     JWT_KEY,
+    MAIL_PROGRAM,
     POWER_RESUME_PROGRAM,
     SLURMD_SPOOL,
     STATE_SAVE,
@@ -132,8 +133,6 @@ def slurm_settings(spec: ClusterSpec) -> dict[str, str]:
         # sstat and sacct's usage fields: gathered from the job's cgroup, or from /proc.
         "JobAcctGatherType": "jobacct_gather/cgroup" if cgroup else "jobacct_gather/linux",
         "JobCompType": "jobcomp/none",
-        # Images carry no mailer; Slurm refuses to start with a MailProg that is missing.
-        "MailProg": "/bin/true",
         # Users' own cron entries (`scrontab -e`), run as batch jobs: researchers' nightly
         # syncs and sweeps (Slurm's default is off).
         "ScronParameters": "enable",
@@ -157,6 +156,15 @@ def slurm_settings(spec: ClusterSpec) -> dict[str, str]:
         lifespan = spec.restapi.max_token_lifespan_seconds
         defaults["AuthAltTypes"] = JWT_AUTH
         defaults["AuthAltParameters"] = f"jwt_key={JWT_KEY},max_token_lifespan={lifespan}"
+    if spec.mail:
+        defaults["MailProg"] = str(MAIL_PROGRAM)
+        if spec.mail.domain:
+            defaults["MailDomain"] = spec.mail.domain
+    else:
+        # No relay: Slurm still wants a MailProg that exists, and job_submit.lua tells a user
+        # who asks for mail that none will come, rather than dropping it without a word.
+        defaults["MailProg"] = "/bin/true"
+        defaults["JobSubmitPlugins"] = "lua"
     if spec.backup_controller:
         # How long the backup waits for an unanswering primary (Slurm's default, 120 s, is
         # two minutes in which no job is accepted).

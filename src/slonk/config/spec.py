@@ -44,6 +44,7 @@ from slonk.config.model import (
     HookSettings,
     LdapServer,
     LdapSettings,
+    MailSettings,
     MetricsSettings,
     NodePool,
     Partition,
@@ -79,6 +80,7 @@ __all__ = [
     "HookSettings",
     "LdapServer",
     "LdapSettings",
+    "MailSettings",
     "MetricsSettings",
     "NodePool",
     "Partition",
@@ -127,7 +129,7 @@ SSH_PORT = 22  # sshd on login pods and workers
 SPEC_KEYS = frozenset(
     "version clusterName release namespace nodepools partitions slurmConf "
     "cgroupConf extraLines users groups ldap ldapServer accounts hooks health syncer capacity "
-    "priority accounting ssh metrics restapi backupController scratch".split()
+    "priority accounting ssh metrics restapi backupController mail scratch".split()
 )
 
 
@@ -596,6 +598,12 @@ def _service(cls: type[M], data: Any, path: str) -> M | None:
     return _ruled(_Reader(data, path, _keys(cls)), cls)
 
 
+def _mail(data: Any, path: str) -> MailSettings | None:
+    """Mail is on with a relay: the chart writes the section only then, and one without is off."""
+    mail = _service(MailSettings, data, path)
+    return mail if mail and mail.relay else None
+
+
 def _capacity(data: Any, path: str) -> CapacitySettings:
     return _ruled(_Reader(data or {}, path, _keys(CapacitySettings)), CapacitySettings)
 
@@ -780,6 +788,7 @@ def parse_spec(data: Any) -> ClusterSpec:
         backup_controller=_service(
             BackupController, r.data.get("backupController"), "backupController"
         ),
+        mail=_mail(r.data.get("mail"), "mail"),
         scratch=r.get("scratch", bool, False),
     )
 
