@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
@@ -344,7 +345,17 @@ def _mail(args: argparse.Namespace) -> int:
     settings = load_spec(args.cluster).mail
     if settings is None:
         raise mail.MailError(f"{args.cluster} has no mail relay (values mail.relay)")
-    mail.send(settings, mail.compose(settings, args.subject, args.argv[0], os.environ))
+    message = mail.compose(settings, args.subject, args.argv[0], os.environ)
+
+    def give_up(*_: object) -> None:
+        raise mail.MailError(f"gave up after {mail.GIVE_UP_SECONDS} s: relay {settings.relay}")
+
+    signal.signal(signal.SIGALRM, give_up)
+    signal.alarm(mail.GIVE_UP_SECONDS)
+    try:
+        mail.send(settings, message)
+    finally:
+        signal.alarm(0)
     return 0
 
 

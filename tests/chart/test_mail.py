@@ -30,9 +30,11 @@ def test_a_sender_and_domain_without_a_relay_are_no_mail():
     "mail",
     [
         {"relay": "smtp.example:25 -x"},
-        {"relay": "smtp.example", "sender": "a b@x.example"},
+        {"relay": "smtp.example", "sender": "a b@x.example", "domain": "x.example"},
+        {"relay": "smtp.example", "sender": "a..b@x.example"},
         {"relay": "smtp.example", "domain": "Lab_Example"},
         {"relay": "smtp.example", "password": "secret"},  # no such key: refused, not ignored
+        {"relay": "smtp.example"},  # the sender `slurm` with no domain: relays refuse it
     ],
 )
 def test_bad_values_are_refused_by_the_schema(tmp_path, mail):

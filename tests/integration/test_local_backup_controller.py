@@ -12,11 +12,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 
-import pytest
-
-from ..support.cluster import LocalCluster, running, wait_for
+from ..support.cluster import LocalCluster, cluster_of_its_own, wait_for
 
 PRIMARY, BACKUP = "slonk-controller-0", "slonk-controller-1"
 TAKEOVER_SECONDS = 5
@@ -32,11 +29,7 @@ VALUES = {
 }
 
 
-@pytest.fixture(scope="module")
-def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    state_dir = tmp_path_factory.mktemp("backup") / "state"
-    with running(state_dir, values=VALUES):
-        yield LocalCluster(state_dir)
+pair = cluster_of_its_own("backup", VALUES, LocalCluster)
 
 
 def _answering(cluster: LocalCluster) -> list[str]:

@@ -9,11 +9,7 @@ the node acceptance test."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
-
-from ..support.cluster import LocalCluster, running, wait_for
+from ..support.cluster import LocalCluster, cluster_of_its_own, wait_for
 
 NODE = "slonk-gpu-0"
 VALUES = {
@@ -28,13 +24,7 @@ VALUES = {
 }
 
 
-@pytest.fixture(scope="module")
-def gpus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    state_dir = tmp_path_factory.mktemp("gpus") / "state"
-    with running(state_dir, values=VALUES):
-        cluster = LocalCluster(state_dir)
-        cluster.wait_idle((NODE,))
-        yield cluster
+gpus = cluster_of_its_own("gpus", VALUES, LocalCluster, idle=(NODE,))
 
 
 def test_the_node_has_its_gpus_as_gres_and_passes_its_gpu_check(gpus: LocalCluster) -> None:

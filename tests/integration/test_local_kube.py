@@ -5,14 +5,11 @@ more, and scaling a StatefulSet stops and starts the highest ordinal's pod."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from slonk.local.state import Cluster
 
-from ..support.cluster import LocalCluster, running, wait_for
+from ..support.cluster import LocalCluster, cluster_of_its_own, wait_for
 
 CONTROLLER = "slonk-controller-0"
 WORKERS = ("slonk-cpu-0", "slonk-cpu-1")
@@ -37,13 +34,7 @@ class Kube(LocalCluster):
         return {row.split()[0]: row.split() for row in rows}
 
 
-@pytest.fixture(scope="module")
-def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
-    state_dir = tmp_path_factory.mktemp("kube") / "state"
-    with running(state_dir, values=VALUES):
-        cluster = Kube(state_dir)
-        cluster.wait_idle(WORKERS)
-        yield cluster
+kube = cluster_of_its_own("kube", VALUES, Kube, idle=WORKERS)
 
 
 def test_kubectl_shows_every_pod_running_on_its_own_node(kube: Kube) -> None:

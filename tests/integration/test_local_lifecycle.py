@@ -251,4 +251,4 @@ def test_a_job_asking_for_mail_without_a_relay_is_accepted_and_its_user_told(
     assert asked.rc == 0 and asked.stdout.strip().isdigit(), asked
     assert "this cluster sends no mail (no relay is set up)" in asked.stderr
     plain = lifecycle.pod(CONTROLLER).run(submit)
-    assert plain.rc == 0 and plain.stderr == "", plain
+    assert plain.rc == 0 and "mail" not in plain.stderr, plain

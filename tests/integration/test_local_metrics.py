@@ -11,16 +11,13 @@ import collections
 import json
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from slonk.local import prometheus
 from slonk.local.state import Cluster
 
-from ..support.cluster import FAKE_GPU, SCRATCH, LocalCluster, running, wait_for
+from ..support.cluster import FAKE_GPU, SCRATCH, LocalCluster, cluster_of_its_own, wait_for
 
 CONTROLLER = "slonk-controller-0"
 WORKERS = ("slonk-gpu-0", "slonk-gpu-1")
@@ -111,13 +108,7 @@ class Metrics(LocalCluster):
             raise AssertionError(f"{err}; last seen: {seen}") from None
 
 
-@pytest.fixture(scope="module")
-def metrics(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Metrics]:
-    state_dir = tmp_path_factory.mktemp("metrics") / "state"
-    with running(state_dir, "--prometheus", values=VALUES):
-        cluster = Metrics(state_dir)
-        cluster.wait_idle(WORKERS)
-        yield cluster
+metrics = cluster_of_its_own("metrics", VALUES, Metrics, "--prometheus", idle=WORKERS)
 
 
 def _gpu_fault(cluster: Metrics, scenario: str, pod: str = BAD, via: str | None = None) -> None:

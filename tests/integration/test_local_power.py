@@ -21,7 +21,7 @@ from slonk.base import paths
 from slonk.slurm import slurm_state
 from slonk.slurm.slurm_state import NodeState
 
-from ..support.cluster import LocalCluster, running, wait_for
+from ..support.cluster import LocalCluster, cluster_of_its_own, wait_for
 
 CONTROLLER = "slonk-controller-0"
 LENT = "slonk-cpu-1"
@@ -97,11 +97,7 @@ class Power(LocalCluster):
         return seen[0]
 
 
-@pytest.fixture(scope="module")
-def small(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Power]:
-    state_dir = tmp_path_factory.mktemp("power") / "state"
-    with running(state_dir, values=VALUES):
-        yield Power(state_dir)
+small = cluster_of_its_own("power", VALUES, Power)
 
 
 @pytest.fixture

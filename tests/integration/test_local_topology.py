@@ -8,16 +8,14 @@ import re
 import statistics
 import subprocess
 import time
-from collections.abc import Iterator
 
 import hostlist
-import pytest
 import testinfra.host
 
 from slonk.align import topology
 from slonk.slurm.slurmctld import STARTED
 
-from ..support.cluster import SLONK, LocalCluster, running, wait_for
+from ..support.cluster import SLONK, LocalCluster, cluster_of_its_own, wait_for
 
 CONTROLLER = "slonk-controller-0"
 BLOCKS = {"b1": ["slonk-a-0", "slonk-a-1"], "b2": ["slonk-b-0", "slonk-b-1"]}
@@ -39,13 +37,7 @@ VALUES = {
 NODES = tuple(node for nodes in BLOCKS.values() for node in nodes)
 
 
-@pytest.fixture(scope="module")
-def blocks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    state_dir = tmp_path_factory.mktemp("topology") / "state"
-    with running(state_dir, values=VALUES):
-        cluster = LocalCluster(state_dir)
-        cluster.wait_idle(NODES)
-        yield cluster
+blocks = cluster_of_its_own("topology", VALUES, LocalCluster, idle=NODES)
 
 
 def _fields(line: str) -> dict[str, str]:

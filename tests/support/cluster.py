@@ -20,7 +20,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import testinfra.host
@@ -314,6 +314,32 @@ class LocalCluster:
         job = self.submit(*sbatch_args, "--wrap", began + script)
         wait_for(f"job {job} begun", lambda: self.user().run(f"rm .began-{job}").rc == 0)
         return job
+
+
+C = TypeVar("C", bound=LocalCluster)
+
+
+def cluster_of_its_own(
+    name: str,
+    values: Mapping[str, Any] | None,
+    make: Callable[[Path], C],
+    *up_args: str,
+    idle: tuple[str, ...] = (),
+) -> Any:
+    """A module's own cluster, as a module-scoped fixture: `up` with `values` (and `up_args`)
+    in a state dir of its own, `make(state_dir)` yielded once the `idle` nodes are, brought
+    down after the module whatever happened."""
+
+    @pytest.fixture(scope="module")
+    def own(tmp_path_factory: pytest.TempPathFactory) -> Iterator[C]:
+        state_dir = tmp_path_factory.mktemp(name) / "state"
+        with running(state_dir, *up_args, values=values):
+            cluster = make(state_dir)
+            if idle:
+                cluster.wait_idle(idle)
+            yield cluster
+
+    return own
 
 
 def user_ca(state_dir: Path, directory: Path) -> Path:

@@ -51,18 +51,27 @@ class Relay:
 @pytest.fixture
 def relay() -> Iterator[tuple[Relay, MailSettings]]:
     handler = Relay()
-    server = Controller(handler, hostname="127.0.0.1", port=_free_port())
-    server.start()
+    server = _started(handler)
     try:
         yield handler, MailSettings(relay=f"127.0.0.1:{server.port}", domain="lab.example")
     finally:
         server.stop()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def _started(handler: Relay) -> Controller:
+    """A server on a free port: another process may take the port between the look and the
+    bind (the unit tests run two at once), so a few looks."""
+    for _ in range(5):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        server = Controller(handler, hostname="127.0.0.1", port=port)
+        try:
+            server.start()
+            return server
+        except (OSError, RuntimeError):
+            continue
+    raise RuntimeError("no free port for the SMTP server")
 
 
 def test_a_message_reaches_the_relay_with_the_jobs_fields(relay):
@@ -104,6 +113,10 @@ def test_a_job_name_cannot_write_a_header_or_a_line_of_the_body(relay):
         "",
         "--cluster=/home/mallory/cluster.yaml",
         "a@@x.example",
+        "a@x..example",
+        ".a@x.example",
+        "a..b@x.example",
+        "a@x.example>",
     ],
 )
 def test_a_recipient_that_is_not_one_address_is_refused_and_nothing_sent(relay, recipient):
@@ -124,12 +137,61 @@ def test_a_relay_that_refuses_is_not_asked_again(relay, monkeypatch):
 
 
 def test_a_relay_that_cannot_be_reached_is_tried_again_then_named(monkeypatch):
-    settings = MailSettings(relay=f"127.0.0.1:{_free_port()}")  # nothing listens there
-    waits: list[float] = []
-    monkeypatch.setattr(mail.time, "sleep", waits.append)
-    with pytest.raises(mail.MailError, match=f"relay {settings.relay} not reached after 3"):
-        mail.send(settings, mail.compose(settings, SUBJECT, "demo", JOB))
+    with socket.socket() as closed:  # bound, never listening: connections are refused
+        closed.bind(("127.0.0.1", 0))
+        settings = MailSettings(relay=f"127.0.0.1:{closed.getsockname()[1]}")
+        waits: list[float] = []
+        monkeypatch.setattr(mail.time, "sleep", waits.append)
+        with pytest.raises(mail.MailError, match=f"relay {settings.relay} not reached after 3"):
+            mail.send(settings, mail.compose(settings, SUBJECT, "demo@lab.example", JOB))
     assert waits == [mail.RETRY_SECONDS] * (mail.TRIES - 1)
+
+
+def test_a_recipient_the_relay_refuses_is_not_asked_again(relay, monkeypatch):
+    handler, settings = relay
+
+    async def handle_RCPT(server: Any, session: Any, envelope: Any, address: str, options: Any):
+        return "550 no such user"
+
+    handler.handle_RCPT = handle_RCPT  # type: ignore[attr-defined]
+    asked: list[float] = []
+    monkeypatch.setattr(mail.time, "sleep", asked.append)
+    with pytest.raises(mail.MailError, match=r"refused demo@lab\.example"):
+        mail.send(settings, mail.compose(settings, SUBJECT, "demo", JOB))
+    assert asked == []
+
+
+def test_an_encoded_word_in_a_job_name_writes_no_header_or_body(relay):
+    """A reader decodes =?utf-8?q?...?= in a subject, CR and LF included."""
+    handler, settings = relay
+    name = (
+        " =?utf-8?q?x=0D=0AReply-To:_evil@attacker.example=0D=0AContent-Type:_text/html"
+        "=0D=0A=0D=0A<h1>Reset</h1>?="
+    )
+    subject = f"Slurm Job_id=42 Name={name} Ended"
+    mail.send(settings, mail.compose(settings, subject, "demo", JOB | {"SLURM_JOB_NAME": name}))
+    ((_, _, message),) = handler.received
+    assert message["Reply-To"] is None and message.get_content_type() == "text/plain"
+    assert "\n" not in message["Subject"] and "<h1>" in message["Subject"]
+
+
+@pytest.mark.parametrize("breaking", ["\u2028", "\u2029", "\x85", "\x0b", "\x00"])
+def test_a_line_separator_of_any_kind_becomes_a_space(relay, breaking):
+    handler, settings = relay
+    name = f"x{breaking}Exit code: 0"
+    subject = f"Slurm Job_id=42 Name={name} Failed"
+    mail.send(settings, mail.compose(settings, subject, "demo", JOB | {"SLURM_JOB_NAME": name}))
+    ((_, _, message),) = handler.received
+    assert "Name: x Exit code: 0" in message.get_content().splitlines()
+
+
+def test_bytes_that_are_not_utf8_are_replaced_not_a_crash(relay):
+    handler, settings = relay
+    latin1 = b"/home/demo/r\xe9sultats".decode("utf-8", "surrogateescape")  # as os.environ has it
+    env = JOB | {"SLURM_JOB_WORK_DIR": latin1, "SLURM_JOB_NAME": "caf\xe9" + latin1}
+    mail.send(settings, mail.compose(settings, f"Slurm Job_id=42 Name={latin1} Ended", "demo", env))
+    ((_, _, message),) = handler.received
+    assert "Directory: /home/demo/r\ufffdsultats" in message.get_content().splitlines()
 
 
 def _spec_file(tmp_path: Path, demo_spec: dict[str, Any], **mail_values: str) -> Path:
@@ -152,12 +214,20 @@ def test_the_command_takes_the_recipient_as_a_recipient_never_as_an_option(
     relay, demo_spec, tmp_path, capsys
 ):
     handler, settings = relay
-    cluster = _spec_file(tmp_path, demo_spec, relay=settings.relay)
-    other = _spec_file(tmp_path / "..", demo_spec, relay="mallory.example:25")
+    cluster = _spec_file(tmp_path, demo_spec, relay=settings.relay, domain="lab.example")
+    other = _spec_file(tmp_path / "..", demo_spec, relay="mallory.example", domain="m.example")
     recipient = f"--cluster={other}"
     assert main(["mail", "--cluster", str(cluster), "--subject", SUBJECT, "--", recipient]) == 1
     assert "not one mail address" in capsys.readouterr().err
     assert handler.received == []
+
+
+def test_a_sender_without_a_domain_is_refused_with_a_relay(demo_spec):
+    demo_spec["mail"] = {"relay": "smtp.lab.example"}  # sender: slurm, no domain
+    with pytest.raises(ValueError, match=r"mail\.sender: 'slurm' needs a domain"):
+        parse_spec(demo_spec)
+    demo_spec["mail"]["sender"] = "hpc@lab.example"
+    assert parse_spec(demo_spec).mail == MailSettings("smtp.lab.example", "hpc@lab.example")
 
 
 def test_without_a_relay_the_command_says_so(demo_spec, tmp_path, capsys):
@@ -203,6 +273,6 @@ def test_a_sites_job_submit_plugins_replace_slonks(demo_spec):
     ],
 )
 def test_bad_mail_values_are_refused_naming_the_key(demo_spec, key, value):
-    demo_spec["mail"] = {"relay": "smtp.example", key: value}
+    demo_spec["mail"] = {"relay": "smtp.example", "domain": "example.org", key: value}
     with pytest.raises(ValueError, match=f"mail.{key}"):
         parse_spec(demo_spec)

@@ -95,7 +95,11 @@ IMAGE = f"^({_IMAGE_HOST}/)?{_IMAGE_PATH}(:{_IMAGE_TAG})?$"
 # part (the domain qualifies it).
 MAIL_RELAY = f"^({_HOST_PORT})?$"
 MAIL_DOMAIN = f"^({DNS_NAME[1:-1]})?$"
-MAIL_ADDRESS = r"^[A-Za-z0-9._%+-]+(@[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?)?$"
+# A dot-atom local part of the characters addresses use (an apostrophe included, as in
+# o'neil), never a list, a display name or a quoted string.
+_MAIL_ATOM = r"[A-Za-z0-9'%+_-]+"
+_MAIL_HOST = r"[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?"
+MAIL_ADDRESS = f"^{_MAIL_ATOM}(\\.{_MAIL_ATOM})*(@{_MAIL_HOST}(\\.{_MAIL_HOST})*)?$"
 
 
 def matches(pattern: str, value: str) -> bool:

@@ -601,7 +601,12 @@ def _service(cls: type[M], data: Any, path: str) -> M | None:
 def _mail(data: Any, path: str) -> MailSettings | None:
     """Mail is on with a relay: the chart writes the section only then, and one without is off."""
     mail = _service(MailSettings, data, path)
-    return mail if mail and mail.relay else None
+    if not (mail and mail.relay):
+        return None
+    if "@" not in mail.address(mail.sender):
+        # A bare "slurm" in MAIL FROM: relays refuse it, and every message with it.
+        raise SpecError(f"{path}.sender: {mail.sender!r} needs a domain: give {path}.domain")
+    return mail
 
 
 def _capacity(data: Any, path: str) -> CapacitySettings:
