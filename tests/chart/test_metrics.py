@@ -134,7 +134,8 @@ def test_the_dashboard_names_only_series_and_labels_the_exporter_produces(dashbo
     # Every family the issue asks the dashboard to show is on it.
     for family in ("slonk_nodes", "slonk_jobs_pending", "slonk_cpus", "slonk_gpus",
                    "slonk_health_check_ok", "slonk_node_events_total",
-                   "slonk_scheduler_cycle_last_seconds"):  # fmt: skip
+                   "slonk_scheduler_cycle_last_seconds", "slonk_gpu_temperature_celsius",
+                   "slonk_gpu_ecc_corrected_errors_total"):  # fmt: skip
         assert family in named
 
 

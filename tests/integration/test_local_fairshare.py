@@ -27,15 +27,13 @@ def _has_association(cluster: LocalCluster, user: str) -> bool:
     return bool(out.strip())
 
 
-def _rival(cluster: LocalCluster) -> None:
+def _add_rival(cluster: LocalCluster) -> None:
     """A second researcher in the directory (added once per session cluster)."""
     if not _has_association(cluster, RIVAL):
         if cluster.pod("slonk-login-0").run(f"getent passwd {RIVAL}").rc != 0:
             ldapadd(cluster, person(cluster, RIVAL, RIVAL_UID))
         wait_on_every_pod(cluster, RIVAL)
         wait_for(f"{RIVAL}'s association", lambda: _has_association(cluster, RIVAL))
-    # A new association's fair-share factor is 0 until slurmctld's next priority pass.
-    wait_for(f"{RIVAL}'s fair share", lambda: _fair_share(cluster, RIVAL) > 0, timeout=150)
 
 
 def _fair_share(cluster: LocalCluster, user: str) -> float:
@@ -53,7 +51,6 @@ def _fair_share_factor(cluster: LocalCluster) -> dict[str, float]:
 
 
 def test_a_heavy_user_waits_behind_a_light_one(healthy: LocalCluster):
-    _rival(healthy)
     # Usage is charged at each decay pass to the jobs then running (one that ended before
     # slurmctld's first pass is never charged): this one runs until one has counted it.
     # Cancelled only once its script runs on the node: a job cancelled while slurmd still
@@ -64,9 +61,17 @@ def test_a_heavy_user_waits_behind_a_light_one(healthy: LocalCluster):
         "--ntasks=4", "--nodelist=slonk-cpu-1", "--output=/dev/null",
         "--wrap", f"touch {started}; sleep 300",
     )  # fmt: skip
+    # The rival's association is made while demo's job runs: a new association's fair-share
+    # factor is 0 until slurmctld's next priority pass, and one pass (every minute here) then
+    # serves both, charging demo's usage and giving the rival a share.
+    _add_rival(healthy)
     user = healthy.user("demo")
     wait_for(f"job {used} started", lambda: user.run(f"test -e fairshare-started-{used}").rc == 0)
-    wait_for("demo's usage in sshare", lambda: _raw_usage(healthy, "demo") > 0, timeout=150)
+    wait_for(
+        f"a priority pass that charged demo and counted {RIVAL}",
+        lambda: _raw_usage(healthy, "demo") > 0 and _fair_share(healthy, RIVAL) > 0,
+        timeout=150,
+    )
     _controller(healthy, f"scancel {used}")
     wait_for(f"job {used} gone", lambda: used not in healthy.jobs())
 

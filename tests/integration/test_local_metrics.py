@@ -144,6 +144,21 @@ def test_prometheus_scrapes_the_controller_and_every_worker(metrics: Metrics):
         raise AssertionError(f"{err}; last seen: {health}") from None
 
 
+def test_every_gpu_of_every_worker_has_its_series(metrics: Metrics):
+    """slonk.metrics.gpus through the workers' exporters and Prometheus: the fake's idle H100s
+    (utilization is 0, so `by` leaves it out; temperature and memory are not)."""
+    gpus = {(node, gpu) for node in WORKERS for gpu in ("0", "1")}
+    temperatures = wait_for(
+        "every GPU's temperature",
+        lambda: (
+            (t := metrics.by("slonk_gpu_temperature_celsius", "node", "gpu")).keys() == gpus and t
+        ),
+    )
+    assert set(temperatures.values()) == {31.0}
+    total = metrics.by("slonk_gpu_memory_total_bytes", "node", "gpu")
+    assert total == dict.fromkeys(gpus, 81559.0 * 2**20)
+
+
 def test_node_counts_match_sinfo(metrics: Metrics):
     metrics.same("nodes by state", "sum by (state) (slonk_nodes)", ("state",), metrics.sinfo_states)
     assert metrics.by('sum by (pool) (slonk_nodes{pool="gpu"})', "pool") == {("gpu",): 2.0}

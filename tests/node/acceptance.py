@@ -40,6 +40,7 @@ from pathlib import Path
 
 from slonk.local.pod import launch_command
 from slonk.local.podinit import capabilities
+from slonk.metrics.gpus import FIELDS as GPU_TELEMETRY
 from slonk.pod.cgroups import mount_at
 
 HERE = Path(__file__).resolve().parent
@@ -482,6 +483,10 @@ class Checks:
             self.memory_limit()
         else:
             self.say("memory limit (--mem)", "SKIP", no_cgroup)
+        if self.machine.gpus:
+            self.gpu_telemetry()
+        else:
+            self.say("GPU series (slonk.metrics.gpus)", "SKIP", "no GPU here")
         if self.machine.gpus and confined:
             self.gpus()
         else:
@@ -577,6 +582,19 @@ class Checks:
         said = " ".join(out.read_text().split()) if out.exists() else ""
         outcome = "PASS" if state == "OUT_OF_MEMORY" else "FAIL"
         self.say(name, outcome, f"job {job} {state}; memory.max and output: {said}")
+
+    def gpu_telemetry(self) -> None:
+        """The exporter's nvidia-smi query, in the worker pod: every field a name this driver
+        knows, and a row for each GPU."""
+        query = f"--query-gpu={','.join(GPU_TELEMETRY)}"
+        out = self.pods.run("worker", ["nvidia-smi", query, "--format=csv,noheader,nounits"])
+        rows = [line for line in out.stdout.splitlines() if line.strip()]
+        ok = out.returncode == 0 and len(rows) == len(self.machine.gpus)
+        self.say(
+            "GPU series (slonk.metrics.gpus)",
+            "PASS" if ok else "FAIL",
+            f"{len(rows)} rows: {rows[0] if rows else out.stderr.strip()}",
+        )
 
     def gpus(self) -> None:
         probe = "import os; os.close(os.open('/dev/nvidia0', os.O_RDWR)); print('opened')"

@@ -16,10 +16,12 @@ from slonk.health import history, runner
 from slonk.metrics.cluster import job_families, node_families
 from slonk.metrics.collector import SourcesCollector
 from slonk.metrics.events import EventCounter, syncer_families
+from slonk.metrics.gpus import gpu_families
 from slonk.metrics.health import health_families
 from slonk.metrics.sdiag import sdiag_families
 
 DATA = Path(__file__).parents[1] / "unit" / "data"
+FAKE_GPU = Path(__file__).parents[1] / "fakes" / "fake-gpu"
 
 
 def _render(collector: SourcesCollector) -> str:
@@ -47,7 +49,20 @@ def scrapes() -> tuple[str, str]:
         history.append([history.Event(time=1.0, event="drain", node="n", cause="gpu")], events.path)
         result = {"check": "dns", "ok": True, "detail": "", "seconds": 0.1, "time": 1.0}
         runner.results_path("interval", state).write_text(json.dumps([result]))
-        worker = SourcesCollector({"health": lambda: health_families(state, "n1")})
+        plan = state / "plan.json"
+        gpu = {
+            "phases": ["boot"],
+            "timeoutSeconds": 10,
+            "options": {"nvidiaSmi": f"{FAKE_GPU} nvidia-smi"},
+        }
+        plan.write_text(json.dumps({
+            "node": {"name": "n1", "gpus": 2, "peers": ["n1"]}, "undrain": True,
+            "checks": {"gpu": gpu}, "watch_seconds": 5,
+        }))  # fmt: skip
+        worker = SourcesCollector({
+            "health": lambda: health_families(state, "n1"),
+            "gpus": lambda: gpu_families("n1", plan),
+        }, fresh=0)  # fmt: skip
         return _render(controller), _render(worker)
 
 

@@ -27,6 +27,16 @@ HEALTHY = {
     "remapped_rows.pending": "No",
     "remapped_rows.failure": "No",
     "memory.used": "0",
+    # What the exporter reads (slonk.metrics.gpus): an idle H100 SXM.
+    "utilization.gpu": "0",
+    "memory.total": "81559",
+    "power.draw": "69.47",
+    "temperature.gpu": "31",
+    "clocks_event_reasons.active": "0x0000000000000001",  # idle: clocks held down
+    "ecc.errors.corrected.aggregate.total": "0",
+    "ecc.errors.uncorrected.aggregate.total": "0",
+    "remapped_rows.correctable": "0",
+    "remapped_rows.uncorrectable": "0",
 }
 BUSES = ["00000000:18:00.0", "00000000:2A:00.0"]  # then one every 0x12, as on an HGX board
 DEFAULT_COUNT = 2
@@ -72,6 +82,7 @@ def gpus(state: str) -> list[dict[str, str]]:
         rows.append(row)
     if state == "ecc":
         rows[1]["ecc.errors.uncorrected.volatile.total"] = "2"
+        rows[1]["ecc.errors.uncorrected.aggregate.total"] = "2"
         rows[1]["remapped_rows.pending"] = "Yes"
     if state == "remap":
         rows[0]["remapped_rows.failure"] = "Yes"
@@ -104,7 +115,12 @@ def nvidia_smi(args: list[str]) -> int:
         if state == "leftover":
             print("48213, python, 40958")
         return 0
-    for row in gpus(state):
+    rows = gpus(state)
+    unknown = [f for f in fields.split(",") if f not in rows[0]] if rows else []
+    if unknown:  # the real one's words
+        print(f'Field "{unknown[0]}" is not a valid field to query.', file=sys.stderr)
+        return 2
+    for row in rows:
         print(", ".join(row[f] for f in fields.split(",")))
     if state == "lost":
         print(LOST)

@@ -14,6 +14,7 @@ from slonk.config.model import ClusterSpec
 from slonk.metrics.cluster import job_families, node_families
 from slonk.metrics.events import EventCounter, syncer_families
 from slonk.metrics.family import Family
+from slonk.metrics.gpus import gpu_families
 from slonk.metrics.health import health_families
 from slonk.metrics.sdiag import COMMAND as SDIAG
 from slonk.metrics.sdiag import sdiag_families
@@ -100,4 +101,7 @@ def controller(spec: Spec | None = None) -> dict[str, Source]:
 
 
 def worker(node: str) -> dict[str, Source]:
-    return {"health": lambda: health_families(paths.HEALTH_STATE, node)}
+    return {
+        "health": lambda: health_families(paths.HEALTH_STATE, node),
+        "gpus": lambda: gpu_families(node),
+    }
