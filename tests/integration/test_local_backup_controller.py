@@ -47,7 +47,7 @@ def _state(cluster: LocalCluster, job: str) -> str:
 
 
 def test_two_controllers_one_state_and_the_duties_where_control_is(pair: LocalCluster):
-    assert _answering(pair) == [PRIMARY, BACKUP]
+    wait_for("both controllers to answer", lambda: _answering(pair) == [PRIMARY, BACKUP])
     conf = pair.pod(BACKUP).check_output("cat /etc/slurm/slurmctld/slurm.conf").splitlines()
     domain = "slonk-pods.default.svc.cluster.local"
     assert [line for line in conf if line.startswith("SlurmctldHost=")] == [

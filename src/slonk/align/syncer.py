@@ -32,8 +32,8 @@ from slonk.slurm.slurm_state import SlurmError
 LEASE_SECONDS, RENEW_SECONDS, RETRY_SECONDS = 15, 10, 2
 MIN_PASS_SECONDS = 0.2  # a burst of watch events makes one pass, not one each
 # With a backup controller: how long passes see the other pod's slurmctld in control before
-# this syncer gives way. One look is not enough: a slurmctld re-executing for a reconfigure
-# misses a ping.
+# this syncer gives way (its Lease keeps two from running at once meanwhile): a handback
+# moves the heartbeat, and a look taken during it is not yet the outcome.
 CONTROL_GRACE_SECONDS = 10.0
 
 

@@ -59,7 +59,7 @@ class Spec:
     def in_control(self) -> bool:
         """Whether this controller pod's slurmctld holds control (slonk.slurm.control). One
         look serves CONTROL_LOOK_SECONDS: a scrape reads its sources at once, in threads, and
-        each asks (with a backup, an `scontrol ping` a look)."""
+        each asks (with a backup, a read of Slurm's heartbeat a look)."""
         with self.lock:
             now = time.monotonic()
             if self.control is None or now - self.control[0] >= CONTROL_LOOK_SECONDS:

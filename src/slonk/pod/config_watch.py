@@ -266,7 +266,13 @@ def watch(
         apply = controller.apply
         if spec is not None and spec.backup_controller is not None:
             standby = controller, spec
-    follower = Follower(apply, spec_path, interval, handled=started_on(spec_path))
+    handled = started_on(spec_path)
+    if standby is not None and not standby[0].in_control(standby[1]):
+        # A standby took the record's files at start, not what init read: that content is
+        # applied (or followed) later, once the one in control ran it or this one holds
+        # control, instead of counting as dealt with.
+        handled = None
+    follower = Follower(apply, spec_path, interval, handled=handled)
     log(f"watching {changes.describe()}")
     while not stop.is_set():
         said = follower.poll(time.monotonic())  # first: a change since `slonk init` read it

@@ -1,69 +1,86 @@
 """Which controller pod's slurmctld is in control (values controller.backup).
 
-Slurm's own order decides: the first of SlurmctldHost's list whose slurmctld answers holds
-control (a backup takes over only while the primary does not answer, and a returning primary
-asks for control back). What must happen once per cluster — sacctmgr's associations, node
-recycling, the syncer, applying a new Slurm configuration — happens in that pod; the other
-one keeps its files current and waits. With one controller, it is always in control.
-
-A pod asks `scontrol ping` on its own slurmctld's files: a configless client would first
-fetch them from a slurmctld, which is what may be missing.
+Slurm's own record decides: the slurmctld in control writes StateSaveLocation/heartbeat on
+the state volume both pods share, every SlurmctldTimeout / 4 seconds (30 at most), with the
+time and its index in SlurmctldHost's list; the backup takes over only once that record is
+older than SlurmctldTimeout, and a returning primary takes the beat back. A ping cannot tell:
+a standby slurmctld answers pings too. What must happen once per cluster — sacctmgr's
+associations, node recycling, the syncer, applying a new Slurm configuration — happens in
+the pod whose index beats; the other keeps its files current and waits. A record older than
+SlurmctldTimeout names nobody (the one in control is gone and the other has not yet taken
+over): nobody's duties run then. With one controller there is no record, and it is always in
+control.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
+import struct
+import time
 from collections.abc import Callable
+from pathlib import Path
 
 from slonk.base import paths
 from slonk.config.model import ClusterSpec
 
-PING_TIMEOUT_SECONDS = 30.0
+HEARTBEAT = paths.STATE_SAVE / "heartbeat"
+# Slurm's heartbeat: the time and the writer's index, each a big-endian 64-bit integer.
+BEAT = struct.Struct(">QQ")
+
+Beat = tuple[float, int]  # when (seconds since the epoch), by which controller (its index)
 
 
-def answering(conf: str = str(paths.SLURMCTLD_CONF_DIR / "slurm.conf")) -> list[str] | None:
-    """The controllers whose slurmctld answers a ping, in SlurmctldHost's order; None when
-    scontrol cannot say (no files yet, a hung call, output that is no ping)."""
+def heartbeat(path: Path = HEARTBEAT) -> Beat | None:
+    """Slurm's last heartbeat; None without one (not written yet, unreadable, cut short)."""
     try:
-        done = subprocess.run(
-            ["scontrol", "ping", "--json"],
-            capture_output=True,
-            text=True,
-            timeout=PING_TIMEOUT_SECONDS,
-            check=False,
-            env={**os.environ, "SLURM_CONF": conf},
-        )
-        pings = json.loads(done.stdout)["pings"]
-        return [str(p["hostname"]) for p in pings if p.get("responding") is True]
-    except (subprocess.TimeoutExpired, OSError, ValueError, KeyError, TypeError):
+        with path.open("rb") as file:
+            data = file.read(BEAT.size)
+    except OSError:
         return None
+    if len(data) != BEAT.size:
+        return None
+    when, index = BEAT.unpack(data)
+    return float(when), int(index)
 
 
-def holder(spec: ClusterSpec, ask: Callable[[], list[str] | None] = answering) -> str | None:
-    """The controller pod in control: the first whose slurmctld answers (the only one, without
-    a backup, unasked); None when scontrol cannot say or none answers."""
-    if len(spec.controller_names) == 1:
-        return spec.controller_names[0]
-    answers = ask()
-    return answers[0] if answers else None
+def takeover_seconds(spec: ClusterSpec) -> int:
+    """slurm.conf's SlurmctldTimeout, as rendered (slurmConf's own value wins)."""
+    from slonk.config.render import slurm_settings
+
+    value = slurm_settings(spec).get("SlurmctldTimeout", "120")
+    return int(value) if value.isdigit() else 120
 
 
-def in_control(
-    spec: ClusterSpec, pod: str, ask: Callable[[], list[str] | None] = answering
-) -> bool:
-    """Whether `pod`'s slurmctld holds control: without a backup, always. With one, a pod that
-    cannot tell (its own slurmctld not up yet) does not: the duty waits for the next look."""
-    return len(spec.controller_names) == 1 or holder(spec, ask) == pod
+def holder(
+    spec: ClusterSpec,
+    beat: Callable[[], Beat | None] = heartbeat,
+    now: Callable[[], float] = time.time,
+) -> str | None:
+    """The controller pod in control: the one whose slurmctld's heartbeat is younger than
+    SlurmctldTimeout (the only one, without a backup, unread); None when no beat is."""
+    names = spec.controller_names
+    if len(names) == 1:
+        return names[0]
+    found = beat()
+    if found is None:
+        return None
+    when, index = found
+    if now() - when > takeover_seconds(spec) or not 0 <= index < len(names):
+        return None
+    return names[index]
+
+
+def in_control(spec: ClusterSpec, pod: str, beat: Callable[[], Beat | None] = heartbeat) -> bool:
+    """Whether `pod`'s slurmctld holds control: without a backup, always. With one, only
+    while its beat is Slurm's: the duty waits for the next look otherwise."""
+    return len(spec.controller_names) == 1 or holder(spec, beat) == pod
 
 
 def held_elsewhere(
-    spec: ClusterSpec, pod: str, ask: Callable[[], list[str] | None] = answering
+    spec: ClusterSpec, pod: str, beat: Callable[[], Beat | None] = heartbeat
 ) -> str | None:
     """The other controller pod, when it is seen holding control; None without a backup, or
     when nobody can be seen holding it."""
     if len(spec.controller_names) == 1:
         return None
-    found = holder(spec, ask)
+    found = holder(spec, beat)
     return found if found not in (None, pod) else None
