@@ -605,7 +605,9 @@ def _mail(data: Any, path: str) -> MailSettings | None:
         return None
     if "@" not in mail.address(mail.sender):
         # A bare "slurm" in MAIL FROM: relays refuse it, and every message with it.
-        raise SpecError(f"{path}.sender: {mail.sender!r} needs a domain: give {path}.domain")
+        raise SpecError(
+            f"{path}.sender: {mail.sender!r} needs a domain: give {path}.domain or an address"
+        )
     return mail
 
 
