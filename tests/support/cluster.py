@@ -71,7 +71,13 @@ def image_exists(name: str) -> bool:
     )
 
 
-def slonk(*args: str, check: bool = True, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+# Past `slonk local upgrade`'s own wait for the controller's verdict (slonk.local.upgrade).
+SLONK_TIMEOUT = 300.0
+
+
+def slonk(
+    *args: str, check: bool = True, timeout: float = SLONK_TIMEOUT
+) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(
         [*SLONK, *args], capture_output=True, text=True, timeout=timeout, check=False
     )

@@ -47,8 +47,12 @@ from slonk.local.state import (
 )
 from slonk.slurm import reasons
 from slonk.slurm.slurm_state import QUEUE, SlurmError, parse_jobs
+from slonk.slurm.slurmctld import START_TIMEOUT_SECONDS
 
-VERDICT_TIMEOUT_SECONDS = 60.0
+# The controller's verdict takes as long as slurmctld may take to run the new files (its own
+# bound, for a re-execution or a restart) and a little more: given up sooner, a change the
+# controller is still applying on a loaded machine would be put back under it.
+VERDICT_TIMEOUT_SECONDS = START_TIMEOUT_SECONDS + 30.0
 # After putting a change back: the watcher's word on that, if it has one (it has none when
 # it never took the change), so that the next upgrade does not read it as its own.
 ROLLBACK_VERDICT_SECONDS = 10.0

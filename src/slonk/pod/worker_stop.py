@@ -28,7 +28,15 @@ from collections.abc import Callable
 from typing import Protocol
 
 from slonk.slurm import reasons, slurm_nodes
-from slonk.slurm.slurm_state import QUEUE, Job, NodeState, SlurmError, parse_jobs
+from slonk.slurm.slurm_state import (
+    OFF_FLAGS,
+    QUEUE,
+    RUNNING_STATES,
+    Job,
+    NodeState,
+    SlurmError,
+    parse_jobs,
+)
 
 # The one reason this module writes; a constant detail, so nothing untrusted to clean.
 REASON = f"{reasons.PREFIX}{reasons.POD}: stopping"
@@ -178,9 +186,11 @@ def down(slurm: Slurm, name: str, log: Callable[[str], None], clock: _Clock | No
             if drained_by_another(node):
                 log(f"{name} left drained ({node.reason!a})")
                 return 0
-            # Again only once it is back in service: a node Slurm powers down (lent) shows
-            # no DOWN, and marking it again would undo the power-down.
-            if marked_at is None or (node.up and not node.drained):
+            # Again only once it is back in service, answering or not (a message slurmctld
+            # handled late returns it, and the `undrain` of the first mark then resumes it):
+            # a node Slurm powers down (lent) shows no DOWN, and marking it again would undo
+            # the power-down.
+            if marked_at is None or back_in_service(node):
                 _mark_down(slurm, node)
                 again = (
                     " again: it came back before slurmctld saw it stop"
@@ -206,6 +216,11 @@ def drained_by_another(node: NodeState) -> bool:
     """A drain not a stopping pod's (a check's, a person's, the syncer's): it outlives the
     pod, and nothing here marks the node down over it."""
     return node.drained and (node.cause is None or node.cause.kind != reasons.POD)
+
+
+def back_in_service(node: NodeState) -> bool:
+    """Schedulable again once it answers: in a running state, not drained, not powered down."""
+    return node.state in RUNNING_STATES and not node.drained and not node.flags & OFF_FLAGS
 
 
 def _mark_down(slurm: Slurm, node: NodeState) -> None:
