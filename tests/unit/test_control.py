@@ -8,7 +8,7 @@ import struct
 import time
 
 from slonk.config.spec import parse_spec
-from slonk.slurm.control import heartbeat, held_elsewhere, holder, in_control
+from slonk.slurm.control import heartbeat, heartbeat_of, held_elsewhere, holder, in_control
 
 PRIMARY, BACKUP = "slonk-controller-0", "slonk-controller-1"
 NOW = 1_800_000_000.0
@@ -55,3 +55,12 @@ def test_slurms_heartbeat_file_is_read_as_slurm_writes_it(tmp_path):
     path.write_bytes(b"\0" * 8)  # cut short (Slurm before 18.08 wrote no index)
     assert heartbeat(path) is None
     assert heartbeat(tmp_path / "none") is None
+
+
+def test_the_heartbeat_is_read_where_slurm_conf_keeps_state(demo_spec, tmp_path):
+    spec = parse_spec({**demo_spec, "backupController": {"takeoverSeconds": 8},
+                       "slurmConf": {"StateSaveLocation": str(tmp_path)}})  # fmt: skip
+    beat = int(time.time())
+    (tmp_path / "heartbeat").write_bytes(struct.pack(">QQ", beat, 1))
+    assert heartbeat_of(spec) == (float(beat), 1)
+    assert holder(spec) == BACKUP

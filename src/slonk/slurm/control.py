@@ -22,15 +22,15 @@ from pathlib import Path
 from slonk.base import paths
 from slonk.config.model import ClusterSpec
 
-HEARTBEAT = paths.STATE_SAVE / "heartbeat"
 # Slurm's heartbeat: the time and the writer's index, each a big-endian 64-bit integer.
 BEAT = struct.Struct(">QQ")
 
 Beat = tuple[float, int]  # when (seconds since the epoch), by which controller (its index)
 
 
-def heartbeat(path: Path = HEARTBEAT) -> Beat | None:
-    """Slurm's last heartbeat; None without one (not written yet, unreadable, cut short)."""
+def heartbeat(path: Path) -> Beat | None:
+    """Slurm's last heartbeat in `path`; None without one (not written yet, unreadable, cut
+    short)."""
     try:
         with path.open("rb") as file:
             data = file.read(BEAT.size)
@@ -42,17 +42,29 @@ def heartbeat(path: Path = HEARTBEAT) -> Beat | None:
     return float(when), int(index)
 
 
-def takeover_seconds(spec: ClusterSpec) -> int:
-    """slurm.conf's SlurmctldTimeout, as rendered (slurmConf's own value wins)."""
-    from slonk.config.render import slurm_settings
+def _settings(spec: ClusterSpec) -> dict[str, str]:
+    """slurm.conf's settings as rendered: slurmConf's own values win."""
+    from slonk.config.render import slurm_settings  # Jinja: only where a backup asks
 
-    value = slurm_settings(spec).get("SlurmctldTimeout", "120")
+    return slurm_settings(spec)
+
+
+def takeover_seconds(spec: ClusterSpec) -> int:
+    """slurm.conf's SlurmctldTimeout."""
+    value = _settings(spec).get("SlurmctldTimeout", "120")
     return int(value) if value.isdigit() else 120
+
+
+def heartbeat_of(spec: ClusterSpec) -> Beat | None:
+    """The heartbeat in slurm.conf's StateSaveLocation (the shared volume's, unless slurmConf
+    moved it)."""
+    state = _settings(spec).get("StateSaveLocation", str(paths.STATE_SAVE))
+    return heartbeat(Path(state) / "heartbeat")
 
 
 def holder(
     spec: ClusterSpec,
-    beat: Callable[[], Beat | None] = heartbeat,
+    beat: Callable[[], Beat | None] | None = None,
     now: Callable[[], float] = time.time,
 ) -> str | None:
     """The controller pod in control: the one whose slurmctld's heartbeat is younger than
@@ -60,7 +72,7 @@ def holder(
     names = spec.controller_names
     if len(names) == 1:
         return names[0]
-    found = beat()
+    found = beat() if beat else heartbeat_of(spec)
     if found is None:
         return None
     when, index = found
@@ -69,14 +81,14 @@ def holder(
     return names[index]
 
 
-def in_control(spec: ClusterSpec, pod: str, beat: Callable[[], Beat | None] = heartbeat) -> bool:
+def in_control(spec: ClusterSpec, pod: str, beat: Callable[[], Beat | None] | None = None) -> bool:
     """Whether `pod`'s slurmctld holds control: without a backup, always. With one, only
     while its beat is Slurm's: the duty waits for the next look otherwise."""
     return len(spec.controller_names) == 1 or holder(spec, beat) == pod
 
 
 def held_elsewhere(
-    spec: ClusterSpec, pod: str, beat: Callable[[], Beat | None] = heartbeat
+    spec: ClusterSpec, pod: str, beat: Callable[[], Beat | None] | None = None
 ) -> str | None:
     """The other controller pod, when it is seen holding control; None without a backup, or
     when nobody can be seen holding it."""
