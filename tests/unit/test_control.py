@@ -62,5 +62,5 @@ def test_the_heartbeat_is_read_where_slurm_conf_keeps_state(demo_spec, tmp_path)
                        "slurmConf": {"StateSaveLocation": str(tmp_path)}})  # fmt: skip
     beat = int(time.time())
     (tmp_path / "heartbeat").write_bytes(struct.pack(">QQ", beat, 1))
-    assert heartbeat_of(spec) == (float(beat), 1)
+    assert heartbeat_of({"StateSaveLocation": str(tmp_path)}) == (float(beat), 1)
     assert holder(spec) == BACKUP

@@ -258,6 +258,13 @@ def test_without_a_relay_submission_tells_the_user_instead(demo_spec):
     assert "slurm.log_user(NO_MAIL)" in render(parse_spec(demo_spec))["job_submit.lua"]
 
 
+def test_a_sites_own_mailer_gets_no_message_of_slonks(demo_spec):
+    demo_spec["slurmConf"] = {"MailProg": "/usr/local/bin/site-mailer"}
+    settings = _settings(demo_spec)
+    assert settings["MailProg"] == "/usr/local/bin/site-mailer"
+    assert "JobSubmitPlugins" not in settings
+
+
 def test_a_sites_job_submit_plugins_replace_slonks(demo_spec):
     demo_spec["slurmConf"] = {"JobSubmitPlugins": "require_timelimit"}
     assert _settings(demo_spec)["JobSubmitPlugins"] == "require_timelimit"

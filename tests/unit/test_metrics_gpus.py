@@ -98,3 +98,18 @@ def test_the_fake_refuses_a_field_it_does_not_know_as_the_real_one_does():
     )  # fmt: skip
     assert fake.returncode == 2
     assert fake.stderr.strip() == 'Field "nonsense" is not a valid field to query.'
+
+
+def test_a_driver_before_r535_is_asked_with_the_reasons_old_name(tmp_path):
+    answer = tmp_path / "smi"
+    row = "0, 5, 100, 81559, 70.5, 40, 0x0000000000000004, 0, 0, 0, 0"
+    answer.write_text(
+        "#!/bin/sh\n"
+        'case "$1" in *clocks_event_reasons*)\n'
+        "  echo 'Field \"clocks_event_reasons.active\" is not a valid field to query.'; exit 2;;\n"
+        "esac\n"
+        f"echo '{row}'\n"
+    )
+    answer.chmod(0o755)
+    found = _series(gpu_families("n", _plan(tmp_path, str(answer))))
+    assert found["slonk_gpu_clock_event_reasons"] == {("n", "0"): 4}  # power cap

@@ -97,7 +97,7 @@ MAIL_RELAY = f"^({_HOST_PORT})?$"
 MAIL_DOMAIN = f"^({DNS_NAME[1:-1]})?$"
 # A dot-atom local part of the characters addresses use (an apostrophe included, as in
 # o'neil), never a list, a display name or a quoted string.
-_MAIL_ATOM = r"[A-Za-z0-9'%+_-]+"
+_MAIL_ATOM = r"[A-Za-z0-9'+_-]+"  # no %: some relays route a%b@c on to b
 _MAIL_HOST = r"[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?"
 MAIL_ADDRESS = f"^{_MAIL_ATOM}(\\.{_MAIL_ATOM})*(@{_MAIL_HOST}(\\.{_MAIL_HOST})*)?$"
 

@@ -50,6 +50,7 @@ POWER_SAVE: dict[str, Any] = {
     "ResumeRate": 0,
 }
 DEFAULT_MAX_JOB_COUNT = 10000
+NO_MAIL = "/bin/true"  # MailProg without a relay
 
 
 def max_job_count(spec: ClusterSpec) -> int:
@@ -161,10 +162,7 @@ def slurm_settings(spec: ClusterSpec) -> dict[str, str]:
         if spec.mail.domain:
             defaults["MailDomain"] = spec.mail.domain
     else:
-        # No relay: Slurm still wants a MailProg that exists, and job_submit.lua tells a user
-        # who asks for mail that none will come, rather than dropping it without a word.
-        defaults["MailProg"] = "/bin/true"
-        defaults["JobSubmitPlugins"] = "lua"
+        defaults["MailProg"] = NO_MAIL  # Slurm wants a MailProg that exists
     if spec.backup_controller:
         # How long the backup waits for an unanswering primary (Slurm's default, 120 s, is
         # two minutes in which no job is accepted).
@@ -186,6 +184,11 @@ def slurm_settings(spec: ClusterSpec) -> dict[str, str]:
         # at 256 `slonk local` pods on two cores timed out dozens of healthy nodes' checks.
         defaults["HealthCheckNodeState"] = "ANY,CYCLE"
     settings = _merge(defaults, spec.slurm_conf)
+    named = {key.lower() for key in spec.slurm_conf}
+    if settings.get("MailProg") == NO_MAIL and "jobsubmitplugins" not in named:
+        # No relay and no mailer of the site's: job_submit.lua tells a user who asks for
+        # mail that none will come, rather than dropping it without a word.
+        settings["JobSubmitPlugins"] = "lua"
     # Whatever slurmConf sets (or drops), nodes must be able to fetch the configuration.
     options = [o for o in settings.get("SlurmctldParameters", "").split(",") if o]
     if CONFIGLESS not in options:

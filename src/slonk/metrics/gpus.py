@@ -54,6 +54,10 @@ TELEMETRY = (
            "Memory rows remapped after uncorrectable errors."),
 )  # fmt: skip
 FIELDS = ("index", *(s.field for s in TELEMETRY))
+# The clock event reasons' name before driver R535 (it was renamed then): a driver that knows
+# one name only refuses the whole query with the other.
+OLD_NAMES = {"clocks_event_reasons.active": "clocks_throttle_reasons.active"}
+UNKNOWN_FIELD = "is not a valid field to query"
 
 
 def value(cell: str) -> float | None:
@@ -74,8 +78,15 @@ def gpu_families(node: str, plan: Path = HEALTH_PLAN) -> list[Family]:
     if check is None:
         return []
     families = [Family(s.name, s.kind, s.help, ("node", "gpu")) for s in TELEMETRY]
+    command = check["options"]["nvidiaSmi"]
     try:
-        rows = query(check["options"]["nvidiaSmi"], FIELDS, "gpu", QUERY_SECONDS)
+        try:
+            rows = query(command, FIELDS, "gpu", QUERY_SECONDS)
+        except Unhealthy as err:
+            if UNKNOWN_FIELD not in str(err):
+                raise
+            older = tuple(OLD_NAMES.get(f, f) for f in FIELDS)
+            rows = query(command, older, "gpu", QUERY_SECONDS)
     except Unhealthy as err:  # counted as the source's error; the health check drains
         raise RecordError(f"nvidia-smi: {err}") from None
     for index, *cells in rows:

@@ -24,6 +24,7 @@ from slonk.config.model import ClusterSpec
 
 # Slurm's heartbeat: the time and the writer's index, each a big-endian 64-bit integer.
 BEAT = struct.Struct(">QQ")
+OPEN_TRIES, OPEN_RETRY_SECONDS = 3, 0.1  # as Slurm's own reader of it
 
 Beat = tuple[float, int]  # when (seconds since the epoch), by which controller (its index)
 
@@ -31,11 +32,17 @@ Beat = tuple[float, int]  # when (seconds since the epoch), by which controller 
 def heartbeat(path: Path) -> Beat | None:
     """Slurm's last heartbeat in `path`; None without one (not written yet, unreadable, cut
     short)."""
-    try:
-        with path.open("rb") as file:
-            data = file.read(BEAT.size)
-    except OSError:
-        return None
+    for attempt in range(OPEN_TRIES):
+        try:
+            with path.open("rb") as file:
+                data = file.read(BEAT.size)
+            break
+        except FileNotFoundError:  # Slurm replaces it by unlink, then link: a moment apart
+            if attempt + 1 == OPEN_TRIES:
+                return None
+            time.sleep(OPEN_RETRY_SECONDS)
+        except OSError:
+            return None
     if len(data) != BEAT.size:
         return None
     when, index = BEAT.unpack(data)
@@ -49,17 +56,16 @@ def _settings(spec: ClusterSpec) -> dict[str, str]:
     return slurm_settings(spec)
 
 
-def takeover_seconds(spec: ClusterSpec) -> int:
+def takeover_seconds(settings: dict[str, str]) -> int:
     """slurm.conf's SlurmctldTimeout."""
-    value = _settings(spec).get("SlurmctldTimeout", "120")
+    value = settings.get("SlurmctldTimeout", "120")
     return int(value) if value.isdigit() else 120
 
 
-def heartbeat_of(spec: ClusterSpec) -> Beat | None:
+def heartbeat_of(settings: dict[str, str]) -> Beat | None:
     """The heartbeat in slurm.conf's StateSaveLocation (the shared volume's, unless slurmConf
     moved it)."""
-    state = _settings(spec).get("StateSaveLocation", str(paths.STATE_SAVE))
-    return heartbeat(Path(state) / "heartbeat")
+    return heartbeat(Path(settings.get("StateSaveLocation", str(paths.STATE_SAVE))) / "heartbeat")
 
 
 def holder(
@@ -72,11 +78,12 @@ def holder(
     names = spec.controller_names
     if len(names) == 1:
         return names[0]
-    found = beat() if beat else heartbeat_of(spec)
+    settings = _settings(spec)
+    found = beat() if beat else heartbeat_of(settings)
     if found is None:
         return None
     when, index = found
-    if now() - when > takeover_seconds(spec) or not 0 <= index < len(names):
+    if now() - when > takeover_seconds(settings) or not 0 <= index < len(names):
         return None
     return names[index]
 

@@ -105,12 +105,14 @@ def send(mail: MailSettings, message: EmailMessage) -> None:
     sender, recipient = (_one_address(message, header) for header in ("From", "To"))
     deadline = time.monotonic() + DEADLINE_SECONDS
     last: Exception | None = None
+    tried = 0
     for attempt in range(TRIES):
         if attempt:
             time.sleep(RETRY_SECONDS)
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             break
+        tried += 1
         try:
             _deliver(host, port, min(SMTP_TIMEOUT_SECONDS, remaining), message, sender, recipient)
             return
@@ -127,7 +129,7 @@ def send(mail: MailSettings, message: EmailMessage) -> None:
             last = err
         except (OSError, smtplib.SMTPException) as err:  # unreachable, timed out, hung up
             last = err
-    raise MailError(f"relay {mail.relay} not reached after {attempt + 1} tries: {last}")
+    raise MailError(f"relay {mail.relay} not reached after {tried} tries: {last}")
 
 
 def _one_address(message: EmailMessage, header: str) -> str:
