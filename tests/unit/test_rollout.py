@@ -461,3 +461,32 @@ def test_a_standby_takes_what_the_controller_in_control_accepted(tmp_path, demo_
     assert rollout.read_files(standby.conf_dir) == rollout.read_files(primary.conf_dir)
     assert primary.follow(_spec(demo_spec)) is None  # the one in control follows nobody
     assert standby.daemon.calls == ["started"]  # waited for at start; reads files at takeover
+
+
+def _update_many(path: str, which: str, times: int) -> None:
+    record = rollout.Record(Path(path))
+    for i in range(times):
+        if which == "accept":
+            record.accept({"slurm.conf": f"# {i}\n"})
+        else:
+            record.refuse(f"key-{i}", "said no")
+
+
+def test_two_writers_of_the_record_lose_neither_update(tmp_path):
+    """The backup controller's pod shares the record: an accept and a refuse written at
+    once both stay (each is a read, a change and a replace, under one lock)."""
+    import multiprocessing
+
+    path = str(tmp_path / "record.json")
+    writers = [
+        multiprocessing.Process(target=_update_many, args=(path, which, 200))
+        for which in ("accept", "refuse")
+    ]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join(60)
+        assert writer.exitcode == 0
+    record = rollout.Record(Path(path))
+    assert record.accepted() == {"slurm.conf": "# 199\n"}
+    assert record.refusal("key-199") == "said no"

@@ -14,7 +14,6 @@ files are no hardware fault.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import sys
 import threading
@@ -25,7 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from slonk.base import paths
-from slonk.base.files import write_atomically
+from slonk.base.files import exclusive, write_atomically
 from slonk.base.identity import pod_name
 from slonk.config.health_checks import SHARED_CHECKS
 from slonk.config.spec import ClusterSpec, RecycleSettings, SpecError
@@ -197,14 +196,8 @@ def pass_once(spec: ClusterSpec, kube: Kubernetes, history: History, now: float)
 @contextlib.contextmanager
 def _pass_lock() -> Iterator[bool]:
     """True while this process holds the lock of recycle passes; False: another pass runs."""
-    PASS_LOCK.parent.mkdir(parents=True, exist_ok=True)
-    with open(PASS_LOCK, "a") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield False
-            return
-        yield True
+    with exclusive(PASS_LOCK, wait=False) as held:
+        yield held
 
 
 def run_forever(

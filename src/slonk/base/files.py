@@ -1,11 +1,14 @@
-"""Replacing files so that no reader ever sees half of one."""
+"""Replacing files so that no reader ever sees half of one, and locks on shared volumes."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import grp
 import os
 import pwd
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -40,3 +43,22 @@ def make_dir(path: Path, mode: int, owner: str = "root") -> None:
     path.mkdir(parents=True, exist_ok=True)
     os.chmod(path, mode)
     os.chown(path, *owner_ids(owner))
+
+
+@contextlib.contextmanager
+def exclusive(path: Path, wait: bool = True) -> Iterator[bool]:
+    """An flock on `path`, made 0600 if missing and never opened through a link (the state
+    volume is SlurmUser's too): True once held; False when `wait` is off and another process
+    holds it. Open for writing, so that it holds across hosts on NFS mounted with locking,
+    which makes flock a byte-range lock."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)

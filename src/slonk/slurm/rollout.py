@@ -13,16 +13,17 @@ delete it, never make one), and only Slurm's config file names are taken from it
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from slonk.base.files import write_atomically
+from slonk.base.files import exclusive, write_atomically
 from slonk.base.paths import CONFIG_FILES
 
 Files = dict[str, str]
@@ -85,14 +86,21 @@ class Record:
         return None
 
     def accept(self, files: Mapping[str, str]) -> None:
-        data = self._load()
-        data["accepted"] = dict(files)
-        self._save(data)
+        with self._updating() as data:
+            data["accepted"] = dict(files)
 
     def refuse(self, key: str, reason: str) -> None:
-        data = self._load()
-        data["refused"] = {"fingerprint": key, "reason": reason}
-        self._save(data)
+        with self._updating() as data:
+            data["refused"] = {"fingerprint": key, "reason": reason}
+
+    @contextlib.contextmanager
+    def _updating(self) -> Iterator[dict[str, Any]]:
+        """The record to change, saved after: one writer at a time, across the pods that
+        share the volume (values controller.backup), so that no update is lost."""
+        with exclusive(self.path.with_name(f".{self.path.name}.lock")):
+            data = self._load()
+            yield data
+            self._save(data)
 
 
 def boot_files(rendered: Files, slurm_version: str, record: Record) -> tuple[Files, str | None]:
