@@ -46,9 +46,24 @@ def _drain_by_hand(cluster: LocalCluster, node: str, reason: str) -> None:
     )
 
 
+def _syncer_pass(cluster: LocalCluster) -> None:
+    """Returns once the syncer has made a whole pass begun after the call (it saves its
+    stats after each): what a test before changed (a quarantine lifted) is in the node
+    history by then, and no test here counts it as its own."""
+
+    def saved() -> str:
+        return cluster.pod(CONTROLLER).run(f"cat {paths.SYNCER_STATS}").stdout
+
+    for _ in range(2):
+        before = saved()
+        wait_for("a pass of the syncer", lambda before=before: saved() != before)
+
+
 @pytest.fixture
 def aligned(healthy: LocalCluster) -> Iterator[LocalCluster]:
-    """The healthy cluster, its Kubernetes Nodes put back as they were after the test."""
+    """The healthy cluster, its node history caught up; its Kubernetes Nodes put back as
+    they were after the test."""
+    _syncer_pass(healthy)
     yield healthy
     for node in ("local-slonk-cpu-0", "local-slonk-cpu-1"):
         healthy.kubectl("uncordon", node)
