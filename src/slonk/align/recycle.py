@@ -224,9 +224,10 @@ def run_forever(
         if not control.in_control(spec, pod_name()):
             history = None  # read again when this pod holds control again
             continue  # the controller pod in control recycles (slonk.slurm.control)
-        # With a backup, both pods may each think for a moment that they hold control (their
-        # pings disagree): a pass runs under a lock on the state volume both mount, on the
-        # record of recycles as it is there now (the other pod may have written it).
+        # With a backup, control may move to the other pod and back between two looks of this
+        # loop, and both pods read Slurm's heartbeat at their own moments: a pass runs under a
+        # lock on the state volume both mount, on the record of recycles as it is there now
+        # (the other pod may have written it meanwhile).
         with _pass_lock() as mine:
             if not mine:
                 continue
