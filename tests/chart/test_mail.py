@@ -33,6 +33,7 @@ def test_a_sender_and_domain_without_a_relay_are_no_mail():
         {"relay": "smtp.example", "sender": "a b@x.example", "domain": "x.example"},
         {"relay": "smtp.example", "sender": "a..b@x.example"},
         {"relay": "smtp.example", "domain": "Lab_Example"},
+        {"relay": "smtp.example", "domain": "a" * 300},
         {"relay": "smtp.example", "password": "secret"},  # no such key: refused, not ignored
         {"relay": "smtp.example"},  # the sender `slurm` with no domain: relays refuse it
     ],

@@ -117,6 +117,7 @@ def test_a_job_name_cannot_write_a_header_or_a_line_of_the_body(relay):
         ".a@x.example",
         "a..b@x.example",
         "a@x.example>",
+        "a" * 65 + "@x.example",  # a local part longer than SMTP's 64
     ],
 )
 def test_a_recipient_that_is_not_one_address_is_refused_and_nothing_sent(relay, recipient):
@@ -277,6 +278,11 @@ def test_a_sites_job_submit_plugins_replace_slonks(demo_spec):
         ("relay", "-oProxy:25"),
         ("sender", "a b@x"),
         ("domain", "X_Y"),
+        # Huge: each would reach slurm.conf (MailDomain) or a header as it is.
+        ("domain", "a" * 70_000),
+        ("relay", "a" * 70_000),
+        ("sender", "a" * 70_000 + "@x.example"),
+        ("sender", "a@" + "b" * 64 + ".example"),
     ],
 )
 def test_bad_mail_values_are_refused_naming_the_key(demo_spec, key, value):

@@ -84,22 +84,25 @@ LARGEST_NUMBER = 2**31 - 1
 # host[:port], a lower-case path, a tag. Local mode hands an image to podman's command line,
 # where one starting with `-` would be read as an option.
 _IMAGE_PATH = r"[a-z0-9]+(([._]|__|-+)[a-z0-9]+)*(/[a-z0-9]+(([._]|__|-+)[a-z0-9]+)*)*"
-_HOST_PORT = r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:[0-9]{1,5})?"
-_IMAGE_HOST = _HOST_PORT
+_IMAGE_HOST = r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:[0-9]{1,5})?"
 _IMAGE_TAG = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
 IMAGE_REGISTRY = f"^({_IMAGE_HOST}(/{_IMAGE_PATH})?)?$"  # empty: the runtime's default
 IMAGE_NAME = f"^{_IMAGE_PATH}$"
 IMAGE_TAG = f"^({_IMAGE_TAG})?$"  # empty: the chart's appVersion
 IMAGE = f"^({_IMAGE_HOST}/)?{_IMAGE_PATH}(:{_IMAGE_TAG})?$"
-# An SMTP relay, host[:port], and MailDomain (empty: none); a mail address or a bare local
-# part (the domain qualifies it).
-MAIL_RELAY = f"^({_HOST_PORT})?$"
-MAIL_DOMAIN = f"^({DNS_NAME[1:-1]})?$"
-# A dot-atom local part of the characters addresses use (an apostrophe included, as in
-# o'neil), never a list, a display name or a quoted string.
-_MAIL_ATOM = r"[A-Za-z0-9'+_-]+"  # no %: some relays route a%b@c on to b
-_MAIL_HOST = r"[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?"
-MAIL_ADDRESS = f"^{_MAIL_ATOM}(\\.{_MAIL_ATOM})*(@{_MAIL_HOST}(\\.{_MAIL_HOST})*)?$"
+# Mail: an SMTP relay, host[:port], and MailDomain (empty: none); a mail address or a bare
+# local part (the domain qualifies it), a dot-atom of the characters addresses use (an
+# apostrophe included, as in o'neil; no %: some relays route a%b@c on to b), never a list, a
+# display name or a quoted string. Each bounded by its shape (labels of at most 63
+# characters, at most 8 of them; atoms of at most 64), as a config line and a header must
+# be: Helm's regular expressions have no lookahead to bound a whole length.
+_MAIL_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_MAIL_HOST = f"{_MAIL_LABEL}(\\.{_MAIL_LABEL}){{0,7}}"
+_LOWER_LABEL = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
+_MAIL_ATOM = r"[A-Za-z0-9'+_-]{1,64}"
+MAIL_RELAY = f"^({_MAIL_HOST}(:[0-9]{{1,5}})?)?$"
+MAIL_DOMAIN = f"^({_LOWER_LABEL}(\\.{_LOWER_LABEL}){{0,7}})?$"
+MAIL_ADDRESS = f"^{_MAIL_ATOM}(\\.{_MAIL_ATOM}){{0,7}}(@{_MAIL_HOST})?$"
 
 
 def matches(pattern: str, value: str) -> bool:
