@@ -190,11 +190,11 @@ def _add_hooks(hooks: argparse.ArgumentParser) -> None:
 
 
 def _add_health(health: argparse.ArgumentParser) -> None:
-    from slonk.config.model import HEALTH_PHASES
+    from slonk.config.model import CHECK_PHASES
 
     health_sub = health.add_subparsers(dest="health_command", required=True)
     health_run = health_sub.add_parser("run", help="run a phase's checks on this node")
-    health_run.add_argument("--phase", choices=HEALTH_PHASES, default="interval")
+    health_run.add_argument("--phase", choices=CHECK_PHASES, default="interval")
     health_run.add_argument("--json", action="store_true", help="print one JSON document")
     health_run.add_argument(
         "--drain",

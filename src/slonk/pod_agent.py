@@ -4,7 +4,8 @@ One interpreter instead of one per loop: the modules the loops share (YAML, the 
 parsers) are loaded once, and a pod runs one Python process beside its daemons.
 
 - controller: config-watch (applies the Slurm configuration), the users sync (with accounting:
-  `associations`, which also gives each user its association), health-recycle, metrics. The
+  `associations`, which also gives each user its association), health-recycle, health-active
+  (active checks as Slurm jobs), metrics. The
   syncer stays its own s6 service: it holds a Lease and exits the moment it loses it so that
   only the new leader acts, which would take every other task with it here; an operator stops
   it alone (`s6-svc -d`) to take over by hand; and it alone loads the Kubernetes watch
@@ -75,6 +76,8 @@ def tasks_for(
         tasks.append(_hooks(load, changes))
     if role == "controller" and spec.health and spec.health.recycle:
         tasks.append(Task("health-recycle", lambda stop: _recycle(load, stop)))
+    if role == "controller" and spec.health and spec.health.active:
+        tasks.append(Task("health-active", lambda stop: _active(load, stop)))
     if role in ("controller", "worker") and spec.metrics:
         port = spec.metrics.port
         serve = lambda stop: _metrics(role, port, stop, spec_path, board)  # noqa: E731
@@ -110,6 +113,12 @@ def _recycle(load: Callable[[], ClusterSpec], stop: threading.Event) -> None:
     from slonk.kube.api import Api
 
     recycle.run_forever(load, Api, stop)
+
+
+def _active(load: Callable[[], ClusterSpec], stop: threading.Event) -> None:
+    from slonk.align import active
+
+    active.run_forever(load, stop)
 
 
 def _metrics(

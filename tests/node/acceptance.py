@@ -38,6 +38,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from slonk.config.active_checks import ACTIVE_CHECKS, MEASURES
+from slonk.health import active
 from slonk.local.pod import launch_command
 from slonk.local.podinit import capabilities
 from slonk.metrics.gpus import FIELDS as GPU_TELEMETRY
@@ -485,8 +487,10 @@ class Checks:
             self.say("memory limit (--mem)", "SKIP", no_cgroup)
         if self.machine.gpus:
             self.gpu_telemetry()
+            self.active_checks()
         else:
             self.say("GPU series (slonk.metrics.gpus)", "SKIP", "no GPU here")
+            self.say("active checks' probe (slonk.health.cuda)", "SKIP", "no GPU here")
         if self.machine.gpus and confined:
             self.gpus()
         else:
@@ -582,6 +586,28 @@ class Checks:
         said = " ".join(out.read_text().split()) if out.exists() else ""
         outcome = "PASS" if state == "OUT_OF_MEMORY" else "FAIL"
         self.say(name, outcome, f"job {job} {state}; memory.max and output: {said}")
+
+    def active_checks(self) -> None:
+        """The active checks' probe on the pod's GPUs, as the checks run it (the driver alone),
+        judged with slonk's shipped thresholds: the figures are what thresholds come from."""
+        for check, settings in ACTIVE_CHECKS.items():
+            measure, unit = MEASURES[check]
+            options = {**settings.options, "measure": measure, "unit": unit}
+            argv = ["/opt/slonk/bin/python3", "-I", "-m", "slonk.health.cuda", measure]
+            out = self.pods.run("worker", argv, timeout=120)
+            said = " ".join((out.stdout + out.stderr).split())
+            figures: list[active.Figure] = []
+            try:
+                figures = active.parse(out.stdout, unit)
+                problems = active.judge(figures, options, unit) if figures else ["no figure"]
+            except Exception as err:  # the probe's output is what is under test
+                problems = [str(err)]
+            ok = out.returncode == 0 and len(figures) == len(self.machine.gpus) and not problems
+            self.say(
+                f"active check {check} (slonk.health.cuda {measure})",
+                "PASS" if ok else "FAIL",
+                f"{said[:400]}{'; ' + '; '.join(problems) if problems else ''}",
+            )
 
     def gpu_telemetry(self) -> None:
         """The exporter's nvidia-smi query, in the worker pod: every field a name this driver

@@ -97,7 +97,21 @@ def test_causes_are_the_checks_and_slonks_kinds():
     assert set(HEALTH_CHECKS) < CAUSES
     assert CAUSES - set(HEALTH_CHECKS) == {
         "none", "other-check", "human", "hook", "quarantine", "pod", "scale-down", "k8s",
+        "active:gpu-memory", "active:gpu-compute",
     }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("reason", "cause"),
+    [
+        ("slonk:active:gpu-memory: GPU 1 1210 GB/s, under 2700", "active:gpu-memory"),
+        ("slonk:active:dcgm: not ours", "other-check"),
+        ("slonk:active:gpu-memory:x", "human"),  # no check's reason: not slonk's
+        ("slonk:none: a check named like a label", "other-check"),
+    ],
+)
+def test_an_active_checks_drain_is_labelled_by_its_check(reason, cause):
+    assert cause_label(reason) == cause
 
 
 # Nodes

@@ -1,7 +1,8 @@
 """The chart's copy of the cluster contract, written from the model.
 
-Each ruled field of `slonk.config.model` (made with `setting` or `required`) and each health
-check's timeout and integer options (`slonk.config.health_checks`) is one setting: one values
+Each ruled field of `slonk.config.model` (made with `setting` or `required`), each health
+check's timeout and integer options (`slonk.config.health_checks`) and each active check's
+timeout and spread (`slonk.config.active_checks`) is one setting: one values
 key, its type, its bounds or pattern, its default, perhaps its documentation. This module
 writes them where the chart states them: the setting's node of values.schema.json (so Helm
 refuses a value before any template runs), its default (and a documented one's comment) in
@@ -30,6 +31,7 @@ import yaml
 
 from slonk.base.errors import SlonkError
 from slonk.config import model, spec
+from slonk.config.active_checks import ACTIVE_CHECKS, ACTIVE_TIMEOUT, SPREAD
 from slonk.config.health_checks import CHECK_TIMEOUT, HEALTH_CHECKS, option_rule
 from slonk.config.model import Rule, default_of, rules
 
@@ -45,6 +47,7 @@ SECTIONS: dict[type, str] = {
     model.HookSettings: "hooks",
     model.HealthSettings: "health",
     model.RecycleSettings: "health.recycle",
+    model.ActiveSettings: "health.active",
     model.SyncerSettings: "syncer",
     model.MetricsSettings: "metrics",
     model.RestApiSettings: "restapi",
@@ -129,6 +132,10 @@ def settings() -> Iterator[Setting]:
         for key, value in defaults.options.items():
             if isinstance(value, int) and not isinstance(value, bool):
                 yield Setting(f"{at}.{key}", option_rule(key, value), value)
+    for check, active in ACTIVE_CHECKS.items():
+        at = f"health.active.checks.{check}"
+        yield Setting(f"{at}.{ACTIVE_TIMEOUT.key}", ACTIVE_TIMEOUT, active.timeout_seconds)
+        yield Setting(f"{at}.{SPREAD.key}", SPREAD, active.options[SPREAD.key])
 
 
 # values.schema.json
@@ -192,7 +199,7 @@ def format_schema(value: Any, indent: int = 0, key: str | None = None) -> str:
 
 # values.yaml
 
-_KEY_LINE = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z0-9_]+):(?P<value>.*)$")
+_KEY_LINE = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z0-9_-]+):(?P<value>.*)$")
 
 
 def _yaml_scalar(value: Any) -> str:

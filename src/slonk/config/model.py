@@ -22,6 +22,8 @@ PARTITION_STATES = ("UP", "DOWN", "DRAIN", "INACTIVE")
 LDAP_TLS = ("none", "ldaps", "starttls")
 HOOK_PHASES = ("prolog", "epilog", "task-prolog", "task-epilog")
 HEALTH_PHASES = ("boot", "prolog", "epilog", "watch", "interval")
+# Every phase checks run in: the active checks' own besides (slonk.config.active_checks).
+CHECK_PHASES = (*HEALTH_PHASES, "active")
 # RFC 2307 attribute names, overridable per directory.
 LDAP_ATTRIBUTES = {
     "uid": "uid",
@@ -268,6 +270,29 @@ class CheckSettings:
 
 
 @dataclass(frozen=True)
+class ActiveCheckSettings:
+    """One active check: how long its job may run, and its own options. The checks and their
+    defaults: slonk.config.active_checks."""
+
+    timeout_seconds: int
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ActiveSettings:
+    """Active checks: tests run as Slurm jobs on idle nodes, preempted by any user's job
+    (slonk.align.active), and before a new pod's node enters service (`gate`)."""
+
+    checks: Mapping[str, ActiveCheckSettings]  # the enabled ones
+    # Each node runs its checks at most this often (twice a day, as Soperator's do).
+    interval_seconds: int = setting(43200, "intervalSeconds", minimum=60)
+    # Check jobs submitted per minute, cluster-wide: a round over thousands of nodes is spread
+    # out, never a herd of RPCs at slurmctld.
+    starts_per_minute: int = setting(30, "startsPerMinute", minimum=1, maximum=600)
+    gate: bool = setting(True, "gate")
+
+
+@dataclass(frozen=True)
 class RecycleSettings:
     """Restart the pods of nodes slonk drained, once idle; quarantine repeat offenders."""
 
@@ -291,6 +316,7 @@ class HealthSettings:
     recycle: RecycleSettings | None = RecycleSettings()
     # One check holds at most this share of the nodes drained (slonk.health.blast).
     max_drained_percent: int = setting(10, "maxDrainedPercent", minimum=1, maximum=100)
+    active: ActiveSettings | None = None
 
 
 @dataclass(frozen=True)
@@ -595,6 +621,13 @@ class ClusterSpec:
             for name, check in self.health.checks.items()
             if name != "gpu" or check.options["expectedCount"] or pool.gpus
         }
+
+    def active_checks(self, pool: NodePool) -> dict[str, ActiveCheckSettings]:
+        """The active checks a pool's nodes run: every check slonk ships tests GPUs, so only
+        pools with GPUs run any."""
+        if self.health is None or self.health.active is None or not pool.gpus:
+            return {}
+        return dict(self.health.active.checks)
 
     def pool(self, name: str) -> NodePool:
         return next(p for p in self.nodepools if p.name == name)

@@ -21,6 +21,7 @@ from slonk.base.paths import (
     SLURMD_SPOOL,
     STATE_SAVE,
 )
+from slonk.config import active_checks
 from slonk.config.placement import Placement
 from slonk.config.spec import ClusterSpec, NodePool
 
@@ -183,6 +184,11 @@ def slurm_settings(spec: ClusterSpec) -> dict[str, str]:
         # node at once, which starts a thousand health runs against one DNS, one /home, and
         # at 256 `slonk local` pods on two cores timed out dozens of healthy nodes' checks.
         defaults["HealthCheckNodeState"] = "ANY,CYCLE"
+    if active_pools(spec):
+        # Users' jobs preempt active checks by partition tier (the checks' partition is the
+        # lowest): cancelled at once, no user ever waits on one (slonk.align.active).
+        defaults["PreemptType"] = active_checks.PREEMPT_TYPE
+        defaults["PreemptMode"] = "CANCEL"
     settings = _merge(defaults, spec.slurm_conf)
     named = {key.lower() for key in spec.slurm_conf}
     if settings.get("MailProg") == NO_MAIL and "jobsubmitplugins" not in named:
@@ -282,6 +288,46 @@ def _mem_per_cpu(spec: ClusterSpec, pools: list[str]) -> int:
     return min(spec.pool(p).memory_mib // spec.pool(p).cpus for p in pools) or 1
 
 
+def active_pools(spec: ClusterSpec) -> list[str]:
+    """The pools with nodes whose nodes run active checks: the checks' partition's."""
+    return [p.name for p in spec.nodepools if p.replicas and spec.active_checks(p)]
+
+
+def _active_partition_line(spec: ClusterSpec, pools: list[str]) -> str:
+    """The active checks' partition: hidden, root's alone, the lowest tier; its jobs are
+    cancelled when a user's job needs their node. Its time limit bounds every check's job."""
+    assert spec.health is not None and spec.health.active is not None
+    minutes = active_checks.time_limit_minutes(spec.health.active.checks)
+    return " ".join(
+        [
+            f"PartitionName={active_checks.PARTITION}",
+            f"Nodes={','.join(pools)}",
+            "Default=NO",
+            f"MaxTime={minutes}",
+            f"PriorityTier={active_checks.PRIORITY_TIER}",
+            "PreemptMode=CANCEL",
+            "Hidden=YES",
+            "AllowGroups=root",
+            "State=UP",
+        ]
+    )
+
+
+def _partition_lines(spec: ClusterSpec) -> list[str]:
+    lines = [_partition_line(spec, p) for p in spec.partitions]
+    pools = active_pools(spec)
+    if not pools:
+        return lines
+    if not any(key.lower() == "preempttype" for key in spec.slurm_conf):
+        # Preemption is on for the checks' sake alone: users' partitions stay as they were,
+        # never preempted, unless a partition says otherwise.
+        lines = [
+            line if p.preempt_mode else f"{line} PreemptMode=OFF"
+            for line, p in zip(lines, spec.partitions, strict=True)
+        ]
+    return [*lines, _active_partition_line(spec, pools)]
+
+
 def _partition_line(spec: ClusterSpec, partition: Any) -> str:
     populated = [p for p in partition.pools if spec.pool(p).replicas]
     parts = [f"PartitionName={partition.name}"]
@@ -359,7 +405,7 @@ def render(spec: ClusterSpec, placement: Placement = EMPTY) -> dict[str, str]:
             (p.name, _ranged(p.node_names(spec.release))) for p in spec.nodepools if p.replicas
         ],
         "nodes": [_node_line(spec, p) for p in spec.nodepools if p.replicas],
-        "partitions": [_partition_line(spec, p) for p in spec.partitions],
+        "partitions": _partition_lines(spec),
         "topology": topology_lines(spec, placement),
         "gres": gres_lines(spec),
         "cgroup": cgroup_settings(spec),

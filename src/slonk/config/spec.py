@@ -18,8 +18,9 @@ from typing import Any, TypeVar
 import yaml
 
 from slonk.base.errors import SlonkError
-from slonk.config import accounts, patterns
+from slonk.config import accounts, active_checks, patterns
 from slonk.config.accounts import AccountError, AccountRules
+from slonk.config.active_checks import ACTIVE_CHECKS, ACTIVE_TIMEOUT, SPREAD
 from slonk.config.health_checks import (
     CHECK_OPTION_SHAPES,
     CHECK_TIMEOUT,
@@ -32,6 +33,8 @@ from slonk.config.model import (
     LDAP_ATTRIBUTES,
     MAX_PORT,
     AccountingSettings,
+    ActiveCheckSettings,
+    ActiveSettings,
     BackupController,
     CapacitySettings,
     CheckSettings,
@@ -552,8 +555,72 @@ def _check_option_shape(key: str, value: Any, path: str) -> None:
         raise SpecError(f"{path}: {value!r} is not {shape[1]}")
 
 
+def _active_check(name: str, data: Any, path: str) -> ActiveCheckSettings | None:
+    """An active check's settings over its defaults (slonk.config.active_checks)."""
+    default = ACTIVE_CHECKS[name]
+    r = _Reader(data or {}, path, {"enabled", ACTIVE_TIMEOUT.key, *default.options})
+    if not r.get("enabled", bool, True):
+        return None
+    options = dict(default.options)
+    probe, what = active_checks.OPTION_SHAPES["probe"]
+    options["probe"] = r.text("probe", probe, what, default.options["probe"])
+    options["spreadPercent"] = r.ruled(SPREAD, default.options["spreadPercent"])
+    given = r.get("minimum", dict)
+    if given is not None:  # the site's thresholds replace slonk's, whole
+        m = _Reader(given, r.at("minimum"), given)
+        if len(given) > active_checks.MAX_MODELS:
+            raise SpecError(f"{r.at('minimum')}: at most {active_checks.MAX_MODELS} GPU models")
+        for model in given:
+            if not isinstance(model, str) or not matches(active_checks.MODEL_NAME, model):
+                raise SpecError(f"{m.at(str(model))}: not a GPU model's name as nvidia-smi says it")
+            figure = m.get(model, (int, float))
+            if figure is None or not figure > 0:
+                raise SpecError(f"{m.at(model)}: must be a number > 0")
+        options["minimum"] = {model: float(figure) for model, figure in given.items()}
+    return ActiveCheckSettings(r.ruled(ACTIVE_TIMEOUT, default.timeout_seconds), options)
+
+
+def _active(data: Any, path: str) -> ActiveSettings | None:
+    r = _Reader(data or {}, path, _keys(ActiveSettings, "enabled", "checks"))
+    # Off unless asked for (values.yaml says why).
+    if not r.get("enabled", bool, False):
+        return None
+    checks_reader = _Reader(r.get("checks", dict, {}), r.at("checks"), set(ACTIVE_CHECKS))
+    checks = {
+        name: settings
+        for name in ACTIVE_CHECKS
+        if (settings := _active_check(name, checks_reader.data.get(name), checks_reader.at(name)))
+    }
+    return _ruled(r, ActiveSettings, checks=checks)
+
+
+def _check_preemption(partitions: list[Partition], slurm_conf: Mapping[str, Any]) -> None:
+    """Active checks run in their own partition, the lowest tier, which any user's job
+    preempts (slonk.config.render): the partition name is theirs, the tier under every user
+    partition's, and preemption by partition tier."""
+    for partition in partitions:
+        if partition.name.lower() == active_checks.PARTITION:
+            raise SpecError(
+                f"partitions.{partition.name}: the active checks' partition "
+                "(health.active); name yours otherwise"
+            )
+        if partition.priority_tier == active_checks.PRIORITY_TIER:
+            raise SpecError(
+                f"partitions.{partition.name}.priorityTier: {active_checks.PRIORITY_TIER} is the "
+                "active checks' tier, which every user's job preempts: give 1 or more, or turn "
+                "health.active off"
+            )
+    preempt = next((v for k, v in slurm_conf.items() if k.lower() == "preempttype"), None)
+    if preempt not in (None, active_checks.PREEMPT_TYPE):
+        raise SpecError(
+            f"slurmConf.PreemptType: {preempt!r}: active checks need "
+            f"{active_checks.PREEMPT_TYPE} (users' jobs preempt them by partition tier); "
+            "turn health.active off to use another"
+        )
+
+
 def _health(data: Any, path: str) -> HealthSettings | None:
-    r = _Reader(data or {}, path, _keys(HealthSettings, "enabled", "checks", "recycle"))
+    r = _Reader(data or {}, path, _keys(HealthSettings, "enabled", "checks", "recycle", "active"))
     if not r.get("enabled", bool, False):
         return None
     checks_reader = _Reader(r.get("checks", dict, {}), r.at("checks"), set(HEALTH_CHECKS))
@@ -564,7 +631,8 @@ def _health(data: Any, path: str) -> HealthSettings | None:
     }
     rr = _Reader(r.get("recycle", dict, {}), r.at("recycle"), _keys(RecycleSettings, "enabled"))
     recycle = _ruled(rr, RecycleSettings) if rr.get("enabled", bool, True) else None
-    return _ruled(r, HealthSettings, checks=checks, recycle=recycle)
+    active = _active(r.get("active", dict, {}), r.at("active"))
+    return _ruled(r, HealthSettings, checks=checks, recycle=recycle, active=active)
 
 
 def _syncer(data: Any, path: str) -> SyncerSettings | None:
@@ -767,6 +835,9 @@ def parse_spec(data: Any) -> ClusterSpec:
     for owner, port in taken.items():
         if metrics is not None and metrics.port == port:
             raise SpecError(f"metrics.port: {port} is {owner}'s port, in the same pods")
+    health = _health(r.data.get("health"), "health")
+    if health is not None and health.active is not None:
+        _check_preemption(partitions, slurm_conf)
     return _ruled(
         r,
         ClusterSpec,
@@ -784,7 +855,7 @@ def parse_spec(data: Any) -> ClusterSpec:
         ldap=_ldap(r.data.get("ldap"), "ldap"),
         ldap_server=_ldap_server(r.data.get("ldapServer"), "ldapServer", account_rules),
         hooks=_hooks(r.data.get("hooks"), "hooks"),
-        health=_health(r.data.get("health"), "health"),
+        health=health,
         syncer=_syncer(r.data.get("syncer"), "syncer"),
         capacity=_capacity(r.data.get("capacity"), "capacity"),
         priority=_priority(r.data.get("priority"), "priority"),

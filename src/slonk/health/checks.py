@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from slonk.base.paths import SLURMD_SPOOL
-from slonk.health import gpu, leftovers
+from slonk.health import active, gpu, leftovers
 from slonk.health.probe import Inconclusive, TimedOut, Unhealthy, bounded
 
 SYS_NET = Path("/sys/class/net")
@@ -178,6 +178,11 @@ def check_munge(node: Node, options: Mapping[str, Any], phase: str, timeout: flo
     return "munge round trip"
 
 
+def check_active(node: Node, options: Mapping[str, Any], phase: str, timeout: float) -> str:
+    """Any active check (slonk.health.active): its options say what its probe measures."""
+    return active.check(options, node.gpus, timeout)
+
+
 Check = Callable[[Node, Mapping[str, Any], str, float], str]
 CHECKS: Mapping[str, Check] = {
     "gpu": check_gpu,
@@ -188,3 +193,8 @@ CHECKS: Mapping[str, Check] = {
     "scratch": check_scratch,
     "munge": check_munge,
 }
+
+
+def find(name: str) -> Check:
+    """The check a plan names: a passive one, or `active:<check>`."""
+    return check_active if name.startswith(active.PREFIX) else CHECKS[name]

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from slonk.base.files import write_atomically
 from slonk.base.paths import HEALTH_PLAN, HEALTH_STATE
-from slonk.health import probe
-from slonk.health.checks import CHECKS, Node
+from slonk.health import active, probe
+from slonk.health.checks import Node, find
 from slonk.slurm import reasons
 
 if TYPE_CHECKING:  # job-time callers must not pay for the spec's YAML import
@@ -71,6 +71,8 @@ class CheckPlan:
 
 def plan_for(spec: ClusterSpec, node_name: str) -> CheckPlan | None:
     """This node's checks, or None when health checks are off or it is no worker."""
+    from slonk.config.active_checks import MEASURES  # with the spec: not at job time
+
     pool = spec.pool_of(node_name)
     if spec.health is None or pool is None:
         return None
@@ -85,6 +87,16 @@ def plan_for(spec: ClusterSpec, node_name: str) -> CheckPlan | None:
         )
         for name, c in spec.health_checks(pool).items()
     }
+    assert spec.health is not None
+    gate = spec.health.active is not None and spec.health.active.gate
+    for name, a in spec.active_checks(pool).items():
+        measure, unit = MEASURES[name]
+        checks[f"{active.PREFIX}{name}"] = PlannedCheck(
+            # With the gate, at boot too: before slurmd starts, the node out of service.
+            phases=[active.PHASE, *(["boot"] if gate else [])],
+            timeoutSeconds=a.timeout_seconds,
+            options={**a.options, "measure": measure, "unit": unit},
+        )
     return CheckPlan(
         node=node,
         undrain=spec.health.undrain,
@@ -202,7 +214,7 @@ def run_checks(plan: CheckPlan, names: list[str], phase: str) -> list[Result]:
         try:
             ok, detail = (
                 True,
-                CHECKS[name](plan.node, settings["options"], phase, settings["timeoutSeconds"]),
+                find(name)(plan.node, settings["options"], phase, settings["timeoutSeconds"]),
             )
         except probe.Inconclusive as err:
             settle(name, str(err))

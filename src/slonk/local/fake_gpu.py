@@ -7,16 +7,23 @@ its nvidia-smi, with their number in FAKE_GPU_COUNT (two without: the tests' CPU
 standing for GPU ones). Like the real one it shows every GPU of the pod, whatever
 CUDA_VISIBLE_DEVICES says; only a device cgroup hides GPUs, and local mode confines nothing.
 
+It also stands for slonk.health.cuda, the active checks' probe (`probe memory|compute`):
+each GPU's copy bandwidth and FMA throughput, a healthy H100's as measured on one.
+
 Each node's GPUs are in the state named by /home/.fake-gpu/<hostname> (one word; no file
 means healthy), kept in the shared /home so that it outlasts pod restarts, as hardware does:
   healthy  ecc  remap  missing  lost  xid  leftover
+  slow-memory  slow-compute  (GPU 1 measures slow)  hang  (the probe never answers)
+  long-check  (the probe takes ten minutes, then measures healthy: a long diagnostic)
 Each GPU has a serial number (`--query-gpu=serial`: 13 digits, as NVIDIA's data-centre boards
 print), the same for the same hostname: the machine's, kept across pod restarts.
-Usage: python3 -m slonk.local.fake_gpu nvidia-smi ARGS... | ... dmesg ARGS...
+Usage: python3 -m slonk.local.fake_gpu nvidia-smi ARGS... | dmesg ARGS... | probe MEASURE
 """
 
+import json
 import os
 import sys
+import time
 import zlib
 
 SCENARIO_FILE = os.environ.get("FAKE_GPU_SCENARIO", f"/home/.fake-gpu/{os.uname().nodename}")
@@ -128,6 +135,31 @@ def nvidia_smi(args: list[str]) -> int:
     return 0
 
 
+# What slonk.health.cuda measured on a healthy H100 80GB HBM3 (issue 32), and what the slow
+# scenarios give GPU 1.
+PROBES = {"memory": ("GB/s", 3025.0, 1210.0), "compute": ("TFLOP/s", 57.8, 21.5)}
+LONG_CHECK_SECONDS = 600
+
+
+def probe(args: list[str]) -> int:
+    if len(args) != 1 or args[0] not in PROBES:
+        print(f"fake GPU probe (slonk local): expected one of {', '.join(PROBES)}", file=sys.stderr)
+        return 2
+    state, measure = scenario(), args[0]
+    if state == "hang":
+        while True:
+            time.sleep(3600)
+    if state == "long-check":
+        time.sleep(LONG_CHECK_SECONDS)
+    unit, healthy, slow = PROBES[measure]
+    for row in gpus(state):
+        index = int(row["index"])
+        value = slow if index == 1 and state == f"slow-{measure}" else healthy + index
+        line = {"index": index, "name": row["name"], "value": value, "unit": unit}
+        print(json.dumps(line))
+    return 0
+
+
 def dmesg() -> int:
     lines = KERNEL_LOG + ([XID] if scenario() == "xid" else [])
     print("\n".join(lines))
@@ -136,6 +168,8 @@ def dmesg() -> int:
 
 def main(argv: list[str]) -> int:
     tool, *rest = argv
+    if tool == "probe":
+        return probe(rest)
     return nvidia_smi(rest) if tool == "nvidia-smi" else dmesg()
 
 

@@ -3,6 +3,7 @@ history key on it, so it never carries text from the reason itself beyond this s
 
 from __future__ import annotations
 
+from slonk.config.active_checks import NAMES as ACTIVE_CHECKS
 from slonk.config.health_checks import HEALTH_CHECKS
 from slonk.slurm import reasons
 
@@ -19,6 +20,7 @@ CAUSES = frozenset(
         reasons.SCALE_DOWN,
         reasons.K8S,
         *HEALTH_CHECKS,
+        *ACTIVE_CHECKS,
     }
 )
 
@@ -34,5 +36,6 @@ def cause_label(reason: str) -> str:
     if cause is None:
         return HUMAN
     if cause.kind == reasons.HEALTH:
-        return cause.name if cause.name in HEALTH_CHECKS else OTHER_CHECK
+        known = cause.name in HEALTH_CHECKS or cause.name in ACTIVE_CHECKS
+        return cause.name if known else OTHER_CHECK
     return cause.kind

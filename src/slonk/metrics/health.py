@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from slonk.config.active_checks import NAMES as ACTIVE_CHECKS
 from slonk.config.health_checks import HEALTH_CHECKS
-from slonk.config.model import HEALTH_PHASES
+from slonk.config.model import CHECK_PHASES
 from slonk.health.runner import results_path
 from slonk.metrics.family import GAUGE, Family, PartialError, RecordError, number, read_record
 
@@ -25,7 +26,7 @@ def health_families(state: Path, node: str) -> list[Family]:
     last = Family("slonk_health_check_last_run_timestamp_seconds", GAUGE, "When the check "
                   "last ran, in seconds since the epoch.", labels)  # fmt: skip
     problems = []
-    for phase in HEALTH_PHASES:
+    for phase in CHECK_PHASES:
         path = results_path(phase, state)
         try:
             results = _read(path)
@@ -36,7 +37,7 @@ def health_families(state: Path, node: str) -> list[Family]:
             continue
         for result in results:
             check = result.get("check") if isinstance(result, dict) else None
-            if check not in HEALTH_CHECKS:
+            if check not in HEALTH_CHECKS and check not in ACTIVE_CHECKS:
                 continue
             assert isinstance(result, dict) and isinstance(check, str)
             ok.set(1.0 if result.get("ok") is True else 0.0, node, check, phase)

@@ -4,6 +4,9 @@ read back from Slurm is.
 Every reason slonk writes starts `slonk:`; the word after it says who drained the node:
 
   slonk:<check>: <detail>                 a health check: the machine is at fault (HEALTH)
+  slonk:active:<check>: <detail>          an active check (a test run as a Slurm job, or at
+                                          boot before service) failed: HEALTH, named
+                                          `active:<check>`
   slonk:hook:<phase>:<script>: <detail>   a job hook from git failed: the script is (HOOK)
   slonk:quarantine: <detail>              recycled too often; left for a person (QUARANTINE)
   slonk:pod: <detail>                     the pod is stopping (POD; slonk.pod.worker_stop's
@@ -27,11 +30,14 @@ PREFIX = "slonk:"
 HEALTH, HOOK, QUARANTINE, POD = "health", "hook", "quarantine", "pod"
 SCALE_DOWN = "scale-down"
 K8S = "k8s"
+# Health checks of their own kind, named `<word>:<check>`: active ones (slonk.health.active).
+ACTIVE = "active"
+COMPOUND = (ACTIVE,)
 # Before hooks had their own word, a failed prolog drained as `slonk:prolog:<script>: ...`:
 # such drains may still stand after an upgrade, and are hooks' too.
 LEGACY_HOOK_WORDS = ("prolog", "epilog")
 # Never a health check's name.
-RESERVED = (HOOK, QUARANTINE, POD, SCALE_DOWN, K8S, *LEGACY_HOOK_WORDS)
+RESERVED = (HOOK, QUARANTINE, POD, SCALE_DOWN, K8S, *LEGACY_HOOK_WORDS, *COMPOUND)
 MAX_LENGTH = 250  # keeps `scontrol show node` readable
 WORD = re.compile(r"[a-z][a-z0-9_-]*")
 
@@ -54,6 +60,10 @@ def _reason(head: str, detail: str) -> str:
 
 
 def health(check: str, detail: str) -> str:
+    """A health check's drain reason; `check` a passive check's name, or `active:<name>`."""
+    word, colon, name = check.partition(":")
+    if colon and word in COMPOUND and WORD.fullmatch(name):
+        return _reason(check, detail)
     if check in RESERVED or not WORD.fullmatch(check):
         raise ValueError(f"{check!r} cannot name a health check: it would read as another kind")
     return _reason(check, detail)
@@ -92,6 +102,9 @@ def classify(reason: str) -> Cause | None:
         return Cause(K8S, cause) if colon and WORD.fullmatch(cause) else None
     if word in (QUARANTINE, POD, SCALE_DOWN):
         return Cause(word, word)
+    if word in COMPOUND:
+        name, colon, _ = rest.partition(": ")
+        return Cause(HEALTH, f"{word}:{name}") if colon and WORD.fullmatch(name) else None
     if not rest.startswith(" "):
         return None  # `slonk:gpu:x` is no check's reason: not ours
     return Cause(HEALTH, word)

@@ -1,0 +1,131 @@
+"""Active checks in local mode (issue 32): the fake GPU's probe stands for the driver's
+(slonk.local.fake_gpu). A new pod runs them before its slurmd starts (the gate); the
+controller then submits them as Slurm jobs to idle nodes, which any user's job preempts; a
+slow GPU drains its node `slonk:active:<check>` with the figure, and the node's recycled pod
+stays out of service while its GPU stays slow.
+
+Figures measured here are local mode's (two cores, fake GPUs, no cgroups)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from ..support.cluster import LocalCluster, cluster_of_its_own, wait_for
+
+CONTROLLER = "slonk-controller-0"
+NODES = ("slonk-gpu-0", "slonk-gpu-1")
+INTERVAL = 60  # the shortest the chart takes: each idle node is checked once a minute
+VALUES = {
+    "nodepools": {
+        "cpu": None,
+        "gpu": {"replicas": 2, "cpus": 2, "memoryMiB": 1024, "gpus": {"count": 2, "type": "h100"}},
+    },
+    "partitions": {"main": {"pools": ["gpu"]}},
+    "accounting": {"enabled": False},
+    "metrics": {"enabled": False},
+    "syncer": {"enabled": False},
+    "health": {
+        "active": {"intervalSeconds": INTERVAL, "startsPerMinute": 60},
+        "recycle": {"idleSeconds": 1, "periodSeconds": 2, "maxRecycles": 5},
+    },
+}
+BOOT_RESULTS = "/run/slonk/health/boot.json"
+
+active = cluster_of_its_own("active", VALUES, LocalCluster, idle=NODES)
+
+
+def _scenario(cluster: LocalCluster, node: str, scenario: str) -> None:
+    state = f"/home/.fake-gpu/{node}"
+    command = f"rm -f {state}" if scenario == "healthy" else f"echo {scenario} > {state}"
+    cluster.pod(CONTROLLER).check_output(f"mkdir -p /home/.fake-gpu && {command}")
+
+
+@pytest.fixture
+def healed(active: LocalCluster) -> Iterator[LocalCluster]:
+    """Each test's GPU faults undone, and its nodes back in service, after it."""
+    try:
+        yield active
+    finally:
+        for node in NODES:
+            _scenario(active, node, "healthy")
+        active.wait_idle(NODES, timeout=300)
+
+
+def _check_jobs(cluster: LocalCluster) -> dict[str, tuple[str, str]]:
+    """The active checks' jobs Slurm shows (ended ones too): id -> (state, node)."""
+    out = cluster.pod(CONTROLLER).check_output(
+        "squeue --noheader --states=all --partition=slonk-active --format='%i %T %N'"
+    )
+    return {f[0]: (f[1], f[2] if len(f) > 2 else "") for f in map(str.split, out.splitlines())}
+
+
+def test_a_new_pod_ran_its_active_checks_before_service(active: LocalCluster) -> None:
+    for node in NODES:
+        boot = json.loads(active.pod(node).check_output(f"cat {BOOT_RESULTS}"))
+        ran = {r["check"]: r for r in boot if r["check"].startswith("active:")}
+        assert sorted(ran) == ["active:gpu-compute", "active:gpu-memory"], boot
+        assert all(r["ok"] for r in ran.values()), ran
+        assert ran["active:gpu-memory"]["detail"] == "memory 3025, 3026 GB/s"
+    conf = active.pod(CONTROLLER).check_output("scontrol show partition slonk-active --oneliner")
+    for word in ("PriorityTier=0", "PreemptMode=CANCEL", "Hidden=YES", "AllowGroups=root"):
+        assert word in conf.split(), conf
+
+
+def test_a_users_job_preempts_a_running_check_at_once(healed: LocalCluster) -> None:
+    """A long diagnostic holds a node; a user's job for that node starts within seconds, and
+    the check's job ends PREEMPTED (it is tried again later, not judged)."""
+    node = NODES[0]
+    _scenario(healed, node, "long-check")
+    wait_for(
+        f"a check job running on {node}",
+        lambda: ("RUNNING", node) in _check_jobs(healed).values(),
+        timeout=INTERVAL * 3,
+    )
+    (check,) = [
+        j for j, (state, at) in _check_jobs(healed).items() if (state, at) == ("RUNNING", node)
+    ]
+    submitted = time.monotonic()
+    job = healed.submit(
+        f"--nodelist={node}", "--gres=gpu:1", "--output=/dev/null", "--wrap", "sleep 30"
+    )
+    wait_for("the user's job running", lambda: healed.jobs().get(job) == "RUNNING")
+    started = time.monotonic() - submitted
+    print(f"user's job started {started:.1f} s after submission, preempting check job {check}")
+    assert _check_jobs(healed)[check][0] == "PREEMPTED"
+    assert "active" not in healed.nodes()[node][1]  # not judged: no drain
+    healed.pod(CONTROLLER).run(f"scancel {job}")
+
+
+def test_a_slow_gpu_drains_its_node_and_its_new_pod_stays_out_until_it_passes(
+    healed: LocalCluster,
+) -> None:
+    node = NODES[1]
+    _scenario(healed, node, "slow-memory")
+    wait_for(
+        f"{node} drained by its active check",
+        lambda: healed.nodes()[node][1].startswith("slonk:active:gpu-memory: "),
+        timeout=INTERVAL * 3,
+    )
+    reason = healed.nodes()[node][1]
+    assert "GPU 1 1210 GB/s, under 2700 for NVIDIA H100 80GB HBM3" in reason, reason
+    # Idle and drained for the machine: recycled, as the node history says. The new pod's
+    # gate fails the same way, so its node registers drained for it: never in service with
+    # the slow GPU.
+    first = healed.slurmd_started(node)
+    wait_for(
+        "the recycle in the node history",
+        lambda: any(
+            e.node == node and e.event == "recycle" and e.cause == "active:gpu-memory"
+            for e in healed.node_history()
+        ),
+    )
+    wait_for("a new slurmd", lambda: healed.slurmd_started(node) not in ("", first), timeout=300)
+    state, reason = healed.nodes()[node]
+    assert "drain" in state.split("+") and reason.startswith("slonk:active:gpu-memory: "), state
+    # Repaired: the next pod passes its gate and the node returns by itself.
+    _scenario(healed, node, "healthy")
+    healed.wait_idle((node,), timeout=300)
