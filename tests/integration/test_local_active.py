@@ -4,6 +4,9 @@ controller then submits them as Slurm jobs to idle nodes, which any user's job p
 slow GPU drains its node `slonk:active:<check>` with the figure, and the node's recycled pod
 stays out of service while its GPU stays slow.
 
+A GPU whose corrected errors climb drains `slonk:trend:ecc-corrected`, and stays drained for a
+person to lift.
+
 Figures measured here are local mode's (two cores, fake GPUs, no cgroups)."""
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ VALUES = {
     "health": {
         "active": {"intervalSeconds": INTERVAL, "startsPerMinute": 60},
         "recycle": {"idleSeconds": 1, "periodSeconds": 2, "maxRecycles": 5},
+        "trends": {"rules": {"ecc-corrected": {"maxIncrease": 100, "windowSeconds": 600}}},
     },
 }
 BOOT_RESULTS = "/run/slonk/health/boot.json"
@@ -129,3 +133,24 @@ def test_a_slow_gpu_drains_its_node_and_its_new_pod_stays_out_until_it_passes(
     # Repaired: the next pod passes its gate and the node returns by itself.
     _scenario(healed, node, "healthy")
     healed.wait_idle((node,), timeout=300)
+
+
+def test_a_gpu_counter_rising_drains_its_node_until_a_person_lifts_it(healed: LocalCluster) -> None:
+    node = NODES[0]
+    offset = healed.log_offset(CONTROLLER)
+    _scenario(healed, node, "rising")  # GPU 1's corrected errors: 20 more a second
+    wait_for(
+        f"{node} drained by the trend rule",
+        lambda: healed.nodes()[node][1].startswith("slonk:trend:ecc-corrected: GPU 1 "),
+    )
+    reason = healed.nodes()[node][1]
+    assert "(at most 100 in 600 s)" in reason, reason
+    # The count stops rising (healed: the fake's counter falls to 0, a reset); the drain stays,
+    # and the recycle loop leaves it.
+    _scenario(healed, node, "healthy")
+    wait_for(
+        "the recycle loop leaving the node",
+        lambda: "is a worn board's" in healed.log(CONTROLLER, offset),
+    )
+    assert healed.nodes()[node][1] == reason
+    healed.pod(CONTROLLER).check_output(f"scontrol update nodename={node} state=resume")

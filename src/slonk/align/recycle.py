@@ -8,7 +8,8 @@ and its Kubernetes node is tainted for replacement. Nodes a job hook drained are
 a bad script is fixed in git, not by replacing machines. So are nodes drained by a check a
 user or a shared service can fail (health_checks.SHARED_CHECKS) or by a check holding more nodes
 than its share (slonk.health.blast): a new pod cannot fix a shared dependency, and a user's
-files are no hardware fault.
+files are no hardware fault. Nor are trend drains (slonk.health.trend): a worn board waits for
+a person.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from slonk.base.files import exclusive, write_atomically
 from slonk.base.identity import pod_name
 from slonk.config.health_checks import SHARED_CHECKS
 from slonk.config.spec import ClusterSpec, RecycleSettings, SpecError
+from slonk.config.trends import PREFIX as TREND
 from slonk.health import blast
 from slonk.kube.api import KubeError, PodReplaced
 from slonk.metrics import node_events
@@ -120,12 +122,15 @@ def due(
         since = history.idle_since.setdefault(node.name, now)
         if now - since < settings.idle_seconds:
             continue
-        if cause.name in SHARED_CHECKS or cause.name in over:
+        trend = cause.name.startswith(TREND)
+        if cause.name in SHARED_CHECKS or cause.name in over or trend:
             if history.left.get(node.name) != node.reason:
                 history.left[node.name] = node.reason
                 why = (
                     "fails for users or shared services too"
                     if cause.name in SHARED_CHECKS
+                    else "is a worn board's: a new pod does not mend it"
+                    if trend
                     else ("holds more than its share of the nodes drained")
                 )
                 log(f"not recycling {node.name} ({node.reason}): {cause.name} {why}")

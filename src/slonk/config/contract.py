@@ -34,6 +34,7 @@ from slonk.config import model, spec
 from slonk.config.active_checks import ACTIVE_CHECKS, ACTIVE_TIMEOUT, SPREAD
 from slonk.config.health_checks import CHECK_TIMEOUT, HEALTH_CHECKS, option_rule
 from slonk.config.model import Rule, default_of, rules
+from slonk.config.trends import MAX_INCREASE, TRENDS, WINDOW
 
 # Where each model class's keys sit in values.yaml ("*": any key of a map). A class whose
 # keys are spread over values ("") names each key's path in its Rule (`values`).
@@ -48,6 +49,7 @@ SECTIONS: dict[type, str] = {
     model.HealthSettings: "health",
     model.RecycleSettings: "health.recycle",
     model.ActiveSettings: "health.active",
+    model.TrendSettings: "health.trends",
     model.SyncerSettings: "syncer",
     model.MetricsSettings: "metrics",
     model.RestApiSettings: "restapi",
@@ -136,6 +138,10 @@ def settings() -> Iterator[Setting]:
         at = f"health.active.checks.{check}"
         yield Setting(f"{at}.{ACTIVE_TIMEOUT.key}", ACTIVE_TIMEOUT, active.timeout_seconds)
         yield Setting(f"{at}.{SPREAD.key}", SPREAD, active.options[SPREAD.key])
+    for name, trend in TRENDS.items():
+        at = f"health.trends.rules.{name}"
+        yield Setting(f"{at}.{MAX_INCREASE.key}", MAX_INCREASE, trend.max_increase)
+        yield Setting(f"{at}.{WINDOW.key}", WINDOW, trend.window_seconds)
 
 
 # values.schema.json

@@ -293,6 +293,26 @@ class ActiveSettings:
 
 
 @dataclass(frozen=True)
+class TrendRule:
+    """One GPU counter's rule: more than `max_increase` within `window_seconds` drains. The
+    rules and their defaults: slonk.config.trends."""
+
+    field: str  # nvidia-smi --query-gpu's name of the counter
+    max_increase: int
+    window_seconds: int
+
+
+@dataclass(frozen=True)
+class TrendSettings:
+    """Drains on GPU counters that rise too fast (slonk.health.trend), with a blast-radius
+    limit of their own: a driver roll-out that makes every board count errors is no
+    machine's fault."""
+
+    rules: Mapping[str, TrendRule]  # the enabled ones
+    max_drained_percent: int = setting(5, "maxDrainedPercent", minimum=1, maximum=100)
+
+
+@dataclass(frozen=True)
 class RecycleSettings:
     """Restart the pods of nodes slonk drained, once idle; quarantine repeat offenders."""
 
@@ -317,6 +337,7 @@ class HealthSettings:
     # One check holds at most this share of the nodes drained (slonk.health.blast).
     max_drained_percent: int = setting(10, "maxDrainedPercent", minimum=1, maximum=100)
     active: ActiveSettings | None = None
+    trends: TrendSettings | None = None
 
 
 @dataclass(frozen=True)

@@ -59,12 +59,15 @@ from slonk.config.model import (
     Rule,
     SshSettings,
     SyncerSettings,
+    TrendRule,
+    TrendSettings,
     User,
     default_of,
     rule_of,
     rules,
 )
 from slonk.config.patterns import matches
+from slonk.config.trends import MAX_INCREASE, TRENDS, WINDOW
 
 # The model's names, for the modules that read a spec through this one.
 __all__ = [
@@ -619,8 +622,31 @@ def _check_preemption(partitions: list[Partition], slurm_conf: Mapping[str, Any]
         )
 
 
+def _trends(data: Any, path: str) -> TrendSettings | None:
+    r = _Reader(data or {}, path, _keys(TrendSettings, "enabled", "rules"))
+    if not r.get("enabled", bool, False):  # off unless asked for (values.yaml says why)
+        return None
+    rules_reader = _Reader(r.get("rules", dict, {}), r.at("rules"), set(TRENDS))
+    rules = {}
+    for name, default in TRENDS.items():
+        rr = _Reader(
+            rules_reader.data.get(name) or {},
+            rules_reader.at(name),
+            {"enabled", MAX_INCREASE.key, WINDOW.key},
+        )
+        if rr.get("enabled", bool, True):
+            rules[name] = TrendRule(
+                default.field,
+                rr.ruled(MAX_INCREASE, default.max_increase),
+                rr.ruled(WINDOW, default.window_seconds),
+            )
+    return _ruled(r, TrendSettings, rules=rules)
+
+
 def _health(data: Any, path: str) -> HealthSettings | None:
-    r = _Reader(data or {}, path, _keys(HealthSettings, "enabled", "checks", "recycle", "active"))
+    r = _Reader(
+        data or {}, path, _keys(HealthSettings, "enabled", "checks", "recycle", "active", "trends")
+    )
     if not r.get("enabled", bool, False):
         return None
     checks_reader = _Reader(r.get("checks", dict, {}), r.at("checks"), set(HEALTH_CHECKS))
@@ -632,7 +658,8 @@ def _health(data: Any, path: str) -> HealthSettings | None:
     rr = _Reader(r.get("recycle", dict, {}), r.at("recycle"), _keys(RecycleSettings, "enabled"))
     recycle = _ruled(rr, RecycleSettings) if rr.get("enabled", bool, True) else None
     active = _active(r.get("active", dict, {}), r.at("active"))
-    return _ruled(r, HealthSettings, checks=checks, recycle=recycle, active=active)
+    trends = _trends(r.get("trends", dict, {}), r.at("trends"))
+    return _ruled(r, HealthSettings, checks=checks, recycle=recycle, active=active, trends=trends)
 
 
 def _syncer(data: Any, path: str) -> SyncerSettings | None:

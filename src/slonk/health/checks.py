@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from slonk.base.paths import SLURMD_SPOOL
-from slonk.health import active, gpu, leftovers
+from slonk.health import active, gpu, leftovers, trend
 from slonk.health.probe import Inconclusive, TimedOut, Unhealthy, bounded
 
 SYS_NET = Path("/sys/class/net")
@@ -195,6 +195,13 @@ CHECKS: Mapping[str, Check] = {
 }
 
 
+def check_trend(node: Node, options: Mapping[str, Any], phase: str, timeout: float) -> str:
+    """Any trend rule (slonk.health.trend): its options name the counter."""
+    return trend.check(options, timeout)
+
+
 def find(name: str) -> Check:
-    """The check a plan names: a passive one, or `active:<check>`."""
-    return check_active if name.startswith(active.PREFIX) else CHECKS[name]
+    """The check a plan names: a passive one, `active:<check>` or `trend:<rule>`."""
+    if name.startswith(active.PREFIX):
+        return check_active
+    return check_trend if name.startswith(trend.PREFIX) else CHECKS[name]

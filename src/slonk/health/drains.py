@@ -9,6 +9,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from slonk.config.trends import PREFIX as TREND
 from slonk.health import blast, runner
 from slonk.health.runner import Result
 from slonk.slurm import reasons, slurm_nodes
@@ -28,6 +29,13 @@ JOB_PHASES = ("prolog", "epilog")
 OVER_K8S = "[k8s] "
 
 
+def lifted_by_a_pass(cause: reasons.Cause | None) -> bool:
+    """Whether a drain goes once its check passes: a health check's, but a trend rule's
+    (slonk.health.trend): a drained GPU makes no errors, so its count stops rising while the
+    board stays as worn as it was. That drain waits for a person."""
+    return cause is not None and cause.kind == reasons.HEALTH and not cause.name.startswith(TREND)
+
+
 def decide(node: NodeState, results: Sequence[Result], undrain: bool) -> tuple[str, str] | None:
     """('drain', reason), ('resume', old reason) or None. A drain slonk made for one check is
     replaced only once that check passes; hooks' and quarantine drains are not health's to
@@ -39,6 +47,8 @@ def decide(node: NodeState, results: Sequence[Result], undrain: bool) -> tuple[s
     cause = node.cause
     if node.drained and (cause is None or cause.kind not in (reasons.HEALTH, reasons.K8S)):
         return None
+    if cause is not None and cause.kind == reasons.HEALTH and not lifted_by_a_pass(cause):
+        return None  # a trend's drain: a person's to lift, nothing of a check's to replace
     if failed:
         if cause is not None and cause.kind == reasons.K8S:
             return ("drain", reasons.health(failed[0].check, OVER_K8S + failed[0].detail))
@@ -53,9 +63,14 @@ def decide(node: NodeState, results: Sequence[Result], undrain: bool) -> tuple[s
 
 
 def apply(
-    name: str, results: Sequence[Result], undrain: bool, max_drained_percent: int = 100
+    name: str,
+    results: Sequence[Result],
+    undrain: bool,
+    max_drained_percent: int = 100,
+    trend_drained_percent: int = 100,
 ) -> str:
-    """Act on the node in Slurm; returns what was done, for the log."""
+    """Act on the node in Slurm; returns what was done, for the log. Trend rules drain
+    within a limit of their own."""
     node = slurm_nodes.read_node(name)
     action = decide(node, results, undrain)
     if action is None:
@@ -68,6 +83,8 @@ def apply(
         return f"resumed (was: {reason})"
     cause = reasons.classify(reason)
     check = cause.name if cause is not None and cause.kind == reasons.HEALTH else None
+    if check is not None and check.startswith(TREND):
+        max_drained_percent = trend_drained_percent
     if check is None or max_drained_percent >= 100:
         slurm_nodes.drain(name, reason)
         return f"drained: {reason}"
@@ -96,7 +113,7 @@ def _step_back(node: NodeState, check: str, reason: str, undrain: bool, drained:
         if drained:
             slurm_nodes.resume(node.name)
         return f"{said}; left in service"
-    if cause.kind == reasons.HEALTH and undrain:  # its own check passes again
+    if lifted_by_a_pass(cause) and undrain:  # its own check passes again
         slurm_nodes.resume(node.name)
         return f"{said}; resumed (was: {node.reason})"
     if drained:
@@ -117,7 +134,13 @@ def act(plan: runner.CheckPlan, phase: str, results: list[Result]) -> tuple[str,
     left alone is no news): what was done, and whether Slurm could be asked at all."""
     try:
         action, asked = (
-            apply(plan.node.name, results, plan.undrain, plan.max_drained_percent),
+            apply(
+                plan.node.name,
+                results,
+                plan.undrain,
+                plan.max_drained_percent,
+                plan.trend_drained_percent,
+            ),
             True,
         )
     except SlurmError as err:

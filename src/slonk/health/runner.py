@@ -67,11 +67,13 @@ class CheckPlan:
     checks: Mapping[str, PlannedCheck]
     watch_seconds: float  # between the agent's runs of the watch phase (slonk.health.watch)
     max_drained_percent: int = 100  # of the nodes, by one check (slonk.health.blast)
+    trend_drained_percent: int = 100  # the same, by one trend rule: their own limit
 
 
 def plan_for(spec: ClusterSpec, node_name: str) -> CheckPlan | None:
     """This node's checks, or None when health checks are off or it is no worker."""
     from slonk.config.active_checks import MEASURES  # with the spec: not at job time
+    from slonk.config.trends import PREFIX as TREND_PREFIX
 
     pool = spec.pool_of(node_name)
     if spec.health is None or pool is None:
@@ -97,12 +99,28 @@ def plan_for(spec: ClusterSpec, node_name: str) -> CheckPlan | None:
             timeoutSeconds=a.timeout_seconds,
             options={**a.options, "measure": measure, "unit": unit},
         )
+    gpu_check = checks.get("gpu")
+    trends = spec.health.trends
+    if gpu_check is not None and trends is not None:
+        for name, rule in trends.rules.items():
+            checks[f"{TREND_PREFIX}{name}"] = PlannedCheck(
+                phases=["watch"],  # beside the GPU check, with its nvidia-smi and timeout
+                timeoutSeconds=gpu_check["timeoutSeconds"],
+                options={
+                    "rule": name,
+                    "field": rule.field,
+                    "maxIncrease": rule.max_increase,
+                    "windowSeconds": rule.window_seconds,
+                    "nvidiaSmi": gpu_check["options"]["nvidiaSmi"],
+                },
+            )
     return CheckPlan(
         node=node,
         undrain=spec.health.undrain,
         checks=checks,
         watch_seconds=spec.health.watch_seconds,
         max_drained_percent=spec.health.max_drained_percent,
+        trend_drained_percent=trends.max_drained_percent if trends else 100,
     )
 
 
@@ -124,6 +142,7 @@ def parse_plan(text: bytes) -> CheckPlan:
         checks=data["checks"],
         watch_seconds=data["watch_seconds"],
         max_drained_percent=data.get("max_drained_percent", 100),
+        trend_drained_percent=data.get("trend_drained_percent", 100),
     )
 
 

@@ -15,6 +15,7 @@ means healthy), kept in the shared /home so that it outlasts pod restarts, as ha
   healthy  ecc  remap  missing  lost  xid  leftover
   slow-memory  slow-compute  (GPU 1 measures slow)  hang  (the probe never answers)
   long-check  (the probe takes ten minutes, then measures healthy: a long diagnostic)
+  rising  (GPU 1's corrected ECC errors climb by RISING_PER_SECOND from the file's writing)
 Each GPU has a serial number (`--query-gpu=serial`: 13 digits, as NVIDIA's data-centre boards
 print), the same for the same hostname: the machine's, kept across pod restarts.
 Usage: python3 -m slonk.local.fake_gpu nvidia-smi ARGS... | dmesg ARGS... | probe MEASURE
@@ -45,6 +46,7 @@ HEALTHY = {
     "remapped_rows.correctable": "0",
     "remapped_rows.uncorrectable": "0",
 }
+RISING_PER_SECOND = 20
 BUSES = ["00000000:18:00.0", "00000000:2A:00.0"]  # then one every 0x12, as on an HGX board
 DEFAULT_COUNT = 2
 FORMAT = "--format=csv,noheader,nounits"
@@ -97,6 +99,9 @@ def gpus(state: str) -> list[dict[str, str]]:
         rows[0]["memory.used"] = "40960"
     if state in ("missing", "lost"):
         rows.pop()
+    if state == "rising":
+        climbed = int(max(0.0, time.time() - os.stat(SCENARIO_FILE).st_mtime) * RISING_PER_SECOND)
+        rows[1]["ecc.errors.corrected.aggregate.total"] = str(climbed)
     return rows
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from slonk.config.active_checks import NAMES as ACTIVE_CHECKS
 from slonk.config.health_checks import HEALTH_CHECKS
+from slonk.config.trends import NAMES as TREND_RULES
 from slonk.slurm import reasons
 
 NONE, OTHER_CHECK, HUMAN = "none", "other-check", "human"
@@ -21,6 +22,7 @@ CAUSES = frozenset(
         reasons.K8S,
         *HEALTH_CHECKS,
         *ACTIVE_CHECKS,
+        *TREND_RULES,
     }
 )
 
@@ -36,6 +38,8 @@ def cause_label(reason: str) -> str:
     if cause is None:
         return HUMAN
     if cause.kind == reasons.HEALTH:
-        known = cause.name in HEALTH_CHECKS or cause.name in ACTIVE_CHECKS
+        known = (
+            cause.name in HEALTH_CHECKS or cause.name in ACTIVE_CHECKS or cause.name in TREND_RULES
+        )
         return cause.name if known else OTHER_CHECK
     return cause.kind

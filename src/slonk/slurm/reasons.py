@@ -7,6 +7,8 @@ Every reason slonk writes starts `slonk:`; the word after it says who drained th
   slonk:active:<check>: <detail>          an active check (a test run as a Slurm job, or at
                                           boot before service) failed: HEALTH, named
                                           `active:<check>`
+  slonk:trend:<rule>: <detail>            a GPU counter rose too fast: HEALTH, named
+                                          `trend:<rule>`, never lifted by a pass nor recycled
   slonk:hook:<phase>:<script>: <detail>   a job hook from git failed: the script is (HOOK)
   slonk:quarantine: <detail>              recycled too often; left for a person (QUARANTINE)
   slonk:pod: <detail>                     the pod is stopping (POD; slonk.pod.worker_stop's
@@ -30,9 +32,10 @@ PREFIX = "slonk:"
 HEALTH, HOOK, QUARANTINE, POD = "health", "hook", "quarantine", "pod"
 SCALE_DOWN = "scale-down"
 K8S = "k8s"
-# Health checks of their own kind, named `<word>:<check>`: active ones (slonk.health.active).
-ACTIVE = "active"
-COMPOUND = (ACTIVE,)
+# Health checks of their own kind, named `<word>:<check>`: active ones (slonk.health.active)
+# and trend rules (slonk.health.trend).
+ACTIVE, TREND = "active", "trend"
+COMPOUND = (ACTIVE, TREND)
 # Before hooks had their own word, a failed prolog drained as `slonk:prolog:<script>: ...`:
 # such drains may still stand after an upgrade, and are hooks' too.
 LEGACY_HOOK_WORDS = ("prolog", "epilog")
@@ -60,7 +63,8 @@ def _reason(head: str, detail: str) -> str:
 
 
 def health(check: str, detail: str) -> str:
-    """A health check's drain reason; `check` a passive check's name, or `active:<name>`."""
+    """A health check's drain reason; `check` a passive check's name, `active:<name>` or
+    `trend:<name>`."""
     word, colon, name = check.partition(":")
     if colon and word in COMPOUND and WORD.fullmatch(name):
         return _reason(check, detail)

@@ -1,0 +1,28 @@
+"""Every trend rule slonk has, with its defaults: a GPU counter that rises too fast over a window
+drains the node `slonk:trend:<counter>` before the failure it foretells (issue 32: corrected
+errors and row remaps climb for days before an uncorrectable error). `health.trends.rules.<name>`
+overrides them. No imports beyond the model: every pod loads it with its spec.
+
+Each rule reads one `nvidia-smi --query-gpu` field per GPU in the agent's watch phase and keeps
+the samples of its window on the node (slonk.health.trend). A trend drain is not lifted when
+the counter stops rising (an idle, drained GPU makes no errors) nor recycled (a new pod does
+not mend a board): it waits for a person, as a quarantine does."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from slonk.config.model import Rule, TrendRule
+
+DAY = 86400
+TRENDS: Mapping[str, TrendRule] = {
+    # Corrected ECC errors since the driver loaded, all memory: a few a day are noise; a board
+    # whose count climbs by thousands is wearing out.
+    "ecc-corrected": TrendRule("ecc.errors.corrected.aggregate.total", 1000, DAY),
+    # Rows remapped for correctable errors: each spends one of a bank's few spares.
+    "remapped-rows": TrendRule("remapped_rows.correctable", 2, DAY),
+}
+PREFIX = "trend:"
+NAMES = frozenset(f"{PREFIX}{name}" for name in TRENDS)
+MAX_INCREASE = Rule("maxIncrease", int, minimum=0)
+WINDOW = Rule("windowSeconds", int, minimum=60, maximum=30 * DAY)
