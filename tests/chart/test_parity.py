@@ -584,7 +584,7 @@ PROBE_BASE: dict[str, Any] = {
         }
     },
     "partitions": {"main": {"defaultTime": 5, "priorityTier": 1, "preemptMode": "OFF"}},
-    "health": {"active": {"enabled": True}},
+    "health": {"active": {"enabled": True}, "trends": {"enabled": True}},
 }
 # cluster.yaml's path of a values key, where the two differ.
 SPEC_KEYS = {

@@ -135,7 +135,7 @@ EVERY_SECTION: dict = {
     "partitions": {"main": {"pools": ["cpu"]}},
     "ldap": {"uris": ["ldap://ldap"], "userBase": "ou=people", "groupBase": "ou=groups"},
     "hooks": {"prolog": "prolog"},
-    "health": {"enabled": True, "active": {"enabled": True}},
+    "health": {"enabled": True, "active": {"enabled": True}, "trends": {"enabled": True}},
     "metrics": {},
     "accounting": {"host": "slurmdbd", "database": {"host": "mariadb"}},
 }

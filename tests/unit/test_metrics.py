@@ -97,7 +97,7 @@ def test_causes_are_the_checks_and_slonks_kinds():
     assert set(HEALTH_CHECKS) < CAUSES
     assert CAUSES - set(HEALTH_CHECKS) == {
         "none", "other-check", "human", "hook", "quarantine", "pod", "scale-down", "k8s",
-        "active:gpu-memory", "active:gpu-compute",
+        "active:gpu-memory", "active:gpu-compute", "trend:ecc-corrected", "trend:remapped-rows",
     }  # fmt: skip
 
 

@@ -75,9 +75,9 @@ def test_a_gpus_rise_counts_from_its_last_reset(values, rise):
     assert trend.increases(samples) == {"1": rise}
 
 
-def fake_smi(tmp_path, counts: dict[str, int]) -> str:
+def fake_smi(tmp_path, counts: dict[str, object]) -> str:
     script = tmp_path / "smi"
-    rows = "\\n".join(f"{i}, {n}" for i, n in counts.items())
+    rows = "\\n".join(f"{i}, 0000:{i}A:00.0, {n}" for i, n in counts.items())
     script.write_text(f'#!/bin/sh\nprintf "{rows}\\n"\n')
     script.chmod(0o755)
     return str(script)
@@ -100,10 +100,65 @@ def test_the_rule_keeps_its_window_and_fails_a_gpu_rising_too_fast(tmp_path):
         "ecc.errors.corrected.aggregate.total +0"
     )
     trend.check(options(fake_smi(tmp_path, {"0": 4, "1": 900})), 5, state)
-    with pytest.raises(Unhealthy, match=r"GPU 1 ecc\.errors\.corrected\.aggregate\.total \+1490"):
+    said = (
+        r"GPU 1 \(0000:1A:00\.0\): ecc\.errors\.corrected\.aggregate\.total "
+        r"rose by more than 1000 within 3600 s"
+    )
+    with pytest.raises(Unhealthy, match=f"^{said}$"):
         trend.check(options(fake_smi(tmp_path, {"0": 5, "1": 1500})), 5, state)
     kept = json.loads((state / "trend-ecc-corrected.json").read_text())
-    assert len(kept) == 3
+    assert len(kept) == 1  # a sample kept per window / MAX_SAMPLES: every watch judged
+    with pytest.raises(Unhealthy, match=f"^{said}$"):  # the same words while the rise holds
+        trend.check(options(fake_smi(tmp_path, {"0": 5, "1": 1700})), 5, state)
+
+
+@pytest.fixture(autouse=True)
+def fresh_samples():
+    trend._KEPT.clear()
+    yield
+    trend._KEPT.clear()
+
+
+def test_a_full_disk_or_a_failing_nvidia_smi_gives_no_result_never_a_drain(tmp_path, monkeypatch):
+    from slonk.health import checks
+    from slonk.health.probe import Inconclusive
+
+    state = tmp_path / "state"
+    state.mkdir()
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(trend, "write_atomically", full)
+    assert "+0" in trend.check(options(fake_smi(tmp_path, {"1": 7})), 5, state)
+    broken = tmp_path / "broken"
+    broken.write_text(
+        "#!/bin/sh\necho 'Unable to determine the device handle for GPU 1'\nexit 15\n"
+    )
+    broken.chmod(0o755)
+    with pytest.raises(Inconclusive, match="cannot read"):
+        checks.check_trend(checks.Node("n1", 2, ()), options(str(broken)), "watch", 5)
+    monkeypatch.setattr(trend, "check", lambda *a: 1 / 0)
+    with pytest.raises(Inconclusive, match="ZeroDivisionError"):
+        checks.check_trend(checks.Node("n1", 2, ()), options(str(broken)), "watch", 5)
+
+
+def test_a_gpu_that_drops_shifts_no_count_onto_another(tmp_path):
+    state = tmp_path / "state"
+    state.mkdir()
+    smi = tmp_path / "smi"
+    smi.write_text("#!/bin/sh\nprintf '0, 0000:1A:00.0, 10\\n1, 0000:2A:00.0, 5000\\n'\n")
+    smi.chmod(0o755)
+    trend.check(options(str(smi)), 5, state)
+    smi.write_text("#!/bin/sh\nprintf '0, 0000:2A:00.0, 5000\\n'\n")  # GPU 0 gone
+    assert "+0" in trend.check(options(str(smi)), 5, state)
+
+
+def test_a_count_that_is_no_ascii_number_is_not_counted(tmp_path):
+    state = tmp_path / "state"
+    state.mkdir()
+    said = trend.check(options(fake_smi(tmp_path, {"0": "\u00b2", "1": "[N/A]"})), 5, state)
+    assert said == "ecc.errors.corrected.aggregate.total not counted by these GPUs"
 
 
 def test_samples_older_than_the_window_are_forgotten(tmp_path):
@@ -139,6 +194,19 @@ def test_a_trend_drain_is_never_lifted_or_replaced_by_a_check():
         "drain",
         "slonk:trend:ecc-corrected: GPU 1 ... +1500",
     )
+
+
+def test_without_the_gate_an_active_drain_is_left_for_a_person():
+    history = recycle.History()
+    settings = RecycleSettings(idle_seconds=1)
+    reason = "slonk:active:gpu-memory: GPU 1 1210 GB/s, under 2700"
+    nodes = [node(reason)]
+    assert list(recycle.due(nodes, history, settings, 100.0, gate=False)) == []
+    assert list(recycle.due(nodes, history, settings, 200.0, gate=False)) == []
+    assert history.left == {"n1": reason}
+    gated = recycle.History()
+    list(recycle.due(nodes, gated, settings, 100.0))
+    assert [a for a, _, _ in recycle.due(nodes, gated, settings, 200.0)] == ["recycle"]
 
 
 def test_the_recycle_loop_leaves_a_trend_drain_for_a_person():

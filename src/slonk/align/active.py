@@ -57,7 +57,7 @@ class Schedule:
     ran: dict[str, float] = field(default_factory=dict)
     tried: dict[str, float] = field(default_factory=dict)  # preempted or refused
     jobs: dict[str, str] = field(default_factory=dict)  # job id -> node
-    tokens: float = 0.0
+    tokens: float = 0.0  # starts this pass may still make (allowance)
     stamp: float = 0.0  # when tokens were counted
 
     @classmethod
@@ -68,6 +68,8 @@ class Schedule:
                 ran={str(k): float(v) for k, v in data["ran"].items()},
                 tried={str(k): float(v) for k, v in data["tried"].items()},
                 jobs={str(k): str(v) for k, v in data["jobs"].items()},
+                tokens=float(data.get("tokens", 0.0)),
+                stamp=float(data.get("stamp", 0.0)),
             )
         except FileNotFoundError:
             return cls()
@@ -76,7 +78,7 @@ class Schedule:
             return cls()
 
     def save(self) -> None:
-        record = {k: v for k, v in asdict(self).items() if k in ("ran", "tried", "jobs")}
+        record = asdict(self)
         try:
             write_atomically(STATE, json.dumps(record) + "\n")
         except OSError as err:
@@ -132,11 +134,12 @@ def due(spec: ClusterSpec, nodes: Iterable[NodeState], schedule: Schedule, now: 
 
 
 def allowance(schedule: Schedule, per_minute: int, now: float) -> int:
-    """How many jobs this pass may submit: a bucket filled at `per_minute`, holding at most a
-    pass's worth (at least one), so starts stay spread whatever the passes' timing."""
+    """How many jobs this pass may submit: a bucket filled at `per_minute`, holding one start
+    more than a pass's worth (so no fraction is lost between passes), so starts stay spread
+    whatever the passes' timing."""
     rate = per_minute / 60.0
-    elapsed = now - schedule.stamp if schedule.stamp else PERIOD_SECONDS
-    schedule.tokens = min(schedule.tokens + rate * elapsed, max(1.0, rate * PERIOD_SECONDS))
+    elapsed = now - schedule.stamp if 0 < schedule.stamp <= now else PERIOD_SECONDS
+    schedule.tokens = min(schedule.tokens + rate * elapsed, rate * PERIOD_SECONDS + 1.0)
     schedule.stamp = now
     return math.floor(schedule.tokens)
 

@@ -29,7 +29,8 @@ from slonk.base.files import exclusive, write_atomically
 from slonk.base.identity import pod_name
 from slonk.config.health_checks import SHARED_CHECKS
 from slonk.config.spec import ClusterSpec, RecycleSettings, SpecError
-from slonk.config.trends import PREFIX as TREND
+from slonk.config.check_names import ACTIVE_PREFIX as ACTIVE
+from slonk.config.check_names import TREND_PREFIX as TREND
 from slonk.health import blast
 from slonk.kube.api import KubeError, PodReplaced
 from slonk.metrics import node_events
@@ -106,6 +107,7 @@ def due(
     settings: RecycleSettings,
     now: float,
     max_drained_percent: int = 100,
+    gate: bool = True,
 ) -> Iterator[tuple[str, NodeState, int]]:
     """('recycle' | 'quarantine', node, recent recycles) for every node whose time has come."""
     over = blast.over_limit(nodes, max_drained_percent)
@@ -123,7 +125,10 @@ def due(
         if now - since < settings.idle_seconds:
             continue
         trend = cause.name.startswith(TREND)
-        if cause.name in SHARED_CHECKS or cause.name in over or trend:
+        # Without the gate no new pod runs the active checks again: its drain would stay,
+        # each new pod recycled in turn until the machine is quarantined for nothing new.
+        ungated = cause.name.startswith(ACTIVE) and not gate
+        if cause.name in SHARED_CHECKS or cause.name in over or trend or ungated:
             if history.left.get(node.name) != node.reason:
                 history.left[node.name] = node.reason
                 why = (
@@ -131,6 +136,8 @@ def due(
                     if cause.name in SHARED_CHECKS
                     else "is a worn board's: a new pod does not mend it"
                     if trend
+                    else "has no gate (health.active.gate) to run it again in a new pod"
+                    if ungated
                     else ("holds more than its share of the nodes drained")
                 )
                 log(f"not recycling {node.name} ({node.reason}): {cause.name} {why}")
@@ -163,7 +170,8 @@ def pass_once(spec: ClusterSpec, kube: Kubernetes, history: History, now: float)
     settings = spec.health.recycle
     nodes = slurm_nodes.read_nodes()
     percent = spec.health.max_drained_percent
-    for action, node, recent in list(due(nodes, history, settings, now, percent)):
+    gate = spec.health.active is None or spec.health.active.gate
+    for action, node, recent in list(due(nodes, history, settings, now, percent, gate)):
         pod = _pod(kube, node.name)
         try:
             if action == "recycle":

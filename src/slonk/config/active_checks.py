@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from slonk.config import patterns
+from slonk.config import check_names, patterns
 from slonk.config.model import ActiveCheckSettings, Rule
 
 # The probe every GPU check runs: nothing but the driver (libcuda, which the NVIDIA container
@@ -40,8 +40,8 @@ ACTIVE_CHECKS: Mapping[str, ActiveCheckSettings] = {
 }
 # Their name in a node's plan, results, metrics and drain reasons (slonk.slurm.reasons), and
 # the phase they run in as Slurm jobs (the gate runs them at boot too).
-PREFIX = "active:"
-PHASE = "active"
+PREFIX = check_names.ACTIVE_PREFIX
+PHASE = check_names.ACTIVE
 NAMES = frozenset(f"{PREFIX}{name}" for name in ACTIVE_CHECKS)
 # What each check asks its probe to measure (its argument), and the unit it answers in.
 MEASURES: Mapping[str, tuple[str, str]] = {

@@ -285,7 +285,7 @@ class ActiveSettings:
 
     checks: Mapping[str, ActiveCheckSettings]  # the enabled ones
     # Each node runs its checks at most this often (twice a day, as Soperator's do).
-    interval_seconds: int = setting(43200, "intervalSeconds", minimum=60)
+    interval_seconds: int = setting(43200, "intervalSeconds", minimum=10)
     # Check jobs submitted per minute, cluster-wide: a round over thousands of nodes is spread
     # out, never a herd of RPCs at slurmctld.
     starts_per_minute: int = setting(30, "startsPerMinute", minimum=1, maximum=600)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from slonk.config import check_names
 from slonk.config.model import Rule, TrendRule
 
 DAY = 86400
@@ -22,7 +23,7 @@ TRENDS: Mapping[str, TrendRule] = {
     # Rows remapped for correctable errors: each spends one of a bank's few spares.
     "remapped-rows": TrendRule("remapped_rows.correctable", 2, DAY),
 }
-PREFIX = "trend:"
+PREFIX = check_names.TREND_PREFIX
 NAMES = frozenset(f"{PREFIX}{name}" for name in TRENDS)
 MAX_INCREASE = Rule("maxIncrease", int, minimum=0)
 WINDOW = Rule("windowSeconds", int, minimum=60, maximum=30 * DAY)

@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from slonk.config.active_checks import PHASE, PREFIX
+from slonk.config.check_names import ACTIVE as PHASE
+from slonk.config.check_names import ACTIVE_PREFIX as PREFIX
 from slonk.health.probe import Unhealthy, bounded
 
 __all__ = ["PHASE", "PREFIX", "check"]

@@ -196,8 +196,14 @@ CHECKS: Mapping[str, Check] = {
 
 
 def check_trend(node: Node, options: Mapping[str, Any], phase: str, timeout: float) -> str:
-    """Any trend rule (slonk.health.trend): its options name the counter."""
-    return trend.check(options, timeout)
+    """Any trend rule (slonk.health.trend): its options name the counter. Its drain waits for
+    a person, so only a rise counts: a fault of its own (a file it cannot keep) is no result."""
+    try:
+        return trend.check(options, timeout)
+    except Unhealthy:
+        raise
+    except Exception as err:
+        raise Inconclusive(f"could not judge the trend: {err!r}") from err
 
 
 def find(name: str) -> Check:

@@ -9,7 +9,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from slonk.config.trends import PREFIX as TREND
+from slonk.config.check_names import TREND_PREFIX as TREND
 from slonk.health import blast, runner
 from slonk.health.runner import Result
 from slonk.slurm import reasons, slurm_nodes

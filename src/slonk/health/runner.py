@@ -165,25 +165,38 @@ def save_results(results: list[Result], phase: str, started: float, state: Path)
     return True
 
 
+def run_phase(plan: CheckPlan, names: list[str], phase: str) -> list[Result]:
+    """The checks `names`: the passive ones started together, then each active check alone,
+    one after another (two on one GPU at once would each measure the other's share: both
+    slow), results in the plan's order."""
+    alone = [n for n in names if n.startswith(active.PREFIX)]
+    results = run_checks(plan, [n for n in names if n not in alone], phase)
+    for name in alone:
+        results += run_checks(plan, [name], phase)
+    order = {name: i for i, name in enumerate(names)}
+    return sorted(results, key=lambda r: order[r.check])
+
+
 def run(plan: CheckPlan, phase: str, state: Path = HEALTH_STATE) -> list[Result]:
-    """Every check of `phase`, started together; results in the plan's order, also saved
-    as the phase's last (save_results). A check out of time, not starved (probe.TimedOut),
-    fails the second time in a row: at boot (once per pod, before slurmd) it runs again at
-    once; in another phase, its last run there, ended before this one began, must have been
-    out of time too. The first time it has no result, as one that cannot tell: under a
-    loaded host a disk read or a kernel lock can outlast a timeout once. Where the results
-    are not kept (no pod, a write that fails) there is no first time."""
+    """Every check of `phase` (run_phase); results in the plan's order, also saved as the
+    phase's last (save_results). A check out of time, not starved (probe.TimedOut), fails
+    the second time in a row: at boot (once per pod, before slurmd) it runs again at once;
+    in another phase, its last run there, ended before this one began, must have been out of
+    time too. The first time it has no result, as one that cannot tell: under a loaded host
+    a disk read or a kernel lock can outlast a timeout once. Where the results are not kept
+    (no pod, a write that fails) there is no first time. Active checks have no first time:
+    each ran alone on an idle node, and the next is an interval away."""
     wall_started = time.time()
-    results = run_checks(plan, [n for n, c in plan.checks.items() if phase in c["phases"]], phase)
+    results = run_phase(plan, [n for n, c in plan.checks.items() if phase in c["phases"]], phase)
     if phase == "boot":
-        again = {r.check: r for r in run_checks(plan, _timed_out(results), phase)}
+        again = {r.check: r for r in run_phase(plan, _timed_out(results), phase)}
         results = [
             again[r.check] if r.timed_out else r
             for r in results
             if r.check in again or not r.timed_out
         ]
     first = set()
-    if phase != "boot":
+    if phase not in ("boot", active.PHASE):
         first = set(_timed_out(results)) - _timed_out_before(phase, state, wall_started)
     if not save_results(results, phase, wall_started, state):
         first = set()

@@ -28,13 +28,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from slonk.config import check_names
+
 PREFIX = "slonk:"
 HEALTH, HOOK, QUARANTINE, POD = "health", "hook", "quarantine", "pod"
 SCALE_DOWN = "scale-down"
 K8S = "k8s"
 # Health checks of their own kind, named `<word>:<check>`: active ones (slonk.health.active)
 # and trend rules (slonk.health.trend).
-ACTIVE, TREND = "active", "trend"
+ACTIVE, TREND = check_names.ACTIVE, check_names.TREND
 COMPOUND = (ACTIVE, TREND)
 # Before hooks had their own word, a failed prolog drained as `slonk:prolog:<script>: ...`:
 # such drains may still stand after an upgrade, and are hooks' too.

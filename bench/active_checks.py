@@ -1,0 +1,135 @@
+"""What active checks cost users, in one run: the same local cluster (two nodes of two fake GPUs,
+one controller, accounting off) with `health.active` off, on with healthy GPUs, and on with
+every check a ten-minute diagnostic (the fake's `long-check`: any user's job arriving at an
+idle node meets a running check and must preempt it). Prints one JSON document.
+
+Each run spends WARM_SECONDS idle first (with the schedule on, each node's first check is due a
+minute after its slurmd started), then: SPACED single jobs a few seconds apart (sbatch to
+completion, the latency users feel, on nodes that went idle in between: a check may have
+started), then BURST trivial jobs at once (throughput). Same values and workload on each side
+but for `health.active`; every job must complete. Local mode's figures: two cores, fake GPUs.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+from slonk.local import cluster as local
+
+SPACED = 40
+GAP_SECONDS = 4
+BURST = 200
+WARM_SECONDS = 70
+VALUES = {
+    "nodepools": {
+        "cpu": None,
+        "gpu": {"replicas": 2, "cpus": 2, "memoryMiB": 1024, "gpus": {"count": 2, "type": "h100"}},
+    },
+    "partitions": {"main": {"pools": ["gpu"]}},
+    "accounting": {"enabled": False},
+    "metrics": {"enabled": False},
+    "syncer": {"enabled": False},
+}
+ACTIVE = {"intervalSeconds": 60, "startsPerMinute": 60}  # every node once a minute
+
+WORKLOAD = f"""\
+now() {{ date +%s%N; }}
+drain() {{ while [ -n "$(squeue --noheader --format=%i 2>/dev/null)" ]; do sleep 0.2; done; }}
+for i in $(seq {SPACED}); do
+  sleep {GAP_SECONDS}
+  t0=$(now)
+  j=$(sbatch --parsable --gres=gpu:1 --output=/dev/null --wrap true)
+  while [ -n "$(squeue --noheader --jobs "$j" --format=%i 2>/dev/null)" ]; do sleep 0.01; done
+  echo "latency_ms $(( ($(now) - t0) / 1000000 ))"
+done
+t0=$(now)
+for i in $(seq {BURST}); do sbatch --parsable --output=/dev/null --wrap true >/dev/null; done
+drain
+echo "burst_ms $(( ($(now) - t0) / 1000000 ))"
+squeue --states=all --noheader --format=%T | sort | uniq -c | sed 's/^ */state /'
+"""
+CHECK_JOBS = "squeue --all --states=all --noheader --partition=slonk-active --format=%T"
+
+
+def run(active: dict | None, scenario: str) -> dict:
+    values = dict(VALUES, health={"active": {"enabled": active is not None, **(active or {})}})
+    with tempfile.TemporaryDirectory(prefix="slonk-bench-") as tmp:
+        state_dir = Path(tmp) / "state"
+        path = Path(tmp) / "values.yaml"
+        path.write_text(yaml.safe_dump(values))
+        cluster = local.up(state_dir, [path], progress=lambda m: None)
+        try:
+            controller = "slonk-controller-0"
+            for node in ("slonk-gpu-0", "slonk-gpu-1"):
+                command = f"mkdir -p /home/.fake-gpu && echo {scenario} > /home/.fake-gpu/{node}"
+                subprocess.run(cluster.enter(controller, ["sh", "-c", command]), check=True)
+            time.sleep(WARM_SECONDS)
+            workload = subprocess.run(
+                cluster.ssh("demo", ["sh", "-s"]),
+                input=WORKLOAD,
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+            checks = subprocess.run(
+                cluster.enter(controller, ["sh", "-c", CHECK_JOBS]),
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.split()
+        finally:
+            local.down(state_dir, purge=True, progress=lambda m: None)
+    rows = [line.split() for line in workload.splitlines() if line.strip()]
+    latencies = sorted(int(r[1]) for r in rows if r[0] == "latency_ms")
+    states = {r[2]: int(r[1]) for r in rows if r[0] == "state"}
+    if set(states) != {"COMPLETED"} or states["COMPLETED"] != SPACED + BURST:
+        raise RuntimeError(f"not every job completed: {states}")
+    burst = int(re.search(r"burst_ms (\d+)", workload).group(1)) / 1000
+    return {
+        "latency_ms_median": statistics.median(latencies),
+        "latency_ms_p90": latencies[int(len(latencies) * 0.9) - 1],
+        "latency_ms_max": latencies[-1],
+        "burst_jobs_per_second": round(BURST / burst, 1),
+        "check_jobs": {state: checks.count(state) for state in sorted(set(checks))},
+    }
+
+
+def main() -> None:
+    off = run(None, "healthy")
+    healthy = run(ACTIVE, "healthy")
+    long_checks = run(ACTIVE, "long-check")
+    print(
+        json.dumps(
+            {
+                "benchmark": "active_checks",
+                "mode": "slonk local: 2 cores, fake GPUs, 2 nodes of 2",
+                "spaced_jobs": SPACED,
+                "gap_seconds": GAP_SECONDS,
+                "burst_jobs": BURST,
+                "active_off": off,
+                "active_on_healthy": healthy,
+                "active_on_every_check_ten_minutes": long_checks,
+                "ratio_latency_median_on_vs_off": round(
+                    healthy["latency_ms_median"] / off["latency_ms_median"], 2
+                ),
+                "ratio_burst_throughput_on_vs_off": round(
+                    healthy["burst_jobs_per_second"] / off["burst_jobs_per_second"], 2
+                ),
+            },
+            indent=2,
+        )
+    )
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).parent))
+    main()

@@ -1,0 +1,8 @@
+"""The words that name checks of their own kind, in a node's plan, results, metrics and drain
+reasons (`slonk:active:<check>`, `slonk:trend:<rule>`): imported by the job-time path, so
+nothing beyond them (the catalogues: slonk.config.active_checks, slonk.config.trends)."""
+
+ACTIVE = "active"  # also the phase active checks run in as Slurm jobs
+TREND = "trend"
+ACTIVE_PREFIX = f"{ACTIVE}:"
+TREND_PREFIX = f"{TREND}:"
