@@ -20,17 +20,9 @@ from slonk.local import fake_gpu
 from slonk.slurm import reasons
 from slonk.slurm.slurm_state import NodeState
 
-BASE = {
-    "version": 1,
-    "clusterName": "t",
-    "release": "slonk",
-    "nodepools": {
-        "gpu": {"replicas": 2, "cpus": 4, "memoryMiB": 1024, "gpus": {"count": 2}},
-        "cpu": {"replicas": 1, "cpus": 4, "memoryMiB": 1024},
-    },
-    "partitions": {"main": {"pools": ["gpu", "cpu"], "default": True}},
-    "health": {"enabled": True, "active": {"enabled": True}},
-}
+from ..support.gpu_spec import gpu_and_cpu_pools
+
+BASE = gpu_and_cpu_pools({"active": {"enabled": True}})
 H100 = "NVIDIA H100 80GB HBM3"
 
 

@@ -19,18 +19,13 @@ from slonk.health.probe import Unhealthy
 from slonk.health.runner import Result
 from slonk.slurm.slurm_state import NodeState
 
-BASE = {
-    "version": 1,
-    "clusterName": "t",
-    "release": "slonk",
-    "nodepools": {
-        "gpu": {"replicas": 2, "cpus": 4, "memoryMiB": 1024, "gpus": {"count": 2}},
-        "cpu": {"replicas": 1, "cpus": 4, "memoryMiB": 1024},
-    },
-    "partitions": {"main": {"pools": ["gpu", "cpu"], "default": True}},
-    "health": {"enabled": True, "trends": {"enabled": True}},
-}
-REASON = "slonk:trend:ecc-corrected: GPU 1 ecc.errors.corrected.aggregate.total +1500 in 600 s"
+from ..support.gpu_spec import gpu_and_cpu_pools
+
+BASE = gpu_and_cpu_pools({"trends": {"enabled": True}})
+REASON = (
+    "slonk:trend:ecc-corrected: GPU 1 (00000000:2A:00.0): ecc.errors.corrected.aggregate.total "
+    "rose by more than 1000 within 86400 s"
+)
 
 
 def test_trends_are_off_unless_asked_for_and_run_beside_the_gpu_check():
