@@ -1,7 +1,9 @@
 """What active checks cost users, in one run: the same local cluster (two nodes of two fake GPUs,
 one controller, accounting off) with `health.active` off, on with healthy GPUs, and on with
-every check a ten-minute diagnostic (the fake's `long-check`: any user's job arriving at an
-idle node meets a running check and must preempt it). Prints one JSON document.
+every check a ten-minute diagnostic (the fake's `long-check`, its timeout 15 minutes: a user's
+job arriving at a node that holds one must preempt it; once preempted, a node is offered its
+checks again only after ten minutes, so each node's check meets at most one job a run).
+Prints one JSON document.
 
 Each run spends WARM_SECONDS idle first (with the schedule on, each node's first check is due a
 minute after its slurmd started), then: SPACED single jobs a few seconds apart (sbatch to
@@ -40,6 +42,9 @@ VALUES = {
     "syncer": {"enabled": False},
 }
 ACTIVE = {"intervalSeconds": 60, "startsPerMinute": 60}  # every node once a minute
+# The long diagnostics' own timeout: longer than they take, so that they are checks a user's
+# job preempts, not hung probes that fail at their timeout.
+LONG = {**ACTIVE, "checks": {c: {"timeoutSeconds": 900} for c in ("gpu-memory", "gpu-compute")}}
 
 WORKLOAD = f"""\
 now() {{ date +%s%N; }}
@@ -106,7 +111,7 @@ def run(active: dict | None, scenario: str) -> dict:
 def main() -> None:
     off = run(None, "healthy")
     healthy = run(ACTIVE, "healthy")
-    long_checks = run(ACTIVE, "long-check")
+    long_checks = run(LONG, "long-check")
     print(
         json.dumps(
             {
