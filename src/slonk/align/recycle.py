@@ -27,10 +27,10 @@ from typing import Any, Protocol
 from slonk.base import paths
 from slonk.base.files import exclusive, write_atomically
 from slonk.base.identity import pod_name
-from slonk.config.health_checks import SHARED_CHECKS
-from slonk.config.spec import ClusterSpec, RecycleSettings, SpecError
 from slonk.config.check_names import ACTIVE_PREFIX as ACTIVE
 from slonk.config.check_names import TREND_PREFIX as TREND
+from slonk.config.health_checks import SHARED_CHECKS
+from slonk.config.spec import ClusterSpec, RecycleSettings, SpecError
 from slonk.health import blast
 from slonk.kube.api import KubeError, PodReplaced
 from slonk.metrics import node_events
