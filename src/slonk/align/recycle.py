@@ -27,8 +27,7 @@ from typing import Any, Protocol
 from slonk.base import paths
 from slonk.base.files import exclusive, write_atomically
 from slonk.base.identity import pod_name
-from slonk.config.check_names import ACTIVE_PREFIX as ACTIVE
-from slonk.config.check_names import TREND_PREFIX as TREND
+from slonk.config.check_names import ACTIVE_PREFIX, TREND_PREFIX
 from slonk.config.health_checks import SHARED_CHECKS
 from slonk.config.spec import ClusterSpec, RecycleSettings, SpecError
 from slonk.health import blast
@@ -124,10 +123,10 @@ def due(
         since = history.idle_since.setdefault(node.name, now)
         if now - since < settings.idle_seconds:
             continue
-        trend = cause.name.startswith(TREND)
+        trend = cause.name.startswith(TREND_PREFIX)
         # Without the gate no new pod runs the active checks again: its drain would stay,
         # each new pod recycled in turn until the machine is quarantined for nothing new.
-        ungated = cause.name.startswith(ACTIVE) and not gate
+        ungated = cause.name.startswith(ACTIVE_PREFIX) and not gate
         if cause.name in SHARED_CHECKS or cause.name in over or trend or ungated:
             if history.left.get(node.name) != node.reason:
                 history.left[node.name] = node.reason

@@ -38,11 +38,8 @@ ACTIVE_CHECKS: Mapping[str, ActiveCheckSettings] = {
         {"probe": DRIVER_PROBE, "minimum": {H100: 52.0}, "spreadPercent": 15},
     ),
 }
-# Their name in a node's plan, results, metrics and drain reasons (slonk.slurm.reasons), and
-# the phase they run in as Slurm jobs (the gate runs them at boot too).
-PREFIX = check_names.ACTIVE_PREFIX
-PHASE = check_names.ACTIVE
-NAMES = frozenset(f"{PREFIX}{name}" for name in ACTIVE_CHECKS)
+# Their names in a node's plan, results, metrics and drain reasons (slonk.config.check_names).
+NAMES = frozenset(f"{check_names.ACTIVE_PREFIX}{name}" for name in ACTIVE_CHECKS)
 # What each check asks its probe to measure (its argument), and the unit it answers in.
 MEASURES: Mapping[str, tuple[str, str]] = {
     "gpu-memory": ("memory", "GB/s"),

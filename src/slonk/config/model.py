@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import MISSING, Field, dataclass, field, fields
 from typing import Any, TypeVar
 
-from slonk.config import accounts, patterns
+from slonk.config import accounts, check_names, patterns
 from slonk.config.accounts import AccountRules
 
 CONFINEMENTS = ("cgroup", "none")
@@ -23,7 +23,7 @@ LDAP_TLS = ("none", "ldaps", "starttls")
 HOOK_PHASES = ("prolog", "epilog", "task-prolog", "task-epilog")
 HEALTH_PHASES = ("boot", "prolog", "epilog", "watch", "interval")
 # Every phase checks run in: the active checks' own besides (slonk.config.active_checks).
-CHECK_PHASES = (*HEALTH_PHASES, "active")
+CHECK_PHASES = (*HEALTH_PHASES, check_names.ACTIVE)
 # RFC 2307 attribute names, overridable per directory.
 LDAP_ATTRIBUTES = {
     "uid": "uid",

@@ -23,7 +23,6 @@ TRENDS: Mapping[str, TrendRule] = {
     # Rows remapped for correctable errors: each spends one of a bank's few spares.
     "remapped-rows": TrendRule("remapped_rows.correctable", 2, DAY),
 }
-PREFIX = check_names.TREND_PREFIX
-NAMES = frozenset(f"{PREFIX}{name}" for name in TRENDS)
+NAMES = frozenset(f"{check_names.TREND_PREFIX}{name}" for name in TRENDS)
 MAX_INCREASE = Rule("maxIncrease", int, minimum=0)
 WINDOW = Rule("windowSeconds", int, minimum=60, maximum=30 * DAY)

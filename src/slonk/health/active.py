@@ -14,11 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from slonk.config.check_names import ACTIVE as PHASE
-from slonk.config.check_names import ACTIVE_PREFIX as PREFIX
 from slonk.health.probe import Unhealthy, bounded
-
-__all__ = ["PHASE", "PREFIX", "check"]
 
 
 @dataclass(frozen=True)

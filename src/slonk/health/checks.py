@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from slonk.base.paths import SLURMD_SPOOL
+from slonk.config import check_names
 from slonk.health import active, gpu, leftovers, trend
 from slonk.health.probe import Inconclusive, TimedOut, Unhealthy, bounded
 
@@ -208,6 +209,6 @@ def check_trend(node: Node, options: Mapping[str, Any], phase: str, timeout: flo
 
 def find(name: str) -> Check:
     """The check a plan names: a passive one, `active:<check>` or `trend:<rule>`."""
-    if name.startswith(active.PREFIX):
+    if name.startswith(check_names.ACTIVE_PREFIX):
         return check_active
-    return check_trend if name.startswith(trend.PREFIX) else CHECKS[name]
+    return check_trend if name.startswith(check_names.TREND_PREFIX) else CHECKS[name]

@@ -9,7 +9,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from slonk.config.check_names import TREND_PREFIX as TREND
+from slonk.config.check_names import TREND_PREFIX
 from slonk.health import blast, runner
 from slonk.health.runner import Result
 from slonk.slurm import reasons, slurm_nodes
@@ -33,7 +33,11 @@ def lifted_by_a_pass(cause: reasons.Cause | None) -> bool:
     """Whether a drain goes once its check passes: a health check's, but a trend rule's
     (slonk.health.trend): a drained GPU makes no errors, so its count stops rising while the
     board stays as worn as it was. That drain waits for a person."""
-    return cause is not None and cause.kind == reasons.HEALTH and not cause.name.startswith(TREND)
+    return (
+        cause is not None
+        and cause.kind == reasons.HEALTH
+        and not cause.name.startswith(TREND_PREFIX)
+    )
 
 
 def decide(node: NodeState, results: Sequence[Result], undrain: bool) -> tuple[str, str] | None:
@@ -83,7 +87,7 @@ def apply(
         return f"resumed (was: {reason})"
     cause = reasons.classify(reason)
     check = cause.name if cause is not None and cause.kind == reasons.HEALTH else None
-    if check is not None and check.startswith(TREND):
+    if check is not None and check.startswith(TREND_PREFIX):
         max_drained_percent = trend_drained_percent
     if check is None or max_drained_percent >= 100:
         slurm_nodes.drain(name, reason)

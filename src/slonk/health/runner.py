@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from slonk.base.files import write_atomically
 from slonk.base.paths import HEALTH_PLAN, HEALTH_STATE
-from slonk.health import active, probe
+from slonk.config import check_names
+from slonk.health import probe
 from slonk.health.checks import Node, find
 from slonk.slurm import reasons
 
@@ -73,7 +74,6 @@ class CheckPlan:
 def plan_for(spec: ClusterSpec, node_name: str) -> CheckPlan | None:
     """This node's checks, or None when health checks are off or it is no worker."""
     from slonk.config.active_checks import MEASURES  # with the spec: not at job time
-    from slonk.config.trends import PREFIX as TREND_PREFIX
 
     pool = spec.pool_of(node_name)
     if spec.health is None or pool is None:
@@ -93,9 +93,9 @@ def plan_for(spec: ClusterSpec, node_name: str) -> CheckPlan | None:
     gate = spec.health.active is not None and spec.health.active.gate
     for name, a in spec.active_checks(pool).items():
         measure, unit = MEASURES[name]
-        checks[f"{active.PREFIX}{name}"] = PlannedCheck(
+        checks[f"{check_names.ACTIVE_PREFIX}{name}"] = PlannedCheck(
             # With the gate, at boot too: before slurmd starts, the node out of service.
-            phases=[active.PHASE, *(["boot"] if gate else [])],
+            phases=[check_names.ACTIVE, *(["boot"] if gate else [])],
             timeoutSeconds=a.timeout_seconds,
             options={**a.options, "measure": measure, "unit": unit},
         )
@@ -103,7 +103,7 @@ def plan_for(spec: ClusterSpec, node_name: str) -> CheckPlan | None:
     trends = spec.health.trends
     if gpu_check is not None and trends is not None:
         for name, rule in trends.rules.items():
-            checks[f"{TREND_PREFIX}{name}"] = PlannedCheck(
+            checks[f"{check_names.TREND_PREFIX}{name}"] = PlannedCheck(
                 phases=["watch"],  # beside the GPU check, with its nvidia-smi and timeout
                 timeoutSeconds=gpu_check["timeoutSeconds"],
                 options={
@@ -169,7 +169,7 @@ def run_phase(plan: CheckPlan, names: list[str], phase: str) -> list[Result]:
     """The checks `names`: the passive ones started together, then each active check alone,
     one after another (two on one GPU at once would each measure the other's share: both
     slow), results in the plan's order."""
-    alone = [n for n in names if n.startswith(active.PREFIX)]
+    alone = [n for n in names if n.startswith(check_names.ACTIVE_PREFIX)]
     results = run_checks(plan, [n for n in names if n not in alone], phase)
     for name in alone:
         results += run_checks(plan, [name], phase)
@@ -196,7 +196,7 @@ def run(plan: CheckPlan, phase: str, state: Path = HEALTH_STATE) -> list[Result]
             if r.check in again or not r.timed_out
         ]
     first = set()
-    if phase not in ("boot", active.PHASE):
+    if phase not in ("boot", check_names.ACTIVE):
         first = set(_timed_out(results)) - _timed_out_before(phase, state, wall_started)
     if not save_results(results, phase, wall_started, state):
         first = set()

@@ -17,11 +17,8 @@ from typing import Any
 
 from slonk.base.files import write_atomically
 from slonk.base.paths import HEALTH_STATE
-from slonk.config.check_names import TREND_PREFIX as PREFIX
 from slonk.health import gpu
 from slonk.health.probe import Inconclusive, Unhealthy
-
-__all__ = ["PREFIX", "check", "increases"]
 
 # Samples kept a window: at most this many, spaced evenly over it (each watch is judged,
 # whether or not its sample is kept).
