@@ -9,6 +9,8 @@ from slonk.config.trends import NAMES as TREND_RULES
 from slonk.slurm import reasons
 
 NONE, OTHER_CHECK, HUMAN = "none", "other-check", "human"
+# Every check slonk ships, by the name its results and drains carry: passive, active, trend.
+CHECKS = frozenset({*HEALTH_CHECKS, *ACTIVE_CHECKS, *TREND_RULES})
 # Every value cause_label returns.
 CAUSES = frozenset(
     {
@@ -20,9 +22,7 @@ CAUSES = frozenset(
         reasons.POD,
         reasons.SCALE_DOWN,
         reasons.K8S,
-        *HEALTH_CHECKS,
-        *ACTIVE_CHECKS,
-        *TREND_RULES,
+        *CHECKS,
     }
 )
 
@@ -38,8 +38,5 @@ def cause_label(reason: str) -> str:
     if cause is None:
         return HUMAN
     if cause.kind == reasons.HEALTH:
-        known = (
-            cause.name in HEALTH_CHECKS or cause.name in ACTIVE_CHECKS or cause.name in TREND_RULES
-        )
-        return cause.name if known else OTHER_CHECK
+        return cause.name if cause.name in CHECKS else OTHER_CHECK
     return cause.kind

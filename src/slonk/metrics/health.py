@@ -5,11 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from slonk.config.active_checks import NAMES as ACTIVE_CHECKS
-from slonk.config.health_checks import HEALTH_CHECKS
 from slonk.config.model import CHECK_PHASES
-from slonk.config.trends import NAMES as TREND_RULES
 from slonk.health.runner import results_path
+from slonk.metrics.cause import CHECKS
 from slonk.metrics.family import GAUGE, Family, PartialError, RecordError, number, read_record
 
 MAX_RESULTS_BYTES = 1024 * 1024
@@ -38,7 +36,7 @@ def health_families(state: Path, node: str) -> list[Family]:
             continue
         for result in results:
             check = result.get("check") if isinstance(result, dict) else None
-            if check not in HEALTH_CHECKS and check not in ACTIVE_CHECKS | TREND_RULES:
+            if check not in CHECKS:
                 continue
             assert isinstance(result, dict) and isinstance(check, str)
             ok.set(1.0 if result.get("ok") is True else 0.0, node, check, phase)
