@@ -266,6 +266,7 @@ SCHEMA_PATTERNS = [
     ("/$defs/confMap/additionalProperties", patterns.CONF_VALUE),
     ("/$defs/dnsLabel", patterns.DNS_LABEL),
     ("/$defs/slurmName", patterns.SLURM_NAME),
+    ("/$defs/extendedResource", patterns.EXTENDED_RESOURCE),
     ("/properties/hooks/properties/git/properties/ref", patterns.GIT_REF),
     ("/properties/hooks/properties/git/properties/repo/anyOf/1", patterns.GIT_REPO),
     ("/properties/hooks/properties/git/properties/image", patterns.IMAGE),

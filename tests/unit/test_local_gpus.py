@@ -1,5 +1,6 @@
-"""Local mode's fake GPUs: a pool's GPU limit becomes that many null devices and a fake
-nvidia-smi in the pod; a device plugin local mode has no fake of stops the plan, named."""
+"""Local mode's device plugins: a pool's GPU limit becomes that many null devices and a fake
+nvidia-smi in the pod, a FUSE limit the machine's own /dev/fuse; a device plugin local mode
+has none of stops the plan, named."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 import yaml
 
 from slonk.kube import chart
-from slonk.local import fake_gpu, podinit
+from slonk.local import fake_gpu, manifests, podinit
 from slonk.local.manifests import LocalModeError, plan
 
 GPU_POOL = {"gpu": {"replicas": 1, "cpus": 2, "memoryMiB": 1024, "gpus": {"count": 2}}}
@@ -41,6 +42,18 @@ def test_a_device_plugin_local_mode_has_no_fake_of_is_refused():
     }
     with pytest.raises(LocalModeError, match=r"no device plugin for 'amd.com/gpu'.*nvidia.com/gpu"):
         _pods(values)
+
+
+def test_workers_asking_for_fuse_get_the_machines_dev_fuse(tmp_path: Path, monkeypatch):
+    monkeypatch.setattr(manifests, "FUSE_DEVICE", str(tmp_path / "fuse"))
+    values = {"workers": {"fuseResource": manifests.FUSE_RESOURCE}}
+    with pytest.raises(LocalModeError, match=r"asks for smarter-devices/fuse.*has no .*/fuse"):
+        _pods(values)
+    (tmp_path / "fuse").touch()
+    pods = _pods(values)
+    assert pods["slonk-cpu-0"].devices == (str(tmp_path / "fuse"),)
+    assert pods["slonk-login-0"].devices == pods["slonk-controller-0"].devices == ()
+    assert _pods({})["slonk-cpu-0"].devices == ()
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mknod needs root")

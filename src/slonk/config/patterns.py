@@ -71,6 +71,12 @@ LABEL_KEY = (
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
     r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
 )
+# An extended resource's name, as a device plugin registers it (nvidia.com/gpu): a DNS-name
+# prefix, which Kubernetes requires of every resource outside its own, `/`, then a name.
+EXTENDED_RESOURCE = (
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
 
 # Any character below space, and DEL: no value slonk writes anywhere may hold one.
 CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f]")

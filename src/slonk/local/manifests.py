@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,8 +14,10 @@ from slonk.config import patterns
 COMPONENT = "app.kubernetes.io/component"
 POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"
 RULE_KEYS = ("apiGroups", "resources", "verbs", "resourceNames")
-# The one extended resource local mode's fake device plugin serves (slonk.local.podinit).
+# The extended resources local mode's device plugins serve (slonk.local.podinit): GPUs, a
+# FAKE; FUSE, the machine's own /dev/fuse, as smarter-device-manager offers it.
 FAKE_GPU_RESOURCE = "nvidia.com/gpu"
+FUSE_RESOURCE, FUSE_DEVICE = "smarter-devices/fuse", "/dev/fuse"
 # Resources every node has, which need no device plugin.
 NODE_RESOURCES = ("cpu", "memory", "ephemeral-storage")
 # The sysctls local mode sets for a pod (securityContext.sysctls): Kubernetes' safe ones that
@@ -77,6 +80,7 @@ class Pod:
     grace_seconds: int = 30
     sysctls: Mapping[str, str] = field(default_factory=dict)  # NETWORK_SYSCTLS' names
     gpus: int = 0  # FAKE_GPU_RESOURCE in the container's limits: the fake device plugin's
+    devices: tuple[str, ...] = ()  # the machine's device nodes handed over (FUSE_DEVICE)
 
 
 @dataclass
@@ -235,6 +239,7 @@ def plan(documents: Iterable[Mapping[str, Any]], namespace: str) -> Plan:
                         grace_seconds=int(pod_spec.get("terminationGracePeriodSeconds", 30)),
                         sysctls=_sysctls(meta["name"], pod_spec),
                         gpus=_gpus(meta["name"], container),
+                        devices=_devices(meta["name"], container),
                     )
                 )
     return result
@@ -279,13 +284,30 @@ def _gpus(statefulset: str, container: Mapping[str, Any]) -> int:
     """The GPUs the container asks for; an extended resource local mode has no fake of stops
     the plan, named (a device plugin the machine lacks would leave the pod Pending)."""
     limits = (container.get("resources") or {}).get("limits") or {}
+    served = (*NODE_RESOURCES, FAKE_GPU_RESOURCE, FUSE_RESOURCE)
     for name in limits:
-        if name not in (*NODE_RESOURCES, FAKE_GPU_RESOURCE) and not name.startswith("hugepages-"):
+        if name not in served and not name.startswith("hugepages-"):
             raise LocalModeError(
-                f"StatefulSet {statefulset}: local mode has no device plugin for {name!a}; its "
-                f"fake serves {FAKE_GPU_RESOURCE} only (workers.gpuResource)"
+                f"StatefulSet {statefulset}: local mode has no device plugin for {name!a}; it "
+                f"serves {FAKE_GPU_RESOURCE} (workers.gpuResource, a fake) and "
+                f"{FUSE_RESOURCE} (workers.fuseResource) only"
             )
     return int(limits.get(FAKE_GPU_RESOURCE, 0))
+
+
+def _devices(statefulset: str, container: Mapping[str, Any]) -> tuple[str, ...]:
+    """The machine's device nodes the container's limits ask for: /dev/fuse for FUSE_RESOURCE,
+    which a machine without it cannot give (the pod would stay Pending)."""
+    limits = (container.get("resources") or {}).get("limits") or {}
+    if FUSE_RESOURCE not in limits:
+        return ()
+    if not os.path.exists(FUSE_DEVICE):
+        raise LocalModeError(
+            f"StatefulSet {statefulset} asks for {FUSE_RESOURCE} (workers.fuseResource), and "
+            f"this machine has no {FUSE_DEVICE} (`modprobe fuse`, or set "
+            f'workers.fuseResource to "")'
+        )
+    return (FUSE_DEVICE,)
 
 
 def _image(statefulset: str, container: Mapping[str, Any]) -> str:

@@ -70,6 +70,7 @@ def start(pod_dir: Path, netns: str, spec: Mapping[str, Any]) -> int:
         *(f"--cap-add={c}" for c in spec["capabilities"]),
         *(["--security-opt=no-new-privileges"] if spec.get("noNewPrivileges") else []),
         *(f"--tmpfs={t}:mode={mode}" for t, mode in spec["tmpfs"].items()),
+        *(f"--device={d}" for d in spec.get("devices", [])),  # as a device plugin hands it
         *(f"--env={k}={v}" for k, v in spec["env"].items() if k != "PATH"),
         *(f"--volume={s}:{t}:{'ro' if ro else 'rw'}" for s, t, ro in volumes),
         f"--entrypoint={command[0]}", spec["image"], *command[1:],

@@ -98,4 +98,5 @@ def pod_spec(cluster: Cluster, pod: Pod, hosts: str, runtime: str) -> dict[str, 
         "sidecars": sidecar_specs(cluster, pod),
         "sysctls": dict(pod.sysctls),
         "gpus": pod.gpus,
+        "devices": list(pod.devices),
     }
