@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from ..support.cluster import ROLES, VERSION, LocalCluster, image, running, slonk, wait_for
+from ..support.containers import SAID, build_in_a_job
 
 PODMAN = Path(__file__).with_name("podman-sandboxed")
 
@@ -74,6 +75,28 @@ def test_the_login_image_takes_ssh_and_jobs(from_images: LocalCluster):
     job = from_images.submit("--output=/dev/null", "--wrap", "hostname > $HOME/image-job")
     wait_for(f"job {job} to finish", lambda: job not in from_images.jobs())
     assert from_images.user("demo").check_output("cat image-job").startswith("slonk-cpu-")
+
+
+def test_a_users_container_runs_in_a_job_under_podman(from_images: LocalCluster):
+    """The worker image's Apptainer under a real runtime (podman: its seccomp profile, its
+    masked /proc), /dev/fuse handed over as a device plugin does (`--device`): a SIF the user
+    built in a job from a definition file runs; the login image says where Apptainer runs."""
+    demo = from_images.user("demo")
+    build_in_a_job(demo, "image-containers")
+    said = demo.check_output("srun apptainer --silent run image-containers/image.sif </dev/null")
+    assert said == SAID
+    login = demo.run("apptainer exec image-containers/image.sif true")
+    assert login.rc == 1 and "runs on the workers, in a job: srun apptainer exec" in login.stderr
+
+
+def test_the_worker_image_leaves_out_apptainers_network_plugins():
+    """`apptainer --net` needs root, which no job has: its 55 MB of CNI plugins stay out."""
+    found = podman(
+        "run", "--rm", "--entrypoint", "sh", image("worker"), "-c",
+        "apptainer version && command -v squashfuse_ll && ls /usr/lib/cni | wc -l",
+    )  # fmt: skip
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.split()[1:] == ["/usr/bin/squashfuse_ll", "0"]
 
 
 @pytest.mark.parametrize("role", ROLES)

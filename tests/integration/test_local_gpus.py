@@ -5,11 +5,12 @@ for (CUDA_VISIBLE_DEVICES), and a job asking for GPUs in use waits while others 
 
 Local mode confines nothing (these machines are cgroup v1), so a job sees every GPU of its
 node, as it would on a real node without ConstrainDevices; a real node's device cgroup is for
-the node acceptance test."""
+the node acceptance test. A job's container (Apptainer, --nv) is told the job's GPUs alone."""
 
 from __future__ import annotations
 
 from ..support.cluster import LocalCluster, cluster_of_its_own, wait_for
+from ..support.containers import build_in_a_job
 
 NODE = "slonk-gpu-0"
 VALUES = {
@@ -63,3 +64,24 @@ def test_a_job_waits_for_gpus_in_use_while_others_run(gpus: LocalCluster) -> Non
     finally:
         controller.run(f"scancel {holder}")
     wait_for("the GPU job run once the GPUs are free", lambda: waiting not in gpus.jobs())
+
+
+def test_a_gpu_jobs_container_is_given_its_own_gpu(gpus: LocalCluster) -> None:
+    """Two one-GPU jobs at once, each in an Apptainer container: each is given its own GPU
+    (CUDA_VISIBLE_DEVICES, which Slurm sets from the job's GRES and the container keeps)."""
+    demo = gpus.user("demo")
+    build_in_a_job(demo, "containers")
+    show = "apptainer --silent exec --nv containers/image-dir sh -c 'echo $CUDA_VISIBLE_DEVICES'"
+    holder = gpus.submit(
+        "--gres=gpu:1", "--output=containers/holder.out", "--wrap", f"{show}; sleep 600"
+    )
+    try:
+        wait_for(
+            "the first job's container",
+            lambda: demo.run("cat containers/holder.out").stdout.strip() or None,
+        )
+        first = demo.check_output("cat containers/holder.out")
+        second = demo.check_output(f"srun --gres=gpu:1 {show} </dev/null")
+        assert sorted([first, second]) == ["0", "1"]
+    finally:
+        gpus.pod("slonk-controller-0").run(f"scancel {holder}")

@@ -68,6 +68,10 @@ NODE = "slonk-cpu-0"
 # What the NVIDIA device plugin and container toolkit give a container asking for one GPU.
 GPU_DEVICES = ("/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 NVML = "libnvidia-ml.so.1"
+FUSE = "/dev/fuse"
+# Builds an Apptainer image from a definition file, as a user in a job (a SIF and a sandbox).
+APPTAINER_IMAGE = HERE.parent / "support" / "apptainer-image.sh"
+BUILT = "built from a definition file"
 LIBRARY_DIR = "/usr/lib/x86_64-linux-gnu"
 WAIT_SECONDS = 90
 
@@ -135,11 +139,13 @@ class Machine:
     gpus: list[str] = field(default_factory=list)  # nvidia-smi -L's lines
     nvidia_smi: str | None = None
     nvml: str | None = None
+    fuse: bool = False  # /dev/fuse, which a FUSE device plugin would hand a worker
 
     @classmethod
     def read(cls) -> Machine:
         found = mount_at(str(CGROUP), Path("/proc/self/mountinfo").read_text())
         machine = cls(cgroup2=found is not None and found.fstype == "cgroup2")
+        machine.fuse = os.path.exists(FUSE)
         machine.nvidia_smi = shutil.which("nvidia-smi")
         machine.nvml = _library(NVML)
         if machine.nvidia_smi and machine.nvml and os.path.exists(GPU_DEVICES[0]):
@@ -304,6 +310,8 @@ class Pods:
                 },
                 {"source": self.machine.nvml, "target": f"{LIBRARY_DIR}/{NVML}", "readOnly": True},
             ]
+        if role == "worker" and self.machine.fuse:
+            devices.append(FUSE)  # as a FUSE device plugin (values workers.fuseResource)
         return {
             "hostname": container["name"],
             "capabilities": container["capabilities"],
@@ -499,6 +507,7 @@ class Checks:
             self.say("GPU job (--gres=gpu:1)", "SKIP", why)
         self.ssh_adopted(confined, no_cgroup)
         self.job_tmp()
+        self.containers(confined)
 
     def pod_started(self) -> None:
         name = "worker pod's cgroup tree made usable (slonk.pod.cgroups)"
@@ -734,6 +743,59 @@ class Checks:
             f"{JOBS_IN_A_ROW} jobs in a row launch, each in its own namespace",
             "FAIL" if failed else "PASS",
             f"{len(failed)} failed" + (f", the first: {failed[0]}" if failed else ""),
+        )
+
+    def containers(self, confined: bool) -> None:
+        """Apptainer in jobs, unprivileged (a user namespace) under the worker's securityContext:
+        an image built in a job from a definition file runs as a sandbox directory, as a SIF
+        where the pod has /dev/fuse, and a GPU job's container opens its GPU and sees it alone."""
+        home = self.pods.work / "home" / USER[0]
+        shutil.copy(APPTAINER_IMAGE, home / APPTAINER_IMAGE.name)
+        built = self.user(
+            ["srun", "-t", "5", "sh", APPTAINER_IMAGE.name, "containers"], timeout=300
+        )
+        said = " ".join((built.stdout + built.stderr).split())[-400:]
+        self.say(
+            "image built in a job from a definition file (apptainer build)",
+            "PASS" if built.returncode == 0 else "FAIL",
+            f"exit {built.returncode}{': ' + said if said else ''}",
+        )
+        if built.returncode:
+            return
+        for kind, image in (
+            ("sandbox directory", "containers/image-dir"),
+            ("SIF", "containers/image.sif"),
+        ):
+            name = f"container in a job (apptainer run, {kind})"
+            if kind == "SIF" and not self.machine.fuse:
+                self.say(name, "SKIP", f"no {FUSE} here (squashfuse mounts a SIF)")
+                continue
+            ran = self.user(["srun", "-t", "1", "apptainer", "--silent", "run", image])
+            self.say(
+                name,
+                "PASS" if ran.stdout.strip() == BUILT else "FAIL",
+                f"exit {ran.returncode}: {' '.join((ran.stdout + ran.stderr).split())[-300:]}",
+            )
+        name = "GPU job's container opens its GPU alone (apptainer exec --nv)"
+        if not (self.machine.gpus and confined):
+            self.say(name, "SKIP", "no GPU here" if confined else "no device cgroup here")
+            return
+        opens = (
+            "echo CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES; exec 3</dev/nvidia0 && echo opened"
+        )
+        run = ["apptainer", "--silent", "exec", "--nv", "containers/image-dir", "sh", "-c", opens]
+        given = self.user(["srun", "-t", "1", "--gres=gpu:1", *run])
+        without = self.user(["srun", "-t", "1", *run])
+        ok = (
+            "CUDA_VISIBLE_DEVICES=0" in given.stdout
+            and "opened" in given.stdout
+            and "opened" not in without.stdout
+        )
+        self.say(
+            name,
+            "PASS" if ok else "FAIL",
+            f"--gres=gpu:1: {' '.join((given.stdout + given.stderr).split())[-200:]}; "
+            f"without: {' '.join((without.stdout + without.stderr).split())[-200:]}",
         )
 
 

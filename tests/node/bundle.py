@@ -98,6 +98,15 @@ PROGRAMS = (
     "/usr/sbin/unix_chkpwd",
     "/usr/sbin/ldconfig",
     "/usr/bin/cut",
+    # Apptainer in a job (and what tests/support/apptainer-image.sh builds an image with)
+    "/usr/bin/apptainer",
+    "/usr/lib/x86_64-linux-gnu/apptainer/bin/starter",
+    "/usr/lib/x86_64-linux-gnu/apptainer/lib/offsetpreload.so",
+    "/usr/bin/squashfuse_ll",
+    "/usr/bin/mksquashfs",
+    "/usr/bin/unsquashfs",
+    "/usr/bin/ldd",
+    "/etc/localtime",  # its link's target: Apptainer binds it into a container
     # merged /usr: the links on the way (the images' programs name /bin/sh, /lib64's loader)
     "/bin",
     "/sbin",
@@ -113,6 +122,8 @@ TREES = (
     "/usr/lib/python3.13",
     "/var/lib/munge",
     "/var/spool",
+    "/var/lib/apptainer",
+    "/var/tmp",
     "/var/log",
     "/usr/share/slonk",
     "/usr/lib/x86_64-linux-gnu/gconv/gconv-modules.cache",
@@ -121,6 +132,8 @@ TREES = (
     "/usr/lib/x86_64-linux-gnu/libdl.so.2",
     "/usr/lib/x86_64-linux-gnu/librt.so.1",
     "/usr/lib/x86_64-linux-gnu/libutil.so.1",
+    # which glibc loads when a thread exits (mksquashfs's threads, building an image)
+    "/usr/lib/x86_64-linux-gnu/libgcc_s.so.1",
     # PMIx, which mpi/pmix (the rendered MpiDefault) loads at each step's launch
     "/usr/lib/x86_64-linux-gnu/pmix2",
     "/usr/lib/x86_64-linux-gnu/libpmix.so.2",
