@@ -34,8 +34,9 @@ NOW = "date +%s%N"
 
 
 def _workload() -> str:
-    lines = ["set -e", "now() { date +%s%N; }"]
+    lines = ["set -e", f"now() {{ {NOW}; }}"]
     lines.append("srun sh containers/build.sh containers </dev/null")
+    lines.append("echo apptainer $(srun apptainer version </dev/null)")
     for _ in range(ROUNDS):
         for kind, command in KINDS.items():
             lines.append(
@@ -82,17 +83,13 @@ def main() -> None:
             local.down(state_dir, purge=True, progress=lambda m: None)
     rows = [line.split() for line in said.splitlines() if line.startswith(("srun ", "starts "))]
     steps = {kind: _summary([int(r[2]) for r in rows if r[:2] == ["srun", kind]]) for kind in KINDS}
-    starts = {
-        kind: round(int(r[2]) / STARTS / 1e6, 1)
-        for r in rows
-        if r[0] == "starts"
-        for kind in [r[1]]
-    }
+    starts = {r[1]: round(int(r[2]) / STARTS / 1e6, 1) for r in rows if r[0] == "starts"}
+    version = next(line.split()[1] for line in said.splitlines() if line.startswith("apptainer "))
     print(
         json.dumps(
             {
                 "benchmark": "containers",
-                "mode": "slonk local: 2 cores, 2 workers, Apptainer 1.4.5 unprivileged",
+                "mode": f"slonk local: 2 cores, 2 workers, Apptainer {version} unprivileged",
                 "srun_step": steps,
                 "srun_step_added_median_ms": {
                     kind: round(steps[kind]["median_ms"] - steps["bare"]["median_ms"], 1)

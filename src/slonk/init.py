@@ -7,7 +7,6 @@ message naming the file or key, before a daemon starts with a half-made configur
 from __future__ import annotations
 
 import os
-import stat
 import subprocess
 import sys
 import time
@@ -27,7 +26,16 @@ from slonk.config.render import JOB_CONTAINER, conf_server, render, slurm_settin
 from slonk.config.spec import ClusterSpec, read_spec
 from slonk.health import runner as health
 from slonk.health import serials
-from slonk.pod import cgroups, mount_namespaces, restapi, secrets, services, sshd, worker_stop
+from slonk.pod import (
+    cgroups,
+    fuse,
+    mount_namespaces,
+    restapi,
+    secrets,
+    services,
+    sshd,
+    worker_stop,
+)
 from slonk.pod.job_programs import install_job_programs
 from slonk.pod.ldapdev import DevDirectory, seed_ldif
 from slonk.slurm import rollout, statesave
@@ -128,25 +136,6 @@ def offer_shared_modulefiles() -> str:
     if str(paths.SHARED_MODULEFILES) not in entries:
         write_atomically(paths.MODULES_PATH, f"{listed}{paths.SHARED_MODULEFILES}\n")
     return str(paths.SHARED_MODULEFILES)
-
-
-FUSE_NUMBERS = (10, 229)  # /dev/fuse's device number, the kernel's
-
-
-def open_fuse() -> str:
-    """/dev/fuse, where a device plugin gave the pod one (values workers.fuseResource), opened
-    to every user as distributions make it (0666): Apptainer in a user's job mounts SIF images
-    through it, within the user's own namespace. A runtime hands the node over with the
-    machine's mode, which may be root's alone. Anything but FUSE's device is left as it is."""
-    try:
-        found = os.lstat(paths.FUSE_DEVICE)
-    except FileNotFoundError:
-        return "none in this pod"
-    numbers = (os.major(found.st_rdev), os.minor(found.st_rdev))
-    if not stat.S_ISCHR(found.st_mode) or numbers != FUSE_NUMBERS:
-        return f"{paths.FUSE_DEVICE} is not FUSE's device (10:229): left as it is"
-    os.chmod(paths.FUSE_DEVICE, 0o666)
-    return "opened to users (0666)"
 
 
 def accounting_of(spec: ClusterSpec, role: str) -> AccountingSettings:
@@ -304,7 +293,7 @@ STEPS = (
     Step("registered users", SLURM_ROLES, lambda pod: register_users(pod.spec)),
     Step("offered the site's modulefiles", WORKER | LOGIN,  # jobs load them too
          lambda pod: offer_shared_modulefiles()),
-    Step("looked at /dev/fuse", WORKER, lambda pod: open_fuse()),
+    Step("looked at /dev/fuse", WORKER, lambda pod: fuse.open_to_users()),
     Step("ran boot health checks", WORKER, lambda pod: boot_checks(pod.health_plan),
          lambda pod: pod.health_plan is not None),
     Step("installed job programs", WORKER, lambda pod: install_job_programs(pod.spec),

@@ -32,6 +32,16 @@ def test_each_worker_asks_for_one_beside_its_gpus():
     )
     assert _limits(docs, "slonk-cpu") == {"smarter-devices/fuse": 1}
     assert _limits(docs, "slonk-gpu") == {"smarter-devices/fuse": 1, "nvidia.com/gpu": 4}
+    opted_out = _docs(
+        {
+            "workers": {"fuseResource": "smarter-devices/fuse"},
+            "nodepools": {
+                "gpu": {**GPU_POOL, "resources": {"limits": {"smarter-devices/fuse": 0}}}
+            },
+            "partitions": {"main": {"pools": ["cpu", "gpu"]}},
+        }
+    )
+    assert _limits(opted_out, "slonk-gpu") == {"smarter-devices/fuse": 0, "nvidia.com/gpu": 4}
     controller = _get(docs, "StatefulSet", "slonk-controller")["spec"]["template"]["spec"]
     assert all(
         "smarter-devices/fuse" not in (c.get("resources") or {}).get("limits", {})
@@ -52,3 +62,9 @@ def test_each_worker_asks_for_one_beside_its_gpus():
 def test_a_resource_name_kubernetes_would_refuse_is_refused(key, name):
     said = _template_error("--set-string", f"workers.{key}={name}")
     assert f"workers.{key}" in said.replace("/", ".")
+
+
+def test_the_gpus_resource_is_not_taken_for_fuse():
+    """The same name for both would ask one GPU of every worker, and of a GPU pool's GPUs one."""
+    said = _template_error("--set-string", "workers.fuseResource=nvidia.com/gpu")
+    assert 'workers.fuseResource: "nvidia.com/gpu" is workers.gpuResource too' in said

@@ -330,6 +330,11 @@ CHART_ONLY = dict(
             "labels of the PodMonitor and dashboard objects: never in cluster.yaml",
         ),
         (
+            "workers.fuseResource: %q is workers.gpuResource too; name the resource of the "
+            "device plugin that offers /dev/fuse",
+            "the pods' resources: never in cluster.yaml",
+        ),
+        (
             "hooks.git.repo: required when hooks.enabled is true",
             "the repository is the git-sync sidecar's: it never reaches cluster.yaml",
         ),

@@ -38,6 +38,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from slonk.base import paths
 from slonk.config.active_checks import ACTIVE_CHECKS, MEASURES
 from slonk.health import active
 from slonk.local.pod import launch_command
@@ -68,7 +69,7 @@ NODE = "slonk-cpu-0"
 # What the NVIDIA device plugin and container toolkit give a container asking for one GPU.
 GPU_DEVICES = ("/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 NVML = "libnvidia-ml.so.1"
-FUSE = "/dev/fuse"
+FUSE = str(paths.FUSE_DEVICE)
 # Builds an Apptainer image from a definition file, as a user in a job (a SIF and a sandbox).
 APPTAINER_IMAGE = HERE.parent / "support" / "apptainer-image.sh"
 BUILT = "built from a definition file"
@@ -117,6 +118,10 @@ PREPARE_CGROUPS = (
 # script, run by the machine's own Python, does without).
 JOB_CONTAINER = "job_container/tmpfs"
 JOBS_IN_A_ROW = 16
+# init's step for a device plugin's /dev/fuse (printed as "fuse:", not init's first line).
+PREPARE_FUSE = (
+    "/opt/slonk/bin/python3 -c 'from slonk.pod import fuse; print(\"fuse:\", fuse.open_to_users())'"
+)
 PREPARE_JOB_NAMESPACES = (
     "/opt/slonk/bin/python3 -c "
     "'from slonk.pod import mount_namespaces as m; print(\"init:\", m.order_ids())'"
@@ -280,6 +285,8 @@ class Pods:
         else:
             # The steps of `slonk init` the rendered configuration asks for.
             prepare = [PREPARE_CGROUPS] if self.case != "none" else []
+            if self.machine.fuse:
+                prepare.append(PREPARE_FUSE)
             if self.order_namespaces and self.jobs_in_namespaces():
                 prepare.append(PREPARE_JOB_NAMESPACES)
             start += WORKER.format(

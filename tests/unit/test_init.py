@@ -219,25 +219,6 @@ def test_the_sites_modulefiles_are_offered_once(tmp_path, monkeypatch):
     assert init.offer_shared_modulefiles() == "none: /home/modulefiles is uid 5's"
 
 
-def test_dev_fuse_is_opened_to_users_and_nothing_else_is(tmp_path, monkeypatch):
-    """A device plugin's /dev/fuse keeps the machine's mode (root's alone here): users'
-    containers need it 0666; anything at that path that is not FUSE's device stays as it is."""
-    node = tmp_path / "fuse"
-    monkeypatch.setattr(paths, "FUSE_DEVICE", node)
-    assert init.open_fuse() == "none in this pod"
-    node.write_text("")
-    node.chmod(0o600)
-    assert "is not FUSE's device (10:229): left as it is" in init.open_fuse()
-    assert stat.S_IMODE(node.stat().st_mode) == 0o600
-    if os.geteuid() != 0:
-        return  # mknod needs root: CI runs as root
-    for numbers, mode in (((1, 3), 0o600), (init.FUSE_NUMBERS, 0o666)):
-        node.unlink()
-        os.mknod(node, stat.S_IFCHR | 0o600, os.makedev(*numbers))
-        init.open_fuse()
-        assert stat.S_IMODE(node.stat().st_mode) == mode, numbers
-
-
 @pytest.mark.parametrize(
     ("status", "said"),
     [

@@ -4,18 +4,19 @@ has none of stops the plan, named."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import stat
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import yaml
 
 from slonk.kube import chart
-from slonk.local import fake_gpu, manifests, podinit
+from slonk.local import fake_gpu, manifests, podinit, podspec
 from slonk.local.manifests import LocalModeError, plan
 
 GPU_POOL = {"gpu": {"replicas": 1, "cpus": 2, "memoryMiB": 1024, "gpus": {"count": 2}}}
@@ -45,15 +46,15 @@ def test_a_device_plugin_local_mode_has_no_fake_of_is_refused():
 
 
 def test_workers_asking_for_fuse_get_the_machines_dev_fuse(tmp_path: Path, monkeypatch):
-    monkeypatch.setattr(manifests, "FUSE_DEVICE", str(tmp_path / "fuse"))
-    values = {"workers": {"fuseResource": manifests.FUSE_RESOURCE}}
-    with pytest.raises(LocalModeError, match=r"asks for smarter-devices/fuse.*has no .*/fuse"):
-        _pods(values)
-    (tmp_path / "fuse").touch()
-    pods = _pods(values)
-    assert pods["slonk-cpu-0"].devices == (str(tmp_path / "fuse"),)
+    """The plan hands /dev/fuse to each worker (no other pod asks); a machine without one is
+    found out as the pod starts, named, before anything of it runs."""
+    pods = _pods({"workers": {"fuseResource": manifests.FUSE_RESOURCE}})
+    assert pods["slonk-cpu-0"].devices == ("/dev/fuse",)
     assert pods["slonk-login-0"].devices == pods["slonk-controller-0"].devices == ()
     assert _pods({})["slonk-cpu-0"].devices == ()
+    absent = dataclasses.replace(pods["slonk-cpu-0"], devices=(str(tmp_path / "fuse"),))
+    with pytest.raises(LocalModeError, match=r"pod slonk-cpu-0 asks for .*/fuse, and this"):
+        podspec.pod_spec(cast(Any, None), absent, "", "podman")
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mknod needs root")

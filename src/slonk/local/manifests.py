@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import base64
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from slonk.base import paths
 from slonk.base.errors import SlonkError
 from slonk.config import patterns
 
@@ -17,7 +17,7 @@ RULE_KEYS = ("apiGroups", "resources", "verbs", "resourceNames")
 # The extended resources local mode's device plugins serve (slonk.local.podinit): GPUs, a
 # FAKE; FUSE, the machine's own /dev/fuse, as smarter-device-manager offers it.
 FAKE_GPU_RESOURCE = "nvidia.com/gpu"
-FUSE_RESOURCE, FUSE_DEVICE = "smarter-devices/fuse", "/dev/fuse"
+FUSE_RESOURCE = "smarter-devices/fuse"
 # Resources every node has, which need no device plugin.
 NODE_RESOURCES = ("cpu", "memory", "ephemeral-storage")
 # The sysctls local mode sets for a pod (securityContext.sysctls): Kubernetes' safe ones that
@@ -80,7 +80,7 @@ class Pod:
     grace_seconds: int = 30
     sysctls: Mapping[str, str] = field(default_factory=dict)  # NETWORK_SYSCTLS' names
     gpus: int = 0  # FAKE_GPU_RESOURCE in the container's limits: the fake device plugin's
-    devices: tuple[str, ...] = ()  # the machine's device nodes handed over (FUSE_DEVICE)
+    devices: tuple[str, ...] = ()  # the machine's device nodes handed over (/dev/fuse)
 
 
 @dataclass
@@ -205,6 +205,7 @@ def plan(documents: Iterable[Mapping[str, Any]], namespace: str) -> Plan:
             account = pod_spec.get("serviceAccountName", "default")
             container, *others = template["spec"]["containers"]
             security = container.get("securityContext", {})
+            limits = _limits(meta["name"], container)
             for ordinal in range(int(doc["spec"]["replicas"])):
                 name = f"{meta['name']}-{ordinal}"
                 labels = {**template["metadata"]["labels"], POD_NAME_LABEL: name}
@@ -238,8 +239,8 @@ def plan(documents: Iterable[Mapping[str, Any]], namespace: str) -> Plan:
                         pre_stop=_pre_stop(meta["name"], container),
                         grace_seconds=int(pod_spec.get("terminationGracePeriodSeconds", 30)),
                         sysctls=_sysctls(meta["name"], pod_spec),
-                        gpus=_gpus(meta["name"], container),
-                        devices=_devices(meta["name"], container),
+                        gpus=_gpus(limits),
+                        devices=_devices(limits),
                     )
                 )
     return result
@@ -280,9 +281,9 @@ def _sysctls(statefulset: str, pod_spec: Mapping[str, Any]) -> dict[str, str]:
     return found
 
 
-def _gpus(statefulset: str, container: Mapping[str, Any]) -> int:
-    """The GPUs the container asks for; an extended resource local mode has no fake of stops
-    the plan, named (a device plugin the machine lacks would leave the pod Pending)."""
+def _limits(statefulset: str, container: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The container's limits; an extended resource no device plugin of local mode serves
+    stops the plan, named (a device plugin the machine lacks would leave the pod Pending)."""
     limits = (container.get("resources") or {}).get("limits") or {}
     served = (*NODE_RESOURCES, FAKE_GPU_RESOURCE, FUSE_RESOURCE)
     for name in limits:
@@ -292,22 +293,18 @@ def _gpus(statefulset: str, container: Mapping[str, Any]) -> int:
                 f"serves {FAKE_GPU_RESOURCE} (workers.gpuResource, a fake) and "
                 f"{FUSE_RESOURCE} (workers.fuseResource) only"
             )
+    return limits
+
+
+def _gpus(limits: Mapping[str, Any]) -> int:
+    """The fake GPUs the container asks for."""
     return int(limits.get(FAKE_GPU_RESOURCE, 0))
 
 
-def _devices(statefulset: str, container: Mapping[str, Any]) -> tuple[str, ...]:
-    """The machine's device nodes the container's limits ask for: /dev/fuse for FUSE_RESOURCE,
-    which a machine without it cannot give (the pod would stay Pending)."""
-    limits = (container.get("resources") or {}).get("limits") or {}
-    if FUSE_RESOURCE not in limits:
-        return ()
-    if not os.path.exists(FUSE_DEVICE):
-        raise LocalModeError(
-            f"StatefulSet {statefulset} asks for {FUSE_RESOURCE} (workers.fuseResource), and "
-            f"this machine has no {FUSE_DEVICE} (`modprobe fuse`, or set "
-            f'workers.fuseResource to "")'
-        )
-    return (FUSE_DEVICE,)
+def _devices(limits: Mapping[str, Any]) -> tuple[str, ...]:
+    """The machine's device nodes the container asks for: /dev/fuse for FUSE_RESOURCE (the
+    machine's is looked for as the pod starts: slonk.local.podspec)."""
+    return (str(paths.FUSE_DEVICE),) if int(limits.get(FUSE_RESOURCE, 0)) > 0 else ()
 
 
 def _image(statefulset: str, container: Mapping[str, Any]) -> str:

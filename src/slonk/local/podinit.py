@@ -119,9 +119,10 @@ def make_root(spec: dict[str, Any]) -> str:
         Path(dev, name).symlink_to(target)
     fake_gpus(root, int(spec.get("gpus", 0)))
     for path in spec.get("devices", ()):
-        given = os.stat(path)  # a device of the machine, as a device plugin hands it over
-        os.mknod(f"{root}{path}", stat.S_IFMT(given.st_mode) | 0o666, given.st_rdev)
-        os.chmod(f"{root}{path}", 0o666)
+        # A device of the machine, as a device plugin hands it over: its number and mode.
+        given = os.stat(path)
+        os.mknod(f"{root}{path}", stat.S_IFMT(given.st_mode), given.st_rdev)
+        os.chmod(f"{root}{path}", stat.S_IMODE(given.st_mode))
     if spec.get("cgroupfs"):
         # The pod's own cgroup tree (its cgroup namespace's), as a runtime mounts it for a
         # container: read-only unless privileged.

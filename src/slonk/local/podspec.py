@@ -4,6 +4,7 @@ the host runtime, slonk.local.podman from the images): its root, mounts, env and
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,12 @@ _image_layers = functools.cache(podman.image_layers)
 
 
 def pod_spec(cluster: Cluster, pod: Pod, hosts: str, runtime: str) -> dict[str, Any]:
+    for device in pod.devices:  # the machine's own, as its device plugin would hand it over
+        if not os.path.exists(device):
+            raise LocalModeError(
+                f"pod {pod.name} asks for {device}, and this machine has none (for /dev/fuse: "
+                f'`modprobe fuse`, or workers.fuseResource: "")'
+            )
     layers: list[str] = _image_layers(pod.image) if runtime == "host" else []
     rootfs = paths.rootfs_dir() if paths.checkout() else None
     binds = _development_binds(layers) if runtime == "host" else []
