@@ -29,9 +29,9 @@ HOME = Path("/home")
 # Environment modules every login pod offers beside the image's: a site adds tools to the
 # shared /home; slonk init adds it to the search path (slonk.init.offer_shared_modulefiles).
 SHARED_MODULEFILES = HOME / "modulefiles"
+MODULES_PATH = Path("/etc/environment-modules/modulespath")
 # A FUSE device plugin's node in a worker pod (values workers.fuseResource): Apptainer's.
 FUSE_DEVICE = Path("/dev/fuse")
-MODULES_PATH = Path("/etc/environment-modules/modulespath")
 
 # Job hooks: git-sync's root (a volume shared with its sidecar), slonk's checked revisions,
 # and the wrappers slurm.conf names as Prolog/Epilog.
