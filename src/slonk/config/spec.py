@@ -523,6 +523,22 @@ def _hooks(data: Any, path: str) -> HookSettings | None:
     return _ruled(r, HookSettings, link=link, phases=phases)
 
 
+S = TypeVar("S")
+
+
+def _catalogue(
+    r: _Reader, key: str, names: Collection[str], parse: Callable[[str, Any, str], S | None]
+) -> dict[str, S]:
+    """The entries of a catalogue under `key` (its names alone; unknown ones refused), each
+    parsed over its defaults in catalogue order, and those turned off left out."""
+    entries = _Reader(r.get(key, dict, {}), r.at(key), set(names))
+    return {
+        name: settings
+        for name in names
+        if (settings := parse(name, entries.data.get(name), entries.at(name)))
+    }
+
+
 def _check(name: str, data: Any, path: str) -> CheckSettings | None:
     """A check's settings over its defaults; each option keeps its default's type."""
     default = HEALTH_CHECKS[name]
@@ -588,13 +604,7 @@ def _active(data: Any, path: str) -> ActiveSettings | None:
     # Off unless asked for (values.yaml says why).
     if not r.get("enabled", bool, False):
         return None
-    checks_reader = _Reader(r.get("checks", dict, {}), r.at("checks"), set(ACTIVE_CHECKS))
-    checks = {
-        name: settings
-        for name in ACTIVE_CHECKS
-        if (settings := _active_check(name, checks_reader.data.get(name), checks_reader.at(name)))
-    }
-    return _ruled(r, ActiveSettings, checks=checks)
+    return _ruled(r, ActiveSettings, checks=_catalogue(r, "checks", ACTIVE_CHECKS, _active_check))
 
 
 def _check_preemption(partitions: list[Partition], slurm_conf: Mapping[str, Any]) -> None:
@@ -622,25 +632,24 @@ def _check_preemption(partitions: list[Partition], slurm_conf: Mapping[str, Any]
         )
 
 
+def _trend_rule(name: str, data: Any, path: str) -> TrendRule | None:
+    """A trend rule's settings over its defaults (slonk.config.trends)."""
+    default = TRENDS[name]
+    r = _Reader(data or {}, path, {"enabled", MAX_INCREASE.key, WINDOW.key})
+    if not r.get("enabled", bool, True):
+        return None
+    return TrendRule(
+        default.field,
+        r.ruled(MAX_INCREASE, default.max_increase),
+        r.ruled(WINDOW, default.window_seconds),
+    )
+
+
 def _trends(data: Any, path: str) -> TrendSettings | None:
     r = _Reader(data or {}, path, _keys(TrendSettings, "enabled", "rules"))
     if not r.get("enabled", bool, False):  # off unless asked for (values.yaml says why)
         return None
-    rules_reader = _Reader(r.get("rules", dict, {}), r.at("rules"), set(TRENDS))
-    rules = {}
-    for name, default in TRENDS.items():
-        rr = _Reader(
-            rules_reader.data.get(name) or {},
-            rules_reader.at(name),
-            {"enabled", MAX_INCREASE.key, WINDOW.key},
-        )
-        if rr.get("enabled", bool, True):
-            rules[name] = TrendRule(
-                default.field,
-                rr.ruled(MAX_INCREASE, default.max_increase),
-                rr.ruled(WINDOW, default.window_seconds),
-            )
-    return _ruled(r, TrendSettings, rules=rules)
+    return _ruled(r, TrendSettings, rules=_catalogue(r, "rules", TRENDS, _trend_rule))
 
 
 def _health(data: Any, path: str) -> HealthSettings | None:
@@ -649,12 +658,7 @@ def _health(data: Any, path: str) -> HealthSettings | None:
     )
     if not r.get("enabled", bool, False):
         return None
-    checks_reader = _Reader(r.get("checks", dict, {}), r.at("checks"), set(HEALTH_CHECKS))
-    checks = {
-        name: settings
-        for name in HEALTH_CHECKS
-        if (settings := _check(name, checks_reader.data.get(name), checks_reader.at(name)))
-    }
+    checks = _catalogue(r, "checks", HEALTH_CHECKS, _check)
     rr = _Reader(r.get("recycle", dict, {}), r.at("recycle"), _keys(RecycleSettings, "enabled"))
     recycle = _ruled(rr, RecycleSettings) if rr.get("enabled", bool, True) else None
     active = _active(r.get("active", dict, {}), r.at("active"))
