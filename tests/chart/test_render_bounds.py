@@ -328,9 +328,10 @@ def test_the_chart_renders_as_many_nodes_as_the_bench():
     assert contract.MAX_NODES >= 15_000  # bench/render_scale.py renders that many
 
 
-# Every `range` in the templates, by file and what it ranges over, and where the schema
-# bounds that (a pointer to an array or map carrying maxItems or maxProperties). A new loop
-# fails test_every_loop_is_bounded_by_the_schema until its input is bounded and listed here.
+# Every `range` in the templates, and every list `until` makes outside one (services.yaml joins
+# a pool's node indices), by file and what it ranges over, and where the schema bounds that (a
+# pointer to an array or map carrying maxItems or maxProperties). A new loop fails
+# test_every_loop_is_bounded_by_the_schema until its input is bounded and listed here.
 ARRAYS_AND_MAPS = {
     ("_helpers.tpl", "."): ["/properties/images/properties/pullSecrets"],
     ("_helpers.tpl", ".value"): ["/properties/nodepools", "/properties/partitions", "walk"],
@@ -374,12 +375,14 @@ ARRAYS_AND_MAPS = {
 # Templates that make objects per pool or per node: their loops run only if slonk.boundNodes.
 NODE_TEMPLATES = ("services.yaml", "workers.yaml")
 _RANGE = re.compile(r"\{\{-?\s*range\s+(?:\$\w+(?:\s*,\s*\$\w+)?\s*:=\s*)?(.*?)\s*-?\}\}")
+_UNTIL = re.compile(r"\{\{-?(?!\s*range\b)[^}]*?\b(until\s+\$\w+)")
 
 
 def _loops() -> list[tuple[str, str]]:
     found = []
     for template in sorted((chart.default_chart() / "templates").iterdir()):
-        for expression in _RANGE.findall(template.read_text()):
+        text = template.read_text()
+        for expression in _RANGE.findall(text) + _UNTIL.findall(text):
             if not expression.startswith("list "):  # a literal list in the template
                 found.append((template.name, expression))
     return found
