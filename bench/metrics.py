@@ -107,7 +107,7 @@ def child(what: str, files: list[str]) -> None:
         collector = SourcesCollector(
             {
                 "nodes": lambda: node_families(texts[0], lambda n: pools.get(n, "")),
-                "jobs": lambda: job_families(texts[1], PARTITIONS),
+                "jobs": lambda: job_families(texts[1], PARTITIONS, lambda n: pools.get(n, "")),
                 "sdiag": lambda: sdiag_families(texts[2]),
             },
             deadline=3600,

@@ -4,8 +4,8 @@ controller then submits them as Slurm jobs to idle nodes, which any user's job p
 slow GPU drains its node `slonk:active:<check>` with the figure, and the node's recycled pod
 stays out of service while its GPU stays slow.
 
-A GPU whose corrected errors climb drains `slonk:trend:ecc-corrected`, and stays drained for a
-person to lift.
+A GPU whose corrected errors climb drains `slonk:trend:ecc-corrected`, one whose NVLink CRC
+errors climb `slonk:trend:nvlink-crc`, and each stays drained for a person to lift.
 
 Figures measured here are local mode's (two cores, fake GPUs, no cgroups)."""
 
@@ -34,7 +34,12 @@ VALUES = {
     "health": {
         "active": {"intervalSeconds": INTERVAL, "startsPerMinute": 60},
         "recycle": {"idleSeconds": 1, "periodSeconds": 2, "maxRecycles": 5},
-        "trends": {"rules": {"ecc-corrected": {"maxIncrease": 100, "windowSeconds": 600}}},
+        "trends": {
+            "rules": {
+                "ecc-corrected": {"maxIncrease": 100, "windowSeconds": 600},
+                "nvlink-crc": {"maxIncrease": 100, "windowSeconds": 600},
+            }
+        },
     },
 }
 BOOT_RESULTS = "/run/slonk/health/boot.json"
@@ -135,24 +140,44 @@ def test_a_slow_gpu_drains_its_node_and_its_new_pod_stays_out_until_it_passes(
     healed.wait_idle((node,), timeout=300)
 
 
+# Each rule's counter rising on one node: (scenario, rule, what its drain says).
+RISING = {
+    NODES[0]: ("rising", "ecc-corrected",
+               "ecc.errors.corrected.aggregate.total rose by more than 100 within 600 s"),
+    # Read through slonk's NVML reader, over the fake's stand-in for the driver's library.
+    NODES[1]: ("nvlink-rising", "nvlink-crc",
+               "nvlink.errors.crc_flit.total rose by more than 100 within 600 s"),
+}  # fmt: skip
+
+
+def _left_as_worn(node: str, log: str) -> bool:
+    return any(
+        f"not recycling {node} " in line and "is a worn board's" in line
+        for line in log.splitlines()
+    )
+
+
 def test_a_gpu_counter_rising_drains_its_node_until_a_person_lifts_it(healed: LocalCluster) -> None:
-    node = NODES[0]
     offset = healed.log_offset(CONTROLLER)
-    _scenario(healed, node, "rising")  # GPU 1's corrected errors: 20 more a second
+    for node, (scenario, _, _) in RISING.items():
+        _scenario(healed, node, scenario)  # GPU 1's counter: 20 more a second
+    for node, (_, rule, said) in RISING.items():
+        wait_for(
+            f"{node} drained by the trend rule {rule}",
+            lambda node=node, rule=rule: healed.nodes()[node][1].startswith(
+                f"slonk:trend:{rule}: GPU 1 "
+            ),
+        )
+        assert healed.nodes()[node][1].endswith(said)
+    reasons = {node: healed.nodes()[node][1] for node in RISING}
+    # The counts stop rising (healed: the fake's counters fall to 0, a reset); the drains stay,
+    # and the recycle loop leaves them.
+    for node in RISING:
+        _scenario(healed, node, "healthy")
     wait_for(
-        f"{node} drained by the trend rule",
-        lambda: healed.nodes()[node][1].startswith("slonk:trend:ecc-corrected: GPU 1 "),
+        "the recycle loop leaving both nodes",
+        lambda: all(_left_as_worn(node, healed.log(CONTROLLER, offset)) for node in RISING),
     )
-    reason = healed.nodes()[node][1]
-    assert reason.endswith(
-        "ecc.errors.corrected.aggregate.total rose by more than 100 within 600 s"
-    )
-    # The count stops rising (healed: the fake's counter falls to 0, a reset); the drain stays,
-    # and the recycle loop leaves it.
-    _scenario(healed, node, "healthy")
-    wait_for(
-        "the recycle loop leaving the node",
-        lambda: "is a worn board's" in healed.log(CONTROLLER, offset),
-    )
-    assert healed.nodes()[node][1] == reason
-    healed.pod(CONTROLLER).check_output(f"scontrol update nodename={node} state=resume")
+    assert {node: healed.nodes()[node][1] for node in RISING} == reasons
+    for node in RISING:
+        healed.pod(CONTROLLER).check_output(f"scontrol update nodename={node} state=resume")

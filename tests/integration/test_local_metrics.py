@@ -1,9 +1,10 @@
 """Metrics through Debian's real Prometheus (`slonk local up --prometheus`), checked with PromQL
 over its HTTP API against what Slurm itself says (sinfo, squeue): node counts by state, a
 drained node under its cause, and pending jobs per partition and their reasons (the
-quarantine counter is test_local_health's, read from the exporter). A small cluster: the
-controller and two workers whose "GPUs" answer through the fake nvidia-smi (tests/fakes), no
-login pod, no directory, no accounting (root submits)."""
+quarantine counter is test_local_health's, read from the exporter), every GPU's series and a
+running job's GPUs joined to them. A small cluster: the controller and two workers with two
+fake GPUs each (GRES; their checks read the fake nvidia-smi of tests/fakes), no login pod, no
+directory, no accounting (root submits)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,10 @@ WORKERS = ("slonk-gpu-0", "slonk-gpu-1")
 BAD = WORKERS[1]
 PORT = 9341
 VALUES = {
-    "nodepools": {"cpu": None, "gpu": {"replicas": 2, "cpus": 2, "memoryMiB": 512}},
+    "nodepools": {
+        "cpu": None,
+        "gpu": {"replicas": 2, "cpus": 2, "memoryMiB": 512, "gpus": {"count": 2}},
+    },
     "partitions": {"main": {"pools": ["gpu"], "default": True}, "short": {"pools": ["gpu"]}},
     "login": {"replicas": 0},
     "ldap": {"dev": {"enabled": False}},
@@ -157,6 +161,39 @@ def test_every_gpu_of_every_worker_has_its_series(metrics: Metrics):
     assert set(temperatures.values()) == {31.0}
     total = metrics.by("slonk_gpu_memory_total_bytes", "node", "gpu")
     assert total == dict.fromkeys(gpus, 81559.0 * 2**20)
+    # NVLink's four counters a GPU, through slonk's NVML reader over the fake's library.
+    kinds = metrics.by("count by (node, gpu) (slonk_gpu_nvlink_errors_total)", "node", "gpu")
+    assert kinds == dict.fromkeys(gpus, 4.0)
+
+
+def test_a_running_jobs_gpus_are_named_with_it_and_its_figures_joined(metrics: Metrics):
+    """The controller's exporter names each GPU a running job holds (Slurm's GRES detail),
+    and the GPU series join on it: the dashboard's per-job panels."""
+    node = WORKERS[0]
+    job = metrics.controller(
+        f"sbatch --parsable --gres=gpu:2 -w {node} -o /dev/null --wrap 'sleep 600'"
+    ).strip()
+    try:
+        held = wait_for(
+            "the job's GPUs in Prometheus",
+            lambda: metrics.by(
+                f'slonk_job_gpu_info{{job_id="{job}"}}', "job_id", "user", "node", "gpu"
+            ),
+        )
+        assert held == {(job, "root", node, "0"): 1.0, (job, "root", node, "1"): 1.0}
+        joined = metrics.by(
+            "sum by (job_id, user) (slonk_gpu_memory_total_bytes"
+            " * on (node, gpu) group_left (job_id, user) slonk_job_gpu_info)",
+            "job_id",
+            "user",
+        )
+        assert joined == {(job, "root"): 2 * 81559.0 * 2**20}
+    finally:
+        metrics.controller(f"scancel {job}")
+    wait_for(
+        "the job's GPUs gone once it ended",
+        lambda: not metrics.by(f'slonk_job_gpu_info{{job_id="{job}"}}', "job_id"),
+    )
 
 
 def test_node_counts_match_sinfo(metrics: Metrics):

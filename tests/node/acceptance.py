@@ -40,7 +40,7 @@ from pathlib import Path
 
 from slonk.base import paths
 from slonk.config.active_checks import ACTIVE_CHECKS, MEASURES
-from slonk.health import active
+from slonk.health import active, nvml
 from slonk.local.pod import launch_command
 from slonk.local.podinit import capabilities
 from slonk.metrics.gpus import FIELDS as GPU_TELEMETRY
@@ -502,9 +502,11 @@ class Checks:
             self.say("memory limit (--mem)", "SKIP", no_cgroup)
         if self.machine.gpus:
             self.gpu_telemetry()
+            self.nvlink_counters()
             self.active_checks()
         else:
             self.say("GPU series (slonk.metrics.gpus)", "SKIP", "no GPU here")
+            self.say("NVLink counters (slonk.health.nvml)", "SKIP", "no GPU here")
             self.say("active checks' probe (slonk.health.cuda)", "SKIP", "no GPU here")
         if self.machine.gpus and confined:
             self.gpus()
@@ -637,6 +639,26 @@ class Checks:
             "PASS" if ok else "FAIL",
             f"{len(rows)} rows: {rows[0] if rows else out.stderr.strip()}",
         )
+
+    def nvlink_counters(self) -> None:
+        """slonk's NVML reader in the worker pod, through the driver's library: a row for each
+        GPU, the GPUs nvidia-smi shows at the same bus ids (so the structures' layout is the
+        library's), and each counter a number or [N/A] (a GPU without NVLink)."""
+        fields = ",".join(nvml.FIELDS)
+        reader = ["/opt/slonk/bin/python3", "-I", "-m", "slonk.health.nvml"]
+        out = self.pods.run("worker", [*reader, f"--query-gpu={fields}", nvml.FORMAT])
+        smi = self.pods.run("worker", ["nvidia-smi", "--query-gpu=index,pci.bus_id", nvml.FORMAT])
+        rows = [[c.strip() for c in line.split(",")] for line in out.stdout.splitlines()]
+        shown = [[c.strip() for c in line.split(",")] for line in smi.stdout.splitlines()]
+        numbers = all(c.isdigit() or c == nvml.NOT_AVAILABLE for row in rows for c in row[2:])
+        ok = (
+            out.returncode == 0
+            and len(rows) == len(self.machine.gpus)
+            and [row[:2] for row in rows] == shown
+            and numbers
+        )
+        said = " | ".join(", ".join(row) for row in rows) or out.stderr.strip()
+        self.say("NVLink counters (slonk.health.nvml)", "PASS" if ok else "FAIL", said[:600])
 
     def gpus(self) -> None:
         probe = "import os; os.close(os.open('/dev/nvidia0', os.O_RDWR)); print('opened')"

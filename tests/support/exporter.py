@@ -1,4 +1,5 @@
-"""What the exporter serves, scraped once from Slurm 24.11's own captured JSON (tests/unit/data)
+"""What the exporter serves, scraped once from Slurm 24.11's own captured JSON (tests/unit/data;
+its jobs from squeue-gpu.json, whose running jobs hold GPUs)
 and one record of each of slonk's own files: the series and labels other parts of the
 project (the Grafana dashboard) may name."""
 
@@ -16,7 +17,7 @@ from slonk.health import history, runner
 from slonk.metrics.cluster import job_families, node_families
 from slonk.metrics.collector import SourcesCollector
 from slonk.metrics.events import EventCounter, syncer_families
-from slonk.metrics.gpus import gpu_families
+from slonk.metrics.gpus import gpu_families, nvlink_families
 from slonk.metrics.health import health_families
 from slonk.metrics.sdiag import sdiag_families
 
@@ -40,7 +41,7 @@ def scrapes() -> tuple[str, str]:
         events = EventCounter(state / "history.jsonl")
         controller = SourcesCollector({
             "nodes": lambda: node_families(text("scontrol-show-node.json"), lambda n: "cpu"),
-            "jobs": lambda: job_families(text("squeue.json"), {"main"}),
+            "jobs": lambda: job_families(text("squeue-gpu.json"), {"main"}, lambda n: "gpu"),
             "sdiag": lambda: sdiag_families(text("sdiag.json")),
             "history": events.families,
             "syncer": lambda: syncer_families(stats),
@@ -53,7 +54,7 @@ def scrapes() -> tuple[str, str]:
         gpu = {
             "phases": ["boot"],
             "timeoutSeconds": 10,
-            "options": {"nvidiaSmi": f"{FAKE_GPU} nvidia-smi"},
+            "options": {"nvidiaSmi": f"{FAKE_GPU} nvidia-smi", "nvml": f"{FAKE_GPU} nvml"},
         }
         plan.write_text(json.dumps({
             "node": {"name": "n1", "gpus": 2, "peers": ["n1"]}, "undrain": True,
@@ -62,6 +63,7 @@ def scrapes() -> tuple[str, str]:
         worker = SourcesCollector({
             "health": lambda: health_families(state, "n1"),
             "gpus": lambda: gpu_families("n1", plan),
+            "nvlink": lambda: nvlink_families("n1", plan),
         }, fresh=0)  # fmt: skip
         return _render(controller), _render(worker)
 

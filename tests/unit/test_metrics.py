@@ -35,6 +35,10 @@ from .slurm_json import document, node, nodes, text
 POOLS = {"bare": "cpu", "n1": "cpu", "n2": "gpu", "n3": "gpu"}  # n4: no pool
 
 
+def pool_of(node: str) -> str:
+    return POOLS.get(node, "")
+
+
 def samples(families: list[Family], name: str) -> dict[tuple[str, ...], float]:
     (found,) = [f for f in families if f.name == name]
     return {labels: value for labels, value in found.samples.items() if value}
@@ -98,6 +102,7 @@ def test_causes_are_the_checks_and_slonks_kinds():
     assert CAUSES - set(HEALTH_CHECKS) == {
         "none", "other-check", "human", "hook", "quarantine", "pod", "scale-down", "k8s",
         "active:gpu-memory", "active:gpu-compute", "trend:ecc-corrected", "trend:remapped-rows",
+        "trend:nvlink-crc",
     }  # fmt: skip
 
 
@@ -199,7 +204,7 @@ def test_broken_node_documents_fail_the_source(broken):
 
 
 def test_jobs_from_slurms_json():
-    families = job_families(text("squeue.json"), {"main", "gpu"})
+    families = job_families(text("squeue.json"), {"main", "gpu"}, pool_of)
     assert samples(families, "slonk_jobs") == {("main", "running"): 1, ("main", "pending"): 1}
     assert samples(families, "slonk_jobs_pending") == {("main", "ReqNodeNotAvail"): 1}
     jobs = next(f for f in families if f.name == "slonk_jobs")
@@ -214,7 +219,7 @@ def test_job_labels_are_bounded():
         job(6, "WEIRD_STATE", "main"),
         job(7, "PENDING", ["main"], ["Priority"]),  # wrong types
     )
-    families = job_families(queue, {"main", "gpu"})
+    families = job_families(queue, {"main", "gpu"}, pool_of)
     assert samples(families, "slonk_jobs_pending") == {
         ("main", "Priority"): 1,
         ("gpu", "Priority"): 1,
@@ -226,9 +231,65 @@ def test_job_labels_are_bounded():
     }  # fmt: skip
 
 
+def running(job_id: int, user: str, details: list, nodes: list[str]) -> dict:
+    """A running job record (the real job 1 of squeue.json) on `nodes`, with `details` as
+    Slurm's gres_detail."""
+    (record,) = [j for j in document("squeue.json")["jobs"] if j["job_id"] == 1]
+    record = copy.deepcopy(record)
+    allocation = record["job_resources"]["nodes"]["allocation"][0]
+    record["job_resources"]["nodes"]["allocation"] = [{**allocation, "name": n} for n in nodes]
+    record.update(job_id=job_id, user_name=user, gres_detail=details)
+    return record
+
+
+def test_each_gpu_a_running_job_holds_is_named_with_its_node_and_user():
+    """Slurm's own document: job 1 on one node (its GPU 1), job 2 on two (GPU 0 of each), job
+    3 pending (tests/unit/data/README.md)."""
+    gpus = {"slonk-gpu-0": "gpu", "slonk-gpu-1": "gpu"}
+    families = job_families(text("squeue-gpu.json"), {"main"}, lambda n: gpus.get(n, ""))
+    assert samples(families, "slonk_job_gpu_info") == {
+        ("1", "demo", "slonk-gpu-0", "1"): 1,
+        ("2", "demo", "slonk-gpu-0", "0"): 1,
+        ("2", "demo", "slonk-gpu-1", "0"): 1,
+    }
+    assert samples(families, "slonk_jobs") == {("main", "running"): 2, ("main", "pending"): 1}
+
+
+def test_a_job_holding_several_gpus_of_several_kinds_on_a_node_is_named_on_each():
+    queue = jobs_document(
+        running(7, "alice", ["gpu:h100:2(IDX:0-1)", "gpu:3(IDX:0,2-3),mps:0"], ["n2", "n3"]),
+        running(9, "carol", [], ["n1"]),  # no GRES
+    )
+    assert samples(job_families(queue, {"main"}, pool_of), "slonk_job_gpu_info") == {
+        ("7", "alice", "n2", "0"): 1, ("7", "alice", "n2", "1"): 1,
+        ("7", "alice", "n3", "0"): 1, ("7", "alice", "n3", "2"): 1, ("7", "alice", "n3", "3"): 1,
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("user", "details", "nodes", "expected"),
+    [
+        # A user name that would break the exposition's quoting is only "other".
+        ('x"} 1\nslonk_up{a="', ["gpu:1(IDX:0)"], ["n2"], {("7", "other", "n2", "0"): 1}),
+        ("alice", ["gpu:1(IDX:0)"], ["n4"], {}),  # a node no pool has
+        ("alice", ["gpu:1(IDX:0)"], ["n2", "n3"], {}),  # details and nodes disagree
+        ("alice", ["gpu:1(IDX:0-99999)"], ["n2"], {}),  # beyond any node's GPUs
+        ("alice", ["gpu:1(IDX:3-1)"], ["n2"], {}),
+        ("alice", ["gpu:1(IDX:-1)"], ["n2"], {}),
+        ("alice", ["gpu:1(IDX:0)"[:9]], ["n2"], {}),  # cut short
+        ("alice", [["gpu:1(IDX:0)"]], ["n2"], {}),  # not a string
+        ("alice", "gpu:1(IDX:0)", ["n2"], {}),  # not a list
+        ("alice", ["tpu:1(IDX:0)"], ["n2"], {}),  # another GRES
+    ],
+)
+def test_a_jobs_gpu_labels_are_bounded(user, details, nodes, expected):
+    queue = jobs_document(running(7, user, details, nodes))
+    assert samples(job_families(queue, {"main"}, pool_of), "slonk_job_gpu_info") == expected
+
+
 def test_broken_job_documents_fail_the_source():
     with pytest.raises(SlurmError, match="job_state"):
-        job_families(jobs_document({"job_id": 1}), {"main"})
+        job_families(jobs_document({"job_id": 1}), {"main"}, pool_of)
 
 
 # sdiag
@@ -369,7 +430,7 @@ def _controller_sources(tmp_path) -> dict:
     stats.write_text(json.dumps({"passes": 1, "errors": 0, "actions": {"drain": 1}}))
     return {
         "nodes": lambda: node_families(text("scontrol-show-node.json"), pools),
-        "jobs": lambda: job_families(text("squeue.json"), {"main"}),
+        "jobs": lambda: job_families(text("squeue.json"), {"main"}, pool_of),
         "sdiag": lambda: sdiag_families(text("sdiag.json")),
         "syncer": lambda: syncer_families(stats),
     }

@@ -13,18 +13,18 @@ from pathlib import Path
 import pytest
 
 from slonk.metrics.family import RecordError
-from slonk.metrics.gpus import FIELDS, MIB, gpu_families
+from slonk.metrics.gpus import FIELDS, MIB, gpu_families, nvlink_families
 
 FAKE_GPU = Path(__file__).parents[1] / "fakes" / "fake-gpu"
 
 
-def _plan(tmp_path: Path, nvidia_smi: str | None) -> Path:
+def _plan(tmp_path: Path, nvidia_smi: str | None, nvml: str = f"{FAKE_GPU} nvml") -> Path:
     checks = {}
     if nvidia_smi:
         checks["gpu"] = {
             "phases": ["boot"],
             "timeoutSeconds": 10,
-            "options": {"nvidiaSmi": nvidia_smi},
+            "options": {"nvidiaSmi": nvidia_smi, "nvml": nvml},
         }
     plan = {
         "node": {"name": "slonk-gpu-0", "gpus": 2, "peers": ["slonk-gpu-0"]},
@@ -113,3 +113,33 @@ def test_a_driver_before_r535_is_asked_with_the_reasons_old_name(tmp_path):
     answer.chmod(0o755)
     found = _series(gpu_families("n", _plan(tmp_path, str(answer))))
     assert found["slonk_gpu_clock_event_reasons"] == {("n", "0"): 4}  # power cap
+
+
+def test_nvlink_errors_by_kind_on_each_gpu(tmp_path, scenario):
+    scenario.write_text("nvlink-rising\n")
+    os.utime(scenario, (0, os.stat(scenario).st_mtime - 10))  # written 10 s ago
+    (errors,) = nvlink_families("n", _plan(tmp_path, f"{FAKE_GPU} nvidia-smi"))
+    assert errors.name == "slonk_gpu_nvlink_errors_total"
+    kinds = {"crc_flit", "crc_data", "replay", "recovery"}
+    assert {labels[2] for labels in errors.samples} == kinds
+    assert errors.samples[("n", "0", "crc_flit")] == 0
+    assert errors.samples[("n", "1", "crc_flit")] >= 200  # 20 a second, for 10 s
+    assert errors.samples[("n", "1", "replay")] == 0
+
+
+def test_a_gpu_without_nvlink_has_no_nvlink_series(tmp_path):
+    answer = tmp_path / "nvml"
+    answer.write_text("#!/bin/sh\necho '0, [N/A], [N/A], [N/A], [N/A]'\n")
+    answer.chmod(0o755)
+    assert nvlink_families("n", _plan(tmp_path, "nvidia-smi", str(answer)))[0].samples == {}
+
+
+def test_a_failing_nvlink_reader_is_its_own_sources_error(tmp_path):
+    answer = tmp_path / "nvml"
+    answer.write_text(
+        "#!/bin/sh\necho 'NVML: libnvidia-ml.so.1: cannot open shared object'\nexit 9\n"
+    )
+    answer.chmod(0o755)
+    with pytest.raises(RecordError, match=r"NVLink counters: NVML: libnvidia-ml\.so\.1"):
+        nvlink_families("n", _plan(tmp_path, "nvidia-smi", str(answer)))
+    assert nvlink_families("n", _plan(tmp_path, None)) == []

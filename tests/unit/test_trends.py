@@ -42,12 +42,21 @@ def test_trends_are_off_unless_asked_for_and_run_beside_the_gpu_check():
     assert not any(name.startswith("trend:") for name in cpu.checks)
 
 
+def test_each_rule_reads_its_counter_from_the_program_that_has_it():
+    plan = runner.plan_for(parse_spec(BASE), "slonk-gpu-0")
+    gpu = plan.checks["gpu"]["options"]
+    assert plan.checks["trend:ecc-corrected"]["options"]["command"] == gpu["nvidiaSmi"]
+    nvlink = plan.checks["trend:nvlink-crc"]["options"]
+    assert nvlink["field"] == "nvlink.errors.crc_flit.total"
+    assert nvlink["command"] == gpu["nvml"] == "/opt/slonk/bin/python3 -I -m slonk.health.nvml"
+
+
 @pytest.mark.parametrize(
     ("rules", "error"),
     [
         ({"ecc-corrected": {"maxIncrease": -1}}, "maxIncrease: must be >= 0"),
         ({"ecc-corrected": {"windowSeconds": 30}}, "windowSeconds: must be >= 60"),
-        ({"nvlink-crc": {}}, r"rules\.nvlink-crc: unknown key"),
+        ({"nvlink-replay": {}}, r"rules\.nvlink-replay: unknown key"),
     ],
 )
 def test_bad_rules_are_refused_naming_the_key(rules, error):
@@ -84,7 +93,7 @@ def options(smi: str, most: int = 1000, window: int = 3600) -> dict:
         "field": "ecc.errors.corrected.aggregate.total",
         "maxIncrease": most,
         "windowSeconds": window,
-        "nvidiaSmi": smi,
+        "command": smi,
     }
 
 

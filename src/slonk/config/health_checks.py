@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from slonk.config import patterns
 from slonk.config.model import CheckSettings, Rule
 
+NVML_READER = "/opt/slonk/bin/python3 -I -m slonk.health.nvml"
+
 # XIDs that mean the GPU or its memory needs attention (NVIDIA's XID catalogue): a node
 # showing one is drained. Application faults (13, 31, 43, 45) are left to the job.
 CRITICAL_XIDS = (48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 140)
@@ -23,6 +25,9 @@ HEALTH_CHECKS: Mapping[str, CheckSettings] = {
         15,
         {
             "nvidiaSmi": "nvidia-smi",
+            # What reads the counters nvidia-smi's queries lack (NVLink's errors), answering
+            # as nvidia-smi does: slonk's reader of the driver's library (slonk.health.nvml).
+            "nvml": NVML_READER,
             "dmesg": "dmesg --kernel",
             "xids": list(CRITICAL_XIDS),
             "maxUsedMemoryMiB": 1024,
@@ -55,6 +60,7 @@ SHARED_CHECKS = frozenset({"storage", "dns", "controller", "scratch"})
 # programs they run as root.
 CHECK_OPTION_SHAPES: Mapping[str, tuple[str, str]] = {
     "nvidiaSmi": (patterns.COMMAND_LINE, "a program and its options"),
+    "nvml": (patterns.COMMAND_LINE, "a program and its options"),
     "dmesg": (patterns.COMMAND_LINE, "a program and its options"),
     "names": (patterns.INTERFACE, "a network interface name"),
     "rdmaDevices": (patterns.RDMA_DEVICE, "an RDMA device name"),

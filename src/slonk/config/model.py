@@ -297,7 +297,7 @@ class TrendRule:
     """One GPU counter's rule: more than `max_increase` within `window_seconds` drains. The
     rules and their defaults: slonk.config.trends."""
 
-    field: str  # nvidia-smi --query-gpu's name of the counter
+    field: str  # nvidia-smi --query-gpu's name of the counter (or slonk.health.nvml's)
     max_increase: int
     window_seconds: int
 

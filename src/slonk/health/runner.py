@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from slonk.base.files import write_atomically
 from slonk.base.paths import HEALTH_PLAN, HEALTH_STATE
 from slonk.config import check_names
-from slonk.health import probe
+from slonk.health import nvml, probe
 from slonk.health.checks import Node, find
 from slonk.slurm import reasons
 
@@ -104,14 +104,16 @@ def plan_for(spec: ClusterSpec, node_name: str) -> CheckPlan | None:
     if gpu_check is not None and trends is not None:
         for name, rule in trends.rules.items():
             checks[f"{check_names.TREND_PREFIX}{name}"] = PlannedCheck(
-                phases=["watch"],  # beside the GPU check, with its nvidia-smi and timeout
+                phases=["watch"],  # beside the GPU check, with its programs and timeout
                 timeoutSeconds=gpu_check["timeoutSeconds"],
                 options={
                     "rule": name,
                     "field": rule.field,
                     "maxIncrease": rule.max_increase,
                     "windowSeconds": rule.window_seconds,
-                    "nvidiaSmi": gpu_check["options"]["nvidiaSmi"],
+                    "command": gpu_check["options"][
+                        "nvml" if rule.field in nvml.NVLINK_FIELDS else "nvidiaSmi"
+                    ],
                 },
             )
     return CheckPlan(

@@ -55,11 +55,12 @@ def increases(samples: list[tuple[float, dict[str, int]]]) -> dict[str, int]:
 
 
 def _read(options: Mapping[str, Any], timeout: float) -> tuple[dict[str, int], dict[str, str]]:
-    """Each GPU's count by its bus id (an index shifts when a GPU drops), and its index. An
-    nvidia-smi that fails says nothing of a trend: the GPU check is the one to drain for it."""
+    """Each GPU's count by its bus id (an index shifts when a GPU drops), and its index, from
+    the rule's program (nvidia-smi, or slonk.health.nvml, which answers alike). One that fails
+    says nothing of a trend: the GPU check is the one to drain for it."""
     field = options["field"]
     try:
-        rows = gpu.query(options["nvidiaSmi"], ("index", "pci.bus_id", field), "gpu", timeout)
+        rows = gpu.query(options["command"], ("index", "pci.bus_id", field), "gpu", timeout)
     except Unhealthy as err:
         raise Inconclusive(f"cannot read {field}: {err}") from None
     counts, names = {}, {}

@@ -8,7 +8,9 @@ standing for GPU ones). Like the real one it shows every GPU of the pod, whateve
 CUDA_VISIBLE_DEVICES says; only a device cgroup hides GPUs, and local mode confines nothing.
 
 It also stands for slonk.health.cuda, the active checks' probe (`probe memory|compute`):
-each GPU's copy bandwidth and FMA throughput, a healthy H100's as measured on one.
+each GPU's copy bandwidth and FMA throughput, a healthy H100's as measured on one; and for the
+driver's library under slonk.health.nvml, the reader of NVLink's error counters (`nvml ARGS`:
+slonk's reader itself, over FakeNvml).
 
 Each node's GPUs are in the state named by /home/.fake-gpu/<hostname> (one word; no file
 means healthy), kept in the shared /home so that it outlasts pod restarts, as hardware does:
@@ -16,16 +18,23 @@ means healthy), kept in the shared /home so that it outlasts pod restarts, as ha
   slow-memory  slow-compute  (GPU 1 measures slow)  hang  (the probe never answers)
   long-check  (the probe takes ten minutes, then measures healthy: a long diagnostic)
   rising  (GPU 1's corrected ECC errors climb by RISING_PER_SECOND from the file's writing)
+  nvlink-rising  (GPU 1's NVLink CRC errors climb alike)
 Each GPU has a serial number (`--query-gpu=serial`: 13 digits, as NVIDIA's data-centre boards
 print), the same for the same hostname: the machine's, kept across pod restarts.
-Usage: python3 -m slonk.local.fake_gpu nvidia-smi ARGS... | dmesg ARGS... | probe MEASURE
+Usage: python3 -m slonk.local.fake_gpu nvidia-smi ARGS... | dmesg ARGS... | probe MEASURE |
+       nvml ARGS...
 """
 
+import ctypes
 import json
 import os
+import re
 import sys
 import time
 import zlib
+from typing import Any
+
+from slonk.health import nvml
 
 SCENARIO_FILE = os.environ.get("FAKE_GPU_SCENARIO", f"/home/.fake-gpu/{os.uname().nodename}")
 HEALTHY = {
@@ -46,7 +55,14 @@ HEALTHY = {
     "remapped_rows.correctable": "0",
     "remapped_rows.uncorrectable": "0",
 }
+# The counters NVLink keeps, which the real nvidia-smi's queries lack: slonk.health.nvml reads
+# them from the driver's library, which FakeNvml stands for.
+NVLINK = dict.fromkeys(nvml.NVLINK_FIELDS, "0")
 RISING_PER_SECOND = 20
+RISING = {
+    "rising": "ecc.errors.corrected.aggregate.total",
+    "nvlink-rising": "nvlink.errors.crc_flit.total",
+}
 BUSES = ["00000000:18:00.0", "00000000:2A:00.0"]  # then one every 0x12, as on an HGX board
 DEFAULT_COUNT = 2
 FORMAT = "--format=csv,noheader,nounits"
@@ -73,9 +89,12 @@ def serial(index: int) -> str:
 
 def count() -> int:
     """The pod's GPUs: as many as the fake device plugin gave it (its nvidia-smi says so in
-    FAKE_GPU_COUNT), else DEFAULT_COUNT."""
+    FAKE_GPU_COUNT; the probe and the NVML reader count its /dev/nvidiaN), else DEFAULT_COUNT."""
     given = os.environ.get("FAKE_GPU_COUNT", "")
-    return int(given) if given.isdigit() and int(given) > 0 else DEFAULT_COUNT
+    if given.isdigit() and int(given) > 0:
+        return int(given)
+    devices = [name for name in os.listdir("/dev") if re.fullmatch(r"nvidia[0-9]+", name)]
+    return len(devices) or DEFAULT_COUNT
 
 
 def bus(index: int) -> str:
@@ -87,6 +106,7 @@ def gpus(state: str) -> list[dict[str, str]]:
     for index in range(count()):
         bus_id = bus(index)
         row = dict(HEALTHY, index=str(index), **{"pci.bus_id": bus_id, "uuid": f"GPU-fa4e{index}"})
+        row.update(NVLINK)
         row["serial"] = serial(index)
         rows.append(row)
     if state == "ecc":
@@ -99,9 +119,9 @@ def gpus(state: str) -> list[dict[str, str]]:
         rows[0]["memory.used"] = "40960"
     if state in ("missing", "lost"):
         rows.pop()
-    if state == "rising":
+    if state in RISING:
         climbed = int(max(0.0, time.time() - os.stat(SCENARIO_FILE).st_mtime) * RISING_PER_SECOND)
-        rows[1]["ecc.errors.corrected.aggregate.total"] = str(climbed)
+        rows[1][RISING[state]] = str(climbed)
     return rows
 
 
@@ -128,7 +148,7 @@ def nvidia_smi(args: list[str]) -> int:
             print("48213, python, 40958")
         return 0
     rows = gpus(state)
-    unknown = [f for f in fields.split(",") if f not in rows[0]] if rows else []
+    unknown = [f for f in fields.split(",") if f not in rows[0] or f in NVLINK] if rows else []
     if unknown:  # the real one's words
         print(f'Field "{unknown[0]}" is not a valid field to query.', file=sys.stderr)
         return 2
@@ -165,6 +185,62 @@ def probe(args: list[str]) -> int:
     return 0
 
 
+class FakeNvml:
+    """A FAKE of the few calls of the driver's library (libnvidia-ml.so.1) slonk.health.nvml
+    makes, over this fake's GPUs: it stands for the library, not for slonk's reader, which runs
+    as it would on a real node (only ctypes' calls into C are not exercised). Arguments come
+    as ctypes passes them: byref() wraps the object the call fills."""
+
+    NOT_SUPPORTED = 3  # NVML_ERROR_NOT_SUPPORTED
+    UNSIGNED_LONG_LONG = 3  # NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+
+    def __init__(self, rows: list[dict[str, str]]) -> None:
+        self.rows = rows
+        self.nvmlErrorString: Any = lambda status: b"Not Supported"
+
+    def nvmlInit_v2(self) -> int:
+        return 0
+
+    def nvmlShutdown(self) -> int:
+        return 0
+
+    def nvmlDeviceGetCount_v2(self, count: Any) -> int:
+        count._obj.value = len(self.rows)
+        return 0
+
+    def nvmlDeviceGetHandleByIndex_v2(self, index: ctypes.c_uint, handle: Any) -> int:
+        handle._obj.value = index.value + 1  # a null handle is none
+        return 0
+
+    def _row(self, handle: ctypes.c_void_p) -> dict[str, str]:
+        return self.rows[(handle.value or 0) - 1]
+
+    def nvmlDeviceGetPciInfo_v3(self, handle: ctypes.c_void_p, pci: Any) -> int:
+        domain, bus, device = self._row(handle)["pci.bus_id"].split(".")[0].split(":")
+        pci._obj.domain, pci._obj.bus, pci._obj.device = (int(x, 16) for x in (domain, bus, device))
+        return 0
+
+    def nvmlDeviceGetFieldValues(
+        self, handle: ctypes.c_void_p, n: ctypes.c_int, values: Any
+    ) -> int:
+        by_id = {field_id: name for name, field_id in nvml.NVLINK_FIELDS.items()}
+        row = self._row(handle)
+        for value in values[: n.value]:
+            cell = row.get(by_id.get(value.fieldId, ""), "")
+            if cell.isdigit():
+                value.valueType, value.nvmlReturn = self.UNSIGNED_LONG_LONG, 0
+                value.value.ullVal = int(cell)
+            else:
+                value.nvmlReturn = self.NOT_SUPPORTED
+        return 0
+
+
+def nvml_reader(args: list[str]) -> int:
+    """slonk.health.nvml itself, over FakeNvml."""
+    state = scenario()
+    return nvml.main(args, library=lambda: FakeNvml(gpus(state)))  # type: ignore[arg-type,return-value]
+
+
 def dmesg() -> int:
     lines = KERNEL_LOG + ([XID] if scenario() == "xid" else [])
     print("\n".join(lines))
@@ -175,6 +251,8 @@ def main(argv: list[str]) -> int:
     tool, *rest = argv
     if tool == "probe":
         return probe(rest)
+    if tool == "nvml":
+        return nvml_reader(rest)
     return nvidia_smi(rest) if tool == "nvidia-smi" else dmesg()
 
 

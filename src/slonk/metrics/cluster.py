@@ -1,9 +1,11 @@
 """The cluster's state as metric families, from one `scontrol show node --json` and one
-`squeue --json`: nodes by state and cause, CPUs, memory and GPUs per pool, jobs per partition.
+`squeue --json`: nodes by state and cause, CPUs, memory and GPUs per pool, jobs per partition,
+and which running job holds which GPU.
 
 Labels are bounded: a node's state from a fixed set, its cause from cause_label, its pool from
 cluster.yaml, a partition only if cluster.yaml has it, a job state and a pending reason only
-as Slurm's own words. Nothing Slurm prints reaches a label value otherwise.
+as Slurm's own words, a node only if cluster.yaml has it, a job by its number, a user by a
+name of the shape slonk's users have. Nothing Slurm prints reaches a label value otherwise.
 """
 
 from __future__ import annotations
@@ -12,9 +14,18 @@ import re
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
+from slonk.config.accounts import NAME_PATTERN
 from slonk.metrics.cause import NONE, cause_label
 from slonk.metrics.family import GAUGE, Family, number
-from slonk.slurm.slurm_state import NodeState, job_records, job_state, node_records, node_state
+from slonk.slurm.slurm_state import (
+    NodeState,
+    SlurmError,
+    job_nodes,
+    job_records,
+    job_state,
+    node_records,
+    node_state,
+)
 
 OTHER = "other"
 NODE_STATES = (
@@ -35,7 +46,12 @@ NODE_FIELDS = (
     "state", "reason", "slurmd_start_time", "reason_set_by_user",
     "cpus", "alloc_cpus", "real_memory", "alloc_memory", "tres", "tres_used",
 )  # fmt: skip
-JOB_FIELDS = ("job_state", "partition", "state_reason")
+JOB_FIELDS = ("job_state", "partition", "state_reason", "user_name", "gres_detail", "job_resources")
+# A job's GPUs on one node, as Slurm details its GRES there: `gpu:2(IDX:0-1)`, or typed,
+# `gpu:h100:1(IDX:3)`, beside other GRES (`gpu:3(IDX:0-1,3),mps:0`). IDX counts the node's
+# gres.conf files, which slonk writes as /dev/nvidia0, 1, ... in order (slonk.config.render).
+GPU_DETAIL = re.compile(r"(?:^|,)gpu(?::[^:(,]+)?:[0-9]+\(IDX:([0-9,-]{1,256})\)")
+MAX_GPU_INDEX = 255
 
 
 def node_label(node: NodeState) -> str:
@@ -114,17 +130,64 @@ def partitions_of(record: Mapping[str, Any], known: Collection[str]) -> list[str
     return found or [OTHER]
 
 
-def job_families(text: str, partitions: Collection[str]) -> list[Family]:
-    """slonk_jobs{partition,state} and slonk_jobs_pending{partition,reason}."""
+def gpu_indices(detail: object) -> list[int]:
+    """The GPU indices in one node's GRES detail (`0-1,3` in `gpu:3(IDX:0-1,3)`); none if it
+    has none or is not of that shape."""
+    found = GPU_DETAIL.search(detail) if isinstance(detail, str) else None
+    indices: list[int] = []
+    for part in found.group(1).split(",") if found else ():
+        first, dash, last = part.partition("-")
+        if not first.isdigit() or (dash and not last.isdigit()):
+            return []
+        low, high = int(first), int(last if dash else first)
+        if not low <= high <= MAX_GPU_INDEX:
+            return []
+        indices.extend(range(low, high + 1))
+    return sorted(set(indices))
+
+
+def job_gpus(
+    record: Mapping[str, Any], job: str, pool_of: Callable[[str], str]
+) -> list[tuple[str, str, str, str]]:
+    """A running job's (job, user, node, GPU) for each GPU it holds on a node of a pool
+    cluster.yaml has: `gres_detail` lists the job's nodes in its allocation's order."""
+    user = record.get("user_name")
+    if not isinstance(user, str) or not re.fullmatch(NAME_PATTERN, user):
+        user = OTHER
+    details = record.get("gres_detail")
+    try:
+        nodes = job_nodes(record, f"job {job}")
+    except SlurmError:
+        return []
+    if not isinstance(details, list) or len(details) != len(nodes):
+        return []
+    return [
+        (job, user, node, str(index))
+        for node, detail in zip(nodes, details, strict=True)
+        if pool_of(node)
+        for index in gpu_indices(detail)
+    ]
+
+
+def job_families(
+    text: str, partitions: Collection[str], pool_of: Callable[[str], str]
+) -> list[Family]:
+    """slonk_jobs{partition,state}, slonk_jobs_pending{partition,reason} and
+    slonk_job_gpu_info{job_id,user,node,gpu}."""
     jobs = Family("slonk_jobs", GAUGE, "Jobs in Slurm's queue by partition and state.",
                   ("partition", "state"))  # fmt: skip
     pending = Family("slonk_jobs_pending", GAUGE, "Pending jobs by partition and Slurm's "
                      "reason.", ("partition", "reason"))  # fmt: skip
+    # `job_id`, not `job`: Prometheus gives every series its scrape job's name as `job`.
+    gpus = Family("slonk_job_gpu_info", GAUGE, "1 for each GPU a running job holds, by the "
+                  "job's number and user, and the node and GPU index (its /dev/nvidiaN) the "
+                  "GPU series carry: join them on (node, gpu) for a job's GPU figures.",
+                  ("job_id", "user", "node", "gpu"))  # fmt: skip
     for partition in partitions:  # a partition with no job reads 0, not absent
         jobs.add(0, partition, "pending")
         jobs.add(0, partition, "running")
     for record in job_records(text, JOB_FIELDS):
-        _, state = job_state(record)
+        job, state = job_state(record)
         word = state.lower() if state in JOB_STATES else OTHER
         reason = record.get("state_reason")
         if not isinstance(reason, str) or not REASON_WORD.fullmatch(reason):
@@ -133,4 +196,7 @@ def job_families(text: str, partitions: Collection[str]) -> list[Family]:
             jobs.add(1, partition, word)
             if state == "PENDING":
                 pending.add(1, partition, reason)
-    return [jobs, pending]
+        if state == "RUNNING":
+            for labels in job_gpus(record, job, pool_of):
+                gpus.set(1, *labels)
+    return [jobs, pending, gpus]

@@ -1,7 +1,8 @@
 """A worker's GPUs as metrics, one series per GPU: utilization, memory, power, temperature,
 the clock event (throttle) reasons, ECC errors and remapped rows, from one nvidia-smi query a
-scrape. The command is the node's GPU check's own (its health plan, `nvidiaSmi`): a node
-without that check exports no GPU series."""
+scrape; and NVLink's error counters, which nvidia-smi's queries lack, from one query of
+slonk.health.nvml, which answers alike. The commands are the node's GPU check's own (its
+health plan, `nvidiaSmi` and `nvml`): a node without that check exports no GPU series."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from slonk.base.paths import HEALTH_PLAN
 from slonk.health.gpu import query
+from slonk.health.nvml import NVLINK_FIELDS
 from slonk.health.probe import Unhealthy
 from slonk.health.runner import load_plan
 from slonk.metrics.family import COUNTER, GAUGE, Family, RecordError
@@ -69,16 +71,22 @@ def value(cell: str) -> float | None:
         return None
 
 
-def gpu_families(node: str, plan: Path = HEALTH_PLAN) -> list[Family]:
-    """Every GPU's series, labelled with this pod's `node` and the GPU's index."""
+def _gpu_options(plan: Path) -> dict[str, object] | None:
+    """The node's GPU check's options; None without one."""
     try:
         check = load_plan(plan).checks.get("gpu")
     except FileNotFoundError:
-        return []
-    if check is None:
+        return None
+    return None if check is None else dict(check["options"])
+
+
+def gpu_families(node: str, plan: Path = HEALTH_PLAN) -> list[Family]:
+    """Every GPU's series, labelled with this pod's `node` and the GPU's index."""
+    options = _gpu_options(plan)
+    if options is None:
         return []
     families = [Family(s.name, s.kind, s.help, ("node", "gpu")) for s in TELEMETRY]
-    command = check["options"]["nvidiaSmi"]
+    command = str(options["nvidiaSmi"])
     try:
         try:
             rows = query(command, FIELDS, "gpu", QUERY_SECONDS)
@@ -97,3 +105,29 @@ def gpu_families(node: str, plan: Path = HEALTH_PLAN) -> list[Family]:
             if found is not None and found >= 0:
                 family.set(found * series.scale, node, index)
     return families
+
+
+# Each NVLink counter by its `kind` label: NVML's totals over all of a GPU's links.
+NVLINK_KINDS = {field.split(".")[2]: field for field in NVLINK_FIELDS}
+
+
+def nvlink_families(node: str, plan: Path = HEALTH_PLAN) -> list[Family]:
+    """slonk_gpu_nvlink_errors_total{node,gpu,kind}: a GPU without NVLink has none."""
+    options = _gpu_options(plan)
+    if options is None or not options.get("nvml"):
+        return []
+    errors = Family("slonk_gpu_nvlink_errors_total", COUNTER, "NVLink errors over all of the "
+                    "GPU's links since the driver loaded, by kind: crc_flit and crc_data "
+                    "(CRC errors, each replayed), replay, recovery (a link retrained). A rising "
+                    "rate comes before a link fails.", ("node", "gpu", "kind"))  # fmt: skip
+    fields = ("index", *NVLINK_KINDS.values())
+    try:
+        rows = query(str(options["nvml"]), fields, "gpu", QUERY_SECONDS)
+    except Unhealthy as err:
+        raise RecordError(f"NVLink counters: {err}") from None
+    for index, *cells in rows:
+        for kind, cell in zip(NVLINK_KINDS, cells, strict=True):
+            found = value(cell)
+            if index.isdigit() and found is not None and found >= 0:
+                errors.set(found, node, index, kind)
+    return [errors]

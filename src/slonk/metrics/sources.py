@@ -14,7 +14,7 @@ from slonk.config.model import ClusterSpec
 from slonk.metrics.cluster import job_families, node_families
 from slonk.metrics.events import EventCounter, syncer_families
 from slonk.metrics.family import Family
-from slonk.metrics.gpus import gpu_families
+from slonk.metrics.gpus import gpu_families, nvlink_families
 from slonk.metrics.health import health_families
 from slonk.metrics.sdiag import COMMAND as SDIAG
 from slonk.metrics.sdiag import sdiag_families
@@ -79,7 +79,7 @@ def controller(spec: Spec | None = None) -> dict[str, Source]:
 
     def jobs() -> list[Family]:
         spec.refresh()
-        return job_families(run(list(QUEUE)), spec.partitions)
+        return job_families(run(list(QUEUE)), spec.partitions, spec.pool_of)
 
     def history() -> list[Family]:
         nonlocal counter
@@ -104,4 +104,5 @@ def worker(node: str) -> dict[str, Source]:
     return {
         "health": lambda: health_families(paths.HEALTH_STATE, node),
         "gpus": lambda: gpu_families(node),
+        "nvlink": lambda: nvlink_families(node),
     }

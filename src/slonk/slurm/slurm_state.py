@@ -203,7 +203,7 @@ def parse_nodes(text: str) -> list[NodeState]:
     return [node_state(record) for record in node_records(text)]
 
 
-def _job_nodes(record: Mapping[str, Any], where: str) -> tuple[str, ...]:
+def job_nodes(record: Mapping[str, Any], where: str) -> tuple[str, ...]:
     """The nodes the job was given: job_resources' allocation (null while pending)."""
     resources = record.get("job_resources")
     if resources is None:
@@ -215,10 +215,37 @@ def _job_nodes(record: Mapping[str, Any], where: str) -> tuple[str, ...]:
                  for node in _records(allocation, where))  # fmt: skip
 
 
+def _allocated_names(resources: Any) -> Any:
+    """A job's `job_resources` as job_nodes reads it, its nodes' names alone: each node's
+    sockets and cores, most of a running job's record, are freed as they are parsed. Any
+    other shape is kept, for job_nodes to refuse."""
+    nodes = resources.get("nodes") if isinstance(resources, dict) else None
+    allocation = nodes.get("allocation") if isinstance(nodes, dict) else None
+    if not isinstance(allocation, list) or not all(isinstance(n, dict) for n in allocation):
+        return resources
+    return {"nodes": {"allocation": [{"name": n.get("name")} for n in allocation]}}
+
+
+def _job_hook(fields: Collection[str] | None) -> Callable[[dict[str, Any]], Any] | None:
+    """_keeping's hook for job records, `job_resources` trimmed to what job_nodes reads."""
+    keep = _keeping("job_id", fields)
+    if keep is None or fields is None or "job_resources" not in fields:
+        return keep
+
+    def hook(record: dict[str, Any]) -> Any:
+        kept = keep(record)
+        if "job_id" in kept and "job_resources" in kept:
+            kept["job_resources"] = _allocated_names(kept["job_resources"])
+        return kept
+
+    return hook
+
+
 def job_records(text: str, fields: Collection[str] | None = None) -> list[Mapping[str, Any]]:
     """`squeue --json`'s job records (or `scontrol show job --json`'s: the same records);
-    only `fields` of each (and its id), if given."""
-    hook = _keeping("job_id", fields)
+    only `fields` of each (and its id), if given, `job_resources` among them only as far as
+    job_nodes reads it."""
+    hook = _job_hook(fields)
     return _records(_document(text, QUEUE, "jobs", hook), " ".join(QUEUE))
 
 
@@ -239,7 +266,7 @@ def parse_jobs(text: str) -> list[Job]:
         jobs.append(Job(
             id=job_id,
             state=state,
-            nodes=_job_nodes(record, where),
+            nodes=job_nodes(record, where),
             restarts=_get(record, "restart_cnt", int, where),
             batch_host=_get(record, "batch_host", str, where),
         ))  # fmt: skip
