@@ -589,7 +589,13 @@ PROBE_BASE: dict[str, Any] = {
         }
     },
     "partitions": {"main": {"defaultTime": 5, "priorityTier": 1, "preemptMode": "OFF"}},
-    "health": {"active": {"enabled": True}, "trends": {"enabled": True}},
+    "health": {
+        "active": {
+            "enabled": True,
+            "commands": {"diag": {"command": "dcgmi diag -r 1", "timeoutSeconds": 60}},
+        },
+        "trends": {"enabled": True},
+    },
 }
 # cluster.yaml's path of a values key, where the two differ.
 SPEC_KEYS = {
@@ -601,7 +607,7 @@ SPEC_KEYS = {
     "ldap.dev": "ldapServer",
 }
 # The one item a probe descends into: the example pool and partition, a list's first item.
-ITEM = {"nodepools": "cpu", "partitions": "main"}
+ITEM = {"nodepools": "cpu", "partitions": "main", "commands": "diag"}
 
 
 def _schema_leaves(

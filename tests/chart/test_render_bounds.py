@@ -375,7 +375,7 @@ ARRAYS_AND_MAPS = {
 # Templates that make objects per pool or per node: their loops run only if slonk.boundNodes.
 NODE_TEMPLATES = ("services.yaml", "workers.yaml")
 _RANGE = re.compile(r"\{\{-?\s*range\s+(?:\$\w+(?:\s*,\s*\$\w+)?\s*:=\s*)?(.*?)\s*-?\}\}")
-_UNTIL = re.compile(r"\{\{-?(?!\s*range\b)[^}]*?\b(until\s+\$\w+)")
+_UNTIL = re.compile(r"\{\{-?(?!\s*range\b)[^}]*?\b((?:until|untilStep|seq)\s+(?:\$\w+|\([^)]*\)))")
 
 
 def _loops() -> list[tuple[str, str]]:

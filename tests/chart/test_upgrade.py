@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -59,11 +60,11 @@ def previous_release() -> str | None:
     return fork or None
 
 
-@pytest.fixture(scope="module")
-def previous_chart(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def _previous(tmp_path_factory: pytest.TempPathFactory, path: str) -> Path:
+    """`path` of the previous release, extracted."""
     commit = previous_release()
     archive = commit and subprocess.run(
-        ["git", "-C", str(REPO), "archive", "--format=tar", commit, CHART],
+        ["git", "-C", str(REPO), "archive", "--format=tar", commit, path],
         capture_output=True,
         check=False,
     )
@@ -72,7 +73,18 @@ def previous_chart(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("previous")
     with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
         tar.extractall(root, filter="data")
-    return root / CHART
+    return root / path
+
+
+@pytest.fixture(scope="module")
+def previous_chart(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _previous(tmp_path_factory, CHART)
+
+
+@pytest.fixture(scope="module")
+def previous_code(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The previous release's package: what its pods' images run."""
+    return _previous(tmp_path_factory, "src")
 
 
 def _statefulsets(chart_dir: Path, values: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -148,3 +160,25 @@ def test_the_databases_claim_is_frozen_as_every_claim():
     (claim,) = mariadb["volumeClaimTemplates"]
     assert claim["spec"]["storageClassName"] == "ssd"
     assert claim["spec"]["resources"]["requests"]["storage"] == "5Gi"
+
+
+@pytest.mark.parametrize("files", VALUE_SETS, ids=lambda f: "+".join(f) or "defaults")
+def test_the_previous_releases_pods_take_this_releases_cluster_yaml(previous_code, files):
+    """Worker pods are replaced as they drain (OnDelete), so pods of the previous images read
+    the new cluster.yaml for a while: with its defaults it holds no key they do not know (a
+    pod refuses one, keeping its old configuration; values.yaml leaves new keys unset)."""
+    values = chart.deep_merge(
+        chart.user_values([VALUES / f for f in files]),
+        {"health": {"active": {"enabled": True}, "trends": {"enabled": True}}},
+    )
+    rendered = chart.render(chart.default_chart(), values)
+    spec = yaml.safe_load(rendered["slonk/templates/cluster-configmap.yaml"])["data"]
+    parse = (
+        f"import sys, yaml; sys.path.insert(0, {str(previous_code)!r}); "
+        "from slonk.config.spec import parse_spec; parse_spec(yaml.safe_load(sys.stdin))"
+    )
+    older = subprocess.run(
+        [sys.executable, "-I", "-c", parse],
+        input=spec["cluster.yaml"], capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert older.returncode == 0, older.stderr.strip().splitlines()[-1:]

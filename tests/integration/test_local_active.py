@@ -22,6 +22,7 @@ from ..support.cluster import LocalCluster, cluster_of_its_own, wait_for
 CONTROLLER = "slonk-controller-0"
 NODES = ("slonk-gpu-0", "slonk-gpu-1")
 INTERVAL = 15  # each idle node is checked every 15 s: the tests wait on that, not more
+SITE_CHECK = "/home/.site-check/diag"
 VALUES = {
     "nodepools": {
         "cpu": None,
@@ -32,7 +33,12 @@ VALUES = {
     "metrics": {"enabled": False},
     "syncer": {"enabled": False},
     "health": {
-        "active": {"intervalSeconds": INTERVAL, "startsPerMinute": 60},
+        "active": {
+            "intervalSeconds": INTERVAL,
+            "startsPerMinute": 60,
+            # The site's own check: a program in the shared /home, absent until a test writes it.
+            "commands": {"diag": {"command": SITE_CHECK, "timeoutSeconds": 30}},
+        },
         "recycle": {"idleSeconds": 1, "periodSeconds": 2, "maxRecycles": 5},
         "trends": {
             "rules": {
@@ -64,6 +70,13 @@ def healed(active: LocalCluster) -> Iterator[LocalCluster]:
         active.wait_idle(NODES, timeout=300)
 
 
+def _site_check(cluster: LocalCluster, body: str | None) -> None:
+    """The site's check program (root's, in the shared /home), or none."""
+    script = f"printf '#!/bin/sh\\n{body}\\n' > {SITE_CHECK} && chmod 755 {SITE_CHECK}"
+    command = f"rm -f {SITE_CHECK}" if body is None else script
+    cluster.pod(CONTROLLER).check_output(f"mkdir -p -m 755 /home/.site-check && {command}")
+
+
 def _check_jobs(cluster: LocalCluster) -> dict[str, tuple[str, str]]:
     """The active checks' jobs Slurm shows (ended ones too): id -> (state, node)."""
     out = cluster.pod(CONTROLLER).check_output(
@@ -76,6 +89,7 @@ def test_a_new_pod_ran_its_active_checks_before_service(active: LocalCluster) ->
     for node in NODES:
         boot = json.loads(active.pod(node).check_output(f"cat {BOOT_RESULTS}"))
         ran = {r["check"]: r for r in boot if r["check"].startswith("active:")}
+        # The site's check has no result: its program is not on the node, so it did not run.
         assert sorted(ran) == ["active:gpu-compute", "active:gpu-memory"], boot
         assert all(r["ok"] for r in ran.values()), ran
         assert ran["active:gpu-memory"]["detail"] == "memory 3025, 3026 GB/s"
@@ -140,13 +154,33 @@ def test_a_slow_gpu_drains_its_node_and_its_new_pod_stays_out_until_it_passes(
     healed.wait_idle((node,), timeout=300)
 
 
+def test_a_sites_own_check_failing_drains_with_its_words(healed: LocalCluster) -> None:
+    # Not NODES[0]: a user's job preempted its check (above), which waits RETRY_SECONDS.
+    node, other = NODES[1], NODES[0]
+    fails = f'[ "$(hostname)" != {node} ] || {{ echo GPU 1: Memory: Fail; exit 3; }}'
+    _site_check(healed, fails)
+    try:
+        wait_for(
+            f"{node} drained by the site's check",
+            lambda: healed.nodes()[node][1].startswith("slonk:active:diag: "),
+            timeout=INTERVAL * 3,
+        )
+        said = f"slonk:active:diag: {SITE_CHECK} exited with 3: GPU 1: Memory: Fail"
+        assert healed.nodes()[node][1] == said
+        assert "active" not in healed.nodes()[other][1]  # it passes there
+        _site_check(healed, "echo all pass")  # mended: the next pod's gate passes it
+        healed.wait_idle((node,), timeout=300)
+    finally:
+        _site_check(healed, None)
+
+
 # Each rule's counter rising on one node: (scenario, rule, what its drain says).
 RISING = {
     NODES[0]: ("rising", "ecc-corrected",
                "ecc.errors.corrected.aggregate.total rose by more than 100 within 600 s"),
     # Read through slonk's NVML reader, over the fake's stand-in for the driver's library.
     NODES[1]: ("nvlink-rising", "nvlink-crc",
-               "nvlink.errors.crc_flit.total rose by more than 100 within 600 s"),
+               "nvlink.errors.crc.total rose by more than 100 within 600 s"),
 }  # fmt: skip
 
 

@@ -643,21 +643,32 @@ class Checks:
     def nvlink_counters(self) -> None:
         """slonk's NVML reader in the worker pod, through the driver's library: a row for each
         GPU, the GPUs nvidia-smi shows at the same bus ids (so the structures' layout is the
-        library's), and each counter a number or [N/A] (a GPU without NVLink)."""
+        library's), and on a GPU with NVLink links a count of CRC errors, replays and
+        recoveries (a Hopper's per link, summed; an earlier GPU's totals), not [N/A]."""
         fields = ",".join(nvml.FIELDS)
         reader = ["/opt/slonk/bin/python3", "-I", "-m", "slonk.health.nvml"]
         out = self.pods.run("worker", [*reader, f"--query-gpu={fields}", nvml.FORMAT])
         smi = self.pods.run("worker", ["nvidia-smi", "--query-gpu=index,pci.bus_id", nvml.FORMAT])
-        rows = [[c.strip() for c in line.split(",")] for line in out.stdout.splitlines()]
+        rows = [dict(zip(nvml.FIELDS, (c.strip() for c in line.split(",")), strict=False))
+                for line in out.stdout.splitlines()]  # fmt: skip
         shown = [[c.strip() for c in line.split(",")] for line in smi.stdout.splitlines()]
-        numbers = all(c.isdigit() or c == nvml.NOT_AVAILABLE for row in rows for c in row[2:])
+        counted = ("nvlink.errors.crc.total", "nvlink.errors.replay.total",
+                   "nvlink.errors.recovery.total")  # fmt: skip
+        uncounted = [
+            row["index"]
+            for row in rows
+            if row.get("nvlink.links", "0") not in ("0", nvml.NOT_AVAILABLE)
+            and not all(row.get(f, "").isdigit() for f in counted)
+        ]
         ok = (
             out.returncode == 0
             and len(rows) == len(self.machine.gpus)
-            and [row[:2] for row in rows] == shown
-            and numbers
+            and [[row.get("index"), row.get("pci.bus_id")] for row in rows] == shown
+            and not uncounted
         )
-        said = " | ".join(", ".join(row) for row in rows) or out.stderr.strip()
+        said = " | ".join(", ".join(row.values()) for row in rows) or out.stderr.strip()
+        if uncounted:
+            said = f"GPUs {','.join(uncounted)} have links but no count: {said}"
         self.say("NVLink counters (slonk.health.nvml)", "PASS" if ok else "FAIL", said[:600])
 
     def gpus(self) -> None:

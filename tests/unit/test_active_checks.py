@@ -15,7 +15,7 @@ from slonk.align import active as schedule
 from slonk.config import render
 from slonk.config.spec import SpecError, parse_spec
 from slonk.health import active, runner
-from slonk.health.probe import Unhealthy
+from slonk.health.probe import Inconclusive, Unhealthy
 from slonk.local import fake_gpu
 from slonk.slurm import reasons
 from slonk.slurm.slurm_state import NodeState
@@ -326,3 +326,65 @@ def test_a_check_job_takes_the_whole_node_in_its_partition():
 
 def test_the_fake_is_importable_as_the_pods_run_it():
     assert "probe" in (fake_gpu.__doc__ or "") and sys.modules["slonk.local.fake_gpu"]
+
+
+# A site's own commands
+
+DIAG = {"command": "dcgmi diag -r 2", "timeoutSeconds": 900}
+
+
+def test_a_sites_command_runs_beside_slonks_checks_in_their_phases():
+    spec = spec_with(commands={"dcgm": DIAG, "burn": {**DIAG, "enabled": False}})
+    assert set(spec.active_checks(spec.pool("gpu"))) == {"gpu-memory", "gpu-compute", "dcgm"}
+    assert spec.active_checks(spec.pool("cpu")) == {}
+    planned = runner.plan_for(spec, "slonk-gpu-0").checks["active:dcgm"]
+    assert planned["phases"] == ["active", "boot"]
+    assert planned["timeoutSeconds"] == 900
+    assert planned["options"] == {"command": "dcgmi diag -r 2"}
+    # Its job's time limit holds every check of the node: 60 + 60 + 900 s, and a minute.
+    assert "--time=18" in schedule.submit_argv(spec, "slonk-gpu-1")
+
+
+@pytest.mark.parametrize(
+    ("commands", "error"),
+    [
+        ({"Bad_Name": DIAG}, r"commands\.Bad_Name: a check's name is a word"),
+        ({"gpu-memory": DIAG}, r"commands\.gpu-memory: gpu-memory is slonk's own check"),
+        ({"dcgm": {"timeoutSeconds": 60}}, r"commands\.dcgm\.command: required"),
+        ({"dcgm": {"command": "dcgmi diag"}}, r"commands\.dcgm\.timeoutSeconds: required"),
+        ({"dcgm": {**DIAG, "command": "dcgmi diag; reboot"}}, "command.*not a program"),
+        ({"dcgm": {**DIAG, "command": "-rf /"}}, "command.*not a program"),
+        ({"dcgm": {**DIAG, "timeoutSeconds": 3601}}, "timeoutSeconds: must be <= 3600"),
+        ({"dcgm": {**DIAG, "shell": True}}, r"commands\.dcgm\.shell: unknown key"),
+        ({"dcgm": "dcgmi diag"}, r"commands\.dcgm: expected a mapping"),
+        ({f"c{i}": DIAG for i in range(9)}, "commands: at most 8 checks"),
+    ],
+)
+def test_a_bad_command_is_refused_naming_the_key(commands, error):
+    with pytest.raises(SpecError, match=error):
+        spec_with(commands=commands)
+
+
+def program(tmp_path: Path, body: str) -> str:
+    script = tmp_path / "diag"
+    script.write_text(f"#!/bin/sh\n{body}\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_a_command_passes_by_exiting_0_and_fails_with_its_last_words(tmp_path):
+    ok = program(tmp_path, "echo 'all tests: Pass'")
+    assert active.run_command({"command": ok}, 5) == f"{ok} passed: all tests: Pass"
+    failing = program(tmp_path, "echo 'GPU 0: Pass'; echo 'GPU 1: Memory: Fail'; exit 226")
+    with pytest.raises(Unhealthy, match=r"diag exited with 226: GPU 0: Pass GPU 1: Memory: Fail$"):
+        active.run_command({"command": failing}, 5)
+    hung = program(tmp_path, "sleep 30")
+    with pytest.raises(Unhealthy):
+        active.run_command({"command": hung}, 0.5)
+
+
+def test_a_node_without_the_program_does_not_run_it(tmp_path):
+    with pytest.raises(Inconclusive, match=r"^slonk-no-such-diag is not on this node: not run$"):
+        active.run_command({"command": "slonk-no-such-diag -r 2"}, 5)
+    with pytest.raises(Inconclusive, match="not on this node"):
+        active.run_command({"command": str(tmp_path / "nosuch")}, 5)

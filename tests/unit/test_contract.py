@@ -135,7 +135,14 @@ EVERY_SECTION: dict = {
     "partitions": {"main": {"pools": ["cpu"]}},
     "ldap": {"uris": ["ldap://ldap"], "userBase": "ou=people", "groupBase": "ou=groups"},
     "hooks": {"prolog": "prolog"},
-    "health": {"enabled": True, "active": {"enabled": True}, "trends": {"enabled": True}},
+    "health": {
+        "enabled": True,
+        "active": {
+            "enabled": True,
+            "commands": {"diag": {"command": "dcgmi diag -r 1", "timeoutSeconds": 60}},
+        },
+        "trends": {"enabled": True},
+    },
     "metrics": {},
     "accounting": {"host": "slurmdbd", "database": {"host": "mariadb"}},
 }
@@ -146,7 +153,7 @@ def _spec_path(values: str) -> list[str]:
         if values.startswith(prefix):
             values = replaced + values.removeprefix(prefix)
             break
-    names = {"nodepools": "cpu", "partitions": "main"}
+    names = {"nodepools": "cpu", "partitions": "main", "commands": "diag"}
     keys = values.split(".")
     return [names[keys[i - 1]] if key == "*" else key for i, key in enumerate(keys)]
 

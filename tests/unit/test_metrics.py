@@ -255,6 +255,16 @@ def test_each_gpu_a_running_job_holds_is_named_with_its_node_and_user():
     assert samples(families, "slonk_jobs") == {("main", "running"): 2, ("main", "pending"): 1}
 
 
+def test_where_private_data_hides_jobs_no_job_is_named(demo_spec):
+    families = job_families(text("squeue-gpu.json"), {"main"}, lambda n: "gpu", per_job=False)
+    assert samples(families, "slonk_job_gpu_info") == {}
+    assert samples(families, "slonk_jobs") == {("main", "running"): 2, ("main", "pending"): 1}
+    for setting, private in [(None, False), ("usage", False), ("jobs,usage", True), ("USERS", True),
+                             ("all", True)]:  # fmt: skip
+        conf = {"slurmConf": {"privateData": setting}} if setting else {}
+        assert parse_spec({**demo_spec, **conf}).jobs_private() is private, setting
+
+
 def test_a_job_holding_several_gpus_of_several_kinds_on_a_node_is_named_on_each():
     queue = jobs_document(
         running(7, "alice", ["gpu:h100:2(IDX:0-1)", "gpu:3(IDX:0,2-3),mps:0"], ["n2", "n3"]),

@@ -1,7 +1,8 @@
 """slonk.health.nvml, the reader of the GPU counters nvidia-smi's queries lack (NVLink's
 errors), over local mode's FakeNvml in the driver library's place: the query it answers as
-nvidia-smi does, what a GPU without a counter reads, and the refusals. The calls into the real
-library run in the node acceptance test on a GPU machine."""
+nvidia-smi does, NVML's two ways of counting (per link from Hopper on, a total before), what a
+GPU without a counter reads, and the refusals. The calls into the real library run in the node
+acceptance test on a GPU machine."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import pytest
 from slonk.health import nvml
 from slonk.local.fake_gpu import FakeNvml, gpus
 
-QUERY = "--query-gpu=index,pci.bus_id,nvlink.errors.crc_flit.total,nvlink.errors.recovery.total"
+COUNTERS = "nvlink.errors.crc.total,nvlink.errors.crc_data.total,nvlink.errors.recovery.total"
+QUERY = f"--query-gpu=index,pci.bus_id,nvlink.links,{COUNTERS}"
 
 
 def run(args: list[str], library: Any, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -22,21 +24,34 @@ def run(args: list[str], library: Any, capsys: pytest.CaptureFixture[str]) -> tu
     return status, out, err
 
 
-def test_it_answers_a_query_as_nvidia_smi_does(capsys):
+def rows_with(**counts: str) -> list[dict[str, str]]:
+    """The fake's two healthy GPUs, GPU 1's counters as given (`crc` for nvlink.errors.crc)."""
     rows = gpus("healthy")
-    rows[1]["nvlink.errors.crc_flit.total"] = "1234"
-    status, out, _ = run([QUERY, nvml.FORMAT], FakeNvml(rows), capsys)
+    for kind, count in counts.items():
+        rows[1][f"nvlink.errors.{kind}.total"] = count
+    return rows
+
+
+def test_a_hoppers_counts_per_link_are_summed(capsys):
+    status, out, _ = run([QUERY, nvml.FORMAT], FakeNvml(rows_with(crc="1234")), capsys)
     assert status == 0
-    assert out == "0, 00000000:18:00.0, 0, 0\n1, 00000000:2A:00.0, 1234, 0\n"
+    assert out == (
+        "0, 00000000:18:00.0, 18, 0, [N/A], 0\n"  # a Hopper keeps no CRC data count
+        "1, 00000000:2A:00.0, 18, 1234, [N/A], 0\n"
+    )
+
+
+def test_an_earlier_gpus_totals_are_read_where_it_counts_no_link(capsys):
+    library = FakeNvml(rows_with(crc="7", crc_data="3"), hopper=False)
+    status, out, _ = run([QUERY, nvml.FORMAT], library, capsys)
+    assert status == 0
+    assert out.splitlines()[1] == "1, 00000000:2A:00.0, 18, 7, 3, 0"
 
 
 def test_a_counter_the_gpu_does_not_keep_reads_not_available(capsys):
-    rows = gpus("healthy")
-    for row in rows:
-        row["nvlink.errors.crc_flit.total"] = "[N/A]"  # FakeNvml: NVML_ERROR_NOT_SUPPORTED
-    status, out, _ = run([QUERY, nvml.FORMAT], FakeNvml(rows), capsys)
+    status, out, _ = run([QUERY, nvml.FORMAT], FakeNvml(rows_with(crc="[N/A]")), capsys)
     assert status == 0
-    assert out.splitlines()[0] == "0, 00000000:18:00.0, [N/A], 0"
+    assert out.splitlines()[1] == "1, 00000000:2A:00.0, 18, [N/A], [N/A], 0"
 
 
 @pytest.mark.parametrize(
@@ -64,12 +79,24 @@ def test_a_failing_call_is_named_with_nvmls_words(capsys):
     assert err.strip() == "NVML: nvmlInit_v2: Driver Not Loaded (9)"
 
 
-def test_no_library_is_said_plainly(capsys):
+class OlderLibrary(FakeNvml):
+    """A driver's library from before a call the reader makes: ctypes finds no such symbol."""
+
+    def __getattribute__(self, name: str) -> Any:
+        if name == "nvmlDeviceGetPciInfo_v3":
+            raise AttributeError(f"libnvidia-ml.so.1: undefined symbol: {name}")
+        return super().__getattribute__(name)
+
+
+def test_no_library_or_an_older_one_is_said_plainly(capsys):
     def missing() -> ctypes.CDLL:
         raise OSError("libnvidia-ml.so.1: cannot open shared object file")
 
     assert nvml.main([QUERY, nvml.FORMAT], library=missing) == 9
     assert "NVML: libnvidia-ml.so.1: cannot open" in capsys.readouterr().err
+    assert nvml.main([QUERY, nvml.FORMAT], library=lambda: OlderLibrary(gpus("healthy"))) == 9
+    said = capsys.readouterr().err.strip()
+    assert said == "NVML: libnvidia-ml.so.1: undefined symbol: nvmlDeviceGetPciInfo_v3"
 
 
 def test_the_structures_have_nvmls_layout():

@@ -47,8 +47,13 @@ def test_each_rule_reads_its_counter_from_the_program_that_has_it():
     gpu = plan.checks["gpu"]["options"]
     assert plan.checks["trend:ecc-corrected"]["options"]["command"] == gpu["nvidiaSmi"]
     nvlink = plan.checks["trend:nvlink-crc"]["options"]
-    assert nvlink["field"] == "nvlink.errors.crc_flit.total"
+    assert nvlink["field"] == "nvlink.errors.crc.total"
     assert nvlink["command"] == gpu["nvml"] == "/opt/slonk/bin/python3 -I -m slonk.health.nvml"
+    # A site that empties the reader has no rule on its counters (nothing could read them).
+    doc = copy.deepcopy(BASE)
+    doc["health"]["checks"] = {"gpu": {"nvml": ""}}
+    plan = runner.plan_for(parse_spec(doc), "slonk-gpu-0")
+    assert "trend:nvlink-crc" not in plan.checks and "trend:ecc-corrected" in plan.checks
 
 
 @pytest.mark.parametrize(

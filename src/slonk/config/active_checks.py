@@ -61,6 +61,14 @@ OPTION_SHAPES: Mapping[str, tuple[str, str]] = {
 }
 SPREAD = Rule("spreadPercent", int, minimum=0, maximum=90)
 
+# A site's own active checks (`health.active.commands.<name>`): a program run as root on the
+# node beside slonk's, passing when it exits 0 (`dcgmi diag -r 2`, a burn-in, a fabric test of
+# the site's). A node without the program does not run it: the check has no result there
+# (slonk.health.active.run_command), so one catalogue serves pools of several kinds. Named as
+# a Slurm reason word, never as a check slonk ships.
+MAX_COMMANDS = 8
+COMMAND_NAME = r"^[a-z][a-z0-9-]{0,31}$"
+
 
 def time_limit_minutes(checks: Mapping[str, ActiveCheckSettings]) -> int:
     """A node's check job's time limit, and the partition's: its checks run one after another,

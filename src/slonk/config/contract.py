@@ -138,6 +138,7 @@ def settings() -> Iterator[Setting]:
         at = f"health.active.checks.{check}"
         yield Setting(f"{at}.{ACTIVE_TIMEOUT.key}", ACTIVE_TIMEOUT, active.timeout_seconds)
         yield Setting(f"{at}.{SPREAD.key}", SPREAD, active.options[SPREAD.key])
+    yield Setting(f"health.active.commands.*.{ACTIVE_TIMEOUT.key}", ACTIVE_TIMEOUT, MISSING)
     for name, trend in TRENDS.items():
         at = f"health.trends.rules.{name}"
         yield Setting(f"{at}.{MAX_INCREASE.key}", MAX_INCREASE, trend.max_increase)

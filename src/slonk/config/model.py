@@ -283,7 +283,9 @@ class ActiveSettings:
     """Active checks: tests run as Slurm jobs on idle nodes, preempted by any user's job
     (slonk.align.active), and before a new pod's node enters service (`gate`)."""
 
-    checks: Mapping[str, ActiveCheckSettings]  # the enabled ones
+    # The enabled ones: slonk's (slonk.config.active_checks) and the site's own `commands`
+    # (their options a `command`, no probe).
+    checks: Mapping[str, ActiveCheckSettings]
     # Each node runs its checks at most this often (twice a day, as Soperator's do).
     interval_seconds: int = setting(43200, "intervalSeconds", minimum=10)
     # Check jobs submitted per minute, cluster-wide: a round over thousands of nodes is spread
@@ -643,9 +645,15 @@ class ClusterSpec:
             if name != "gpu" or check.options["expectedCount"] or pool.gpus
         }
 
+    def jobs_private(self) -> bool:
+        """Whether slurm.conf's PrivateData hides one user's jobs from another (`jobs`,
+        `users` or `all`, in any case): then nothing slonk serves names a job's user."""
+        value = next((v for k, v in self.slurm_conf.items() if k.lower() == "privatedata"), "")
+        return bool({"jobs", "users", "all"} & set(str(value or "").lower().split(",")))
+
     def active_checks(self, pool: NodePool) -> dict[str, ActiveCheckSettings]:
         """The active checks a pool's nodes run: every check slonk ships tests GPUs, so only
-        pools with GPUs run any."""
+        pools with GPUs run any (a site's own commands among them)."""
         if self.health is None or self.health.active is None or not pool.gpus:
             return {}
         return dict(self.health.active.checks)

@@ -599,12 +599,42 @@ def _active_check(name: str, data: Any, path: str) -> ActiveCheckSettings | None
     return ActiveCheckSettings(r.ruled(ACTIVE_TIMEOUT, default.timeout_seconds), options)
 
 
+def _command_check(name: str, data: Any, path: str) -> ActiveCheckSettings | None:
+    """A site's own active check: its program, run as root on the node, and how long it may
+    take (slonk.config.active_checks, COMMAND_NAME)."""
+    if not matches(active_checks.COMMAND_NAME, name):
+        raise SpecError(f"{path}: a check's name is a word of lower-case letters, digits and -")
+    if name in ACTIVE_CHECKS:
+        raise SpecError(f"{path}: {name} is slonk's own check: health.active.checks.{name}")
+    r = _Reader(data, path, {"enabled", "command", ACTIVE_TIMEOUT.key})
+    if not r.get("enabled", bool, True):
+        return None
+    shape, what = active_checks.OPTION_SHAPES["probe"]
+    program = r.text("command", shape, what)
+    if program is None:
+        raise SpecError(f"{r.at('command')}: required: the program to run, and its options")
+    return ActiveCheckSettings(r.ruled(ACTIVE_TIMEOUT), {"command": program})
+
+
+def _command_checks(r: _Reader) -> dict[str, ActiveCheckSettings]:
+    """The site's own active checks, `commands` (the enabled ones)."""
+    given = r.get("commands", dict, {})
+    if len(given) > active_checks.MAX_COMMANDS:
+        raise SpecError(f"{r.at('commands')}: at most {active_checks.MAX_COMMANDS} checks")
+    found = {
+        name: _command_check(str(name), data, r.at(f"commands.{name}"))
+        for name, data in given.items()
+    }
+    return {name: check for name, check in found.items() if check is not None}
+
+
 def _active(data: Any, path: str) -> ActiveSettings | None:
-    r = _Reader(data or {}, path, _keys(ActiveSettings, "enabled", "checks"))
+    r = _Reader(data or {}, path, _keys(ActiveSettings, "enabled", "checks", "commands"))
     # Off unless asked for (values.yaml says why).
     if not r.get("enabled", bool, False):
         return None
-    return _ruled(r, ActiveSettings, checks=_catalogue(r, "checks", ACTIVE_CHECKS, _active_check))
+    checks = _catalogue(r, "checks", ACTIVE_CHECKS, _active_check)
+    return _ruled(r, ActiveSettings, checks={**checks, **_command_checks(r)})
 
 
 def _check_preemption(partitions: list[Partition], slurm_conf: Mapping[str, Any]) -> None:

@@ -28,7 +28,7 @@ TRENDS: Mapping[str, TrendRule] = {
     # that keeps needing them is on its way to failing. A starting point, not a measurement:
     # healthy links count next to none; tune it where links are known (GPUs without NVLink
     # count nothing and pass).
-    "nvlink-crc": TrendRule("nvlink.errors.crc_flit.total", 100, HOUR),
+    "nvlink-crc": TrendRule("nvlink.errors.crc.total", 100, HOUR),
 }
 NAMES = frozenset(f"{check_names.TREND_PREFIX}{name}" for name in TRENDS)
 MAX_INCREASE = Rule("maxIncrease", int, minimum=0)

@@ -1,5 +1,6 @@
 """Active checks on this node: a probe that makes every GPU work (slonk.health.cuda on a real
-node), its figures judged against the check's thresholds. They run in the `active` phase (a
+node), its figures judged against the check's thresholds; or a site's own program, which
+passes by exiting 0. They run in the `active` phase (a
 Slurm job slonk.align.active submits to an idle node) and, with the gate, at `boot`, before
 slurmd starts: a new pod's node enters service only once they pass.
 
@@ -10,11 +11,16 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from slonk.health.probe import Unhealthy, bounded
+from slonk.health.probe import Inconclusive, Unhealthy, bounded
+
+# Of a failing program's output, the drain reason keeps its last lines' words: a diagnostic's
+# verdict comes last (slonk.slurm.reasons bounds the whole reason).
+SAID = 200
 
 
 @dataclass(frozen=True)
@@ -76,3 +82,16 @@ def check(options: Mapping[str, Any], gpus: int, timeout: float) -> str:
         raise Unhealthy("; ".join(problems))
     values = ", ".join(f"{f.value:g}" for f in figures)
     return f"{measure} {values} {unit}"
+
+
+def run_command(options: Mapping[str, Any], timeout: float) -> str:
+    """A site's own check: its program, which passes by exiting 0. A node without the program
+    (not on PATH, or no such file) does not run it: no result, neither a drain nor a pass."""
+    argv = shlex.split(options["command"])
+    if shutil.which(argv[0]) is None:
+        raise Inconclusive(f"{argv[0]} is not on this node: not run")
+    status, output = bounded(argv, timeout)
+    words = " ".join(output.split())
+    if status:
+        raise Unhealthy(f"{argv[0]} exited with {status}: {words[-SAID:] or 'no output'}")
+    return f"{argv[0]} passed: {words[-80:]}" if words else f"{argv[0]} passed"

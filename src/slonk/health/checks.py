@@ -180,7 +180,10 @@ def check_munge(node: Node, options: Mapping[str, Any], phase: str, timeout: flo
 
 
 def check_active(node: Node, options: Mapping[str, Any], phase: str, timeout: float) -> str:
-    """Any active check (slonk.health.active): its options say what its probe measures."""
+    """Any active check (slonk.health.active): its options say what its probe measures, or
+    name a site's own command."""
+    if "command" in options:
+        return active.run_command(options, timeout)
     return active.check(options, node.gpus, timeout)
 
 

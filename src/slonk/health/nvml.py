@@ -3,12 +3,15 @@ management library (libnvidia-ml.so.1, which the NVIDIA container toolkit mounts
 beside nvidia-smi) through ctypes, and answered the way nvidia-smi answers a query, so that
 the GPU check's reader (slonk.health.gpu.query) serves both:
 
-    python3 -I -m slonk.health.nvml --query-gpu=index,pci.bus_id,nvlink.errors.crc_flit.total \\
+    python3 -I -m slonk.health.nvml --query-gpu=index,pci.bus_id,nvlink.errors.crc.total \\
         --format=csv,noheader,nounits
 
-A counter a GPU does not keep (no NVLink; a field the driver does not know) reads `[N/A]`, as
-nvidia-smi prints it. Each is the sum over the GPU's links since the driver loaded (NVML's
-`_TOTAL` fields): a link whose CRC or replay count climbs is wearing out before it fails.
+Each counter is the sum over the GPU's links since the driver loaded: a link whose CRC or
+replay count climbs is wearing out before it fails. NVML counts them two ways: Hopper's
+drivers (R525 on) dropped the whole-GPU totals of earlier GPUs for a count per link (the
+`DL_` fields, asked link by link); this reader sums those where every link answers, and takes
+the total where the GPU keeps one. A counter neither gives reads `[N/A]`, as nvidia-smi
+prints it: no NVLink, or a GPU whose drivers count otherwise (Blackwell's; not read yet).
 """
 
 from __future__ import annotations
@@ -21,14 +24,22 @@ LIBRARY = "libnvidia-ml.so.1"
 FORMAT = "--format=csv,noheader,nounits"
 NOT_AVAILABLE = "[N/A]"
 
-# NVML's field ids (nvml.h, nvmlFieldValueEnums): each counter's total over all links.
-NVLINK_FIELDS = {
-    "nvlink.errors.crc_flit.total": 38,  # NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL
-    "nvlink.errors.crc_data.total": 45,  # NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL
-    "nvlink.errors.replay.total": 52,  # NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL
-    "nvlink.errors.recovery.total": 59,  # NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL
+# NVML's field ids (nvml.h, nvmlFieldValueEnums), by counter: its count per link (Hopper on,
+# scope: the link), then its total over all links (before Hopper). CRC data errors have no
+# count per link.
+NVLINK_FIELDS: dict[str, tuple[int | None, int]] = {
+    # NVML_FI_DEV_NVLINK_ERROR_DL_CRC, NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL
+    "nvlink.errors.crc.total": (163, 38),
+    # -, NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL
+    "nvlink.errors.crc_data.total": (None, 45),
+    # NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY, NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL
+    "nvlink.errors.replay.total": (161, 52),
+    # NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY, NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL
+    "nvlink.errors.recovery.total": (162, 59),
 }
-FIELDS = ("index", "pci.bus_id", *NVLINK_FIELDS)
+LINK_COUNT = 91  # NVML_FI_DEV_NVLINK_LINK_COUNT: the links the GPU has
+MAX_LINKS = 64  # more than any GPU has (NVML_NVLINK_MAX_LINKS is 18)
+FIELDS = ("index", "pci.bus_id", "nvlink.links", *NVLINK_FIELDS)
 
 SUCCESS = 0
 # nvmlValueType_t: how to read a field's value union.
@@ -106,16 +117,33 @@ class Nvml:
         finally:
             self.lib.nvmlShutdown()
 
+    def _fields(self, handle: ctypes.c_void_p, asked: Sequence[tuple[int, int]]) -> list[str]:
+        """Each (field id, scope) asked, read as nvidia-smi prints a number, or [N/A]."""
+        values = (_FieldValue * max(1, len(asked)))()
+        for slot, (field_id, scope) in zip(values, asked, strict=False):
+            slot.fieldId, slot.scopeId = field_id, scope
+        if asked:
+            self.call("nvmlDeviceGetFieldValues", handle, ctypes.c_int(len(asked)), values)
+        return [_read(v) for v in values[: len(asked)]]
+
     def _row(self, index: int, fields: Sequence[str]) -> list[str]:
         handle = ctypes.c_void_p()
         self.call("nvmlDeviceGetHandleByIndex_v2", ctypes.c_uint(index), ctypes.byref(handle))
-        wanted = [NVLINK_FIELDS[f] for f in fields if f in NVLINK_FIELDS]
-        values = (_FieldValue * max(1, len(wanted)))()
-        for slot, field_id in zip(values, wanted, strict=False):
-            slot.fieldId = field_id
-        if wanted:
-            self.call("nvmlDeviceGetFieldValues", handle, ctypes.c_int(len(wanted)), values)
-        counts = {v.fieldId: _read(v) for v in values[: len(wanted)]}
+        (links,) = self._fields(handle, [(LINK_COUNT, 0)])
+        count = min(int(links), MAX_LINKS) if links.isdigit() else 0
+        counters = [f for f in fields if f in NVLINK_FIELDS]
+        totals = self._fields(handle, [(NVLINK_FIELDS[f][1], 0) for f in counters])
+        per_link = [f for f in counters if NVLINK_FIELDS[f][0] is not None] if count else []
+        answers = self._fields(
+            handle, [(NVLINK_FIELDS[f][0] or 0, link) for f in per_link for link in range(count)]
+        )
+        by_link = {f: answers[i * count : (i + 1) * count] for i, f in enumerate(per_link)}
+        counts = {
+            f: str(sum(map(int, by_link[f])))
+            if f in by_link and all(v.isdigit() for v in by_link[f])
+            else total
+            for f, total in zip(counters, totals, strict=True)
+        }
         cells = []
         for field in fields:
             if field == "index":
@@ -123,9 +151,11 @@ class Nvml:
             elif field == "pci.bus_id":
                 pci = _PciInfo()
                 self.call("nvmlDeviceGetPciInfo_v3", handle, ctypes.byref(pci))
-                cells.append(f"{pci.domain:08X}:{pci.bus:02X}:{pci.device:02X}.0")
+                cells.append(pci.busId.decode(errors="replace"))
+            elif field == "nvlink.links":
+                cells.append(links)
             else:
-                cells.append(counts[NVLINK_FIELDS[field]])
+                cells.append(counts[field])
         return cells
 
 
@@ -156,7 +186,7 @@ def main(argv: Sequence[str] | None = None, library: Callable[[], ctypes.CDLL] =
         return 2
     try:
         rows = Nvml(library()).rows(fields)
-    except (OSError, NvmlError) as err:
+    except (OSError, AttributeError, NvmlError) as err:  # AttributeError: a call it lacks
         print(f"NVML: {err}", file=sys.stderr)
         return 9
     for row in rows:

@@ -92,17 +92,24 @@ def plan_for(spec: ClusterSpec, node_name: str) -> CheckPlan | None:
     assert spec.health is not None
     gate = spec.health.active is not None and spec.health.active.gate
     for name, a in spec.active_checks(pool).items():
-        measure, unit = MEASURES[name]
+        # A site's command is run as it is; slonk's probe is told what to measure.
+        measure: dict[str, str] = {}
+        if "command" not in a.options:
+            measure["measure"], measure["unit"] = MEASURES[name]
         checks[f"{check_names.ACTIVE_PREFIX}{name}"] = PlannedCheck(
             # With the gate, at boot too: before slurmd starts, the node out of service.
             phases=[check_names.ACTIVE, *(["boot"] if gate else [])],
             timeoutSeconds=a.timeout_seconds,
-            options={**a.options, "measure": measure, "unit": unit},
+            options={**a.options, **measure},
         )
     gpu_check = checks.get("gpu")
     trends = spec.health.trends
     if gpu_check is not None and trends is not None:
         for name, rule in trends.rules.items():
+            program = "nvml" if rule.field in nvml.NVLINK_FIELDS else "nvidiaSmi"
+            command = gpu_check["options"].get(program)
+            if not command:  # a site that emptied the reader: nothing reads the counter
+                continue
             checks[f"{check_names.TREND_PREFIX}{name}"] = PlannedCheck(
                 phases=["watch"],  # beside the GPU check, with its programs and timeout
                 timeoutSeconds=gpu_check["timeoutSeconds"],
@@ -111,9 +118,7 @@ def plan_for(spec: ClusterSpec, node_name: str) -> CheckPlan | None:
                     "field": rule.field,
                     "maxIncrease": rule.max_increase,
                     "windowSeconds": rule.window_seconds,
-                    "command": gpu_check["options"][
-                        "nvml" if rule.field in nvml.NVLINK_FIELDS else "nvidiaSmi"
-                    ],
+                    "command": command,
                 },
             )
     return CheckPlan(

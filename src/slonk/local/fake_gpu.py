@@ -25,6 +25,7 @@ Usage: python3 -m slonk.local.fake_gpu nvidia-smi ARGS... | dmesg ARGS... | prob
        nvml ARGS...
 """
 
+import contextlib
 import ctypes
 import json
 import os
@@ -57,11 +58,11 @@ HEALTHY = {
 }
 # The counters NVLink keeps, which the real nvidia-smi's queries lack: slonk.health.nvml reads
 # them from the driver's library, which FakeNvml stands for.
-NVLINK = dict.fromkeys(nvml.NVLINK_FIELDS, "0")
+NVLINK = {**dict.fromkeys(nvml.NVLINK_FIELDS, "0"), "nvlink.errors.crc_data.total": "[N/A]"}
 RISING_PER_SECOND = 20
 RISING = {
     "rising": "ecc.errors.corrected.aggregate.total",
-    "nvlink-rising": "nvlink.errors.crc_flit.total",
+    "nvlink-rising": "nvlink.errors.crc.total",
 }
 BUSES = ["00000000:18:00.0", "00000000:2A:00.0"]  # then one every 0x12, as on an HGX board
 DEFAULT_COUNT = 2
@@ -89,12 +90,18 @@ def serial(index: int) -> str:
 
 def count() -> int:
     """The pod's GPUs: as many as the fake device plugin gave it (its nvidia-smi says so in
-    FAKE_GPU_COUNT; the probe and the NVML reader count its /dev/nvidiaN), else DEFAULT_COUNT."""
+    FAKE_GPU_COUNT; the probe and the NVML reader count its /dev/nvidiaN, null devices, so a
+    real GPU's device on a test machine is not counted), else DEFAULT_COUNT."""
     given = os.environ.get("FAKE_GPU_COUNT", "")
     if given.isdigit() and int(given) > 0:
         return int(given)
-    devices = [name for name in os.listdir("/dev") if re.fullmatch(r"nvidia[0-9]+", name)]
-    return len(devices) or DEFAULT_COUNT
+    null = os.stat("/dev/null").st_rdev
+    found = 0
+    for name in os.listdir("/dev"):
+        if re.fullmatch(r"nvidia[0-9]+", name):
+            with contextlib.suppress(OSError):
+                found += os.stat(f"/dev/{name}").st_rdev == null
+    return found or DEFAULT_COUNT
 
 
 def bus(index: int) -> str:
@@ -188,14 +195,17 @@ def probe(args: list[str]) -> int:
 class FakeNvml:
     """A FAKE of the few calls of the driver's library (libnvidia-ml.so.1) slonk.health.nvml
     makes, over this fake's GPUs: it stands for the library, not for slonk's reader, which runs
-    as it would on a real node (only ctypes' calls into C are not exercised). Arguments come
-    as ctypes passes them: byref() wraps the object the call fills."""
+    as it would on a real node (only ctypes' calls into C are not exercised). As a Hopper's
+    driver does, it counts NVLink's errors per link (all of a GPU's on its first link) and keeps
+    no total; `hopper=False` counts as earlier GPUs do, totals alone. Arguments come as ctypes
+    passes them: byref() wraps the object the call fills."""
 
     NOT_SUPPORTED = 3  # NVML_ERROR_NOT_SUPPORTED
-    UNSIGNED_LONG_LONG = 3  # NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+    UNSIGNED_INT, UNSIGNED_LONG_LONG = 1, 3  # nvmlValueType_t
+    LINKS = 18  # an H100 SXM's
 
-    def __init__(self, rows: list[dict[str, str]]) -> None:
-        self.rows = rows
+    def __init__(self, rows: list[dict[str, str]], hopper: bool = True) -> None:
+        self.rows, self.hopper = rows, hopper
         self.nvmlErrorString: Any = lambda status: b"Not Supported"
 
     def nvmlInit_v2(self) -> int:
@@ -216,22 +226,31 @@ class FakeNvml:
         return self.rows[(handle.value or 0) - 1]
 
     def nvmlDeviceGetPciInfo_v3(self, handle: ctypes.c_void_p, pci: Any) -> int:
-        domain, bus, device = self._row(handle)["pci.bus_id"].split(".")[0].split(":")
-        pci._obj.domain, pci._obj.bus, pci._obj.device = (int(x, 16) for x in (domain, bus, device))
+        pci._obj.busId = self._row(handle)["pci.bus_id"].encode()
         return 0
+
+    def _value(self, row: dict[str, str], field_id: int, scope: int) -> int | None:
+        if field_id == nvml.LINK_COUNT:
+            return self.LINKS
+        for name, (per_link, total) in nvml.NVLINK_FIELDS.items():
+            count = int(row[name]) if row[name].isdigit() else None
+            if self.hopper and field_id == per_link and scope < self.LINKS and count is not None:
+                return count if scope == 0 else 0
+            if not self.hopper and field_id == total:
+                return count
+        return None
 
     def nvmlDeviceGetFieldValues(
         self, handle: ctypes.c_void_p, n: ctypes.c_int, values: Any
     ) -> int:
-        by_id = {field_id: name for name, field_id in nvml.NVLINK_FIELDS.items()}
         row = self._row(handle)
         for value in values[: n.value]:
-            cell = row.get(by_id.get(value.fieldId, ""), "")
-            if cell.isdigit():
-                value.valueType, value.nvmlReturn = self.UNSIGNED_LONG_LONG, 0
-                value.value.ullVal = int(cell)
-            else:
+            found = self._value(row, value.fieldId, value.scopeId)
+            if found is None:
                 value.nvmlReturn = self.NOT_SUPPORTED
+            else:
+                value.valueType, value.nvmlReturn = self.UNSIGNED_LONG_LONG, 0
+                value.value.ullVal = found
         return 0
 
 

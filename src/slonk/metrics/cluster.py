@@ -170,10 +170,11 @@ def job_gpus(
 
 
 def job_families(
-    text: str, partitions: Collection[str], pool_of: Callable[[str], str]
+    text: str, partitions: Collection[str], pool_of: Callable[[str], str], per_job: bool = True
 ) -> list[Family]:
-    """slonk_jobs{partition,state}, slonk_jobs_pending{partition,reason} and
-    slonk_job_gpu_info{job_id,user,node,gpu}."""
+    """slonk_jobs{partition,state}, slonk_jobs_pending{partition,reason} and, unless
+    `per_job` is off (slurm.conf's PrivateData hides jobs: the metrics port is no way around
+    it), slonk_job_gpu_info{job_id,user,node,gpu}."""
     jobs = Family("slonk_jobs", GAUGE, "Jobs in Slurm's queue by partition and state.",
                   ("partition", "state"))  # fmt: skip
     pending = Family("slonk_jobs_pending", GAUGE, "Pending jobs by partition and Slurm's "
@@ -196,7 +197,7 @@ def job_families(
             jobs.add(1, partition, word)
             if state == "PENDING":
                 pending.add(1, partition, reason)
-        if state == "RUNNING":
+        if per_job and state == "RUNNING":
             for labels in job_gpus(record, job, pool_of):
                 gpus.set(1, *labels)
     return [jobs, pending, gpus]

@@ -117,9 +117,10 @@ def nvlink_families(node: str, plan: Path = HEALTH_PLAN) -> list[Family]:
     if options is None or not options.get("nvml"):
         return []
     errors = Family("slonk_gpu_nvlink_errors_total", COUNTER, "NVLink errors over all of the "
-                    "GPU's links since the driver loaded, by kind: crc_flit and crc_data "
-                    "(CRC errors, each replayed), replay, recovery (a link retrained). A rising "
-                    "rate comes before a link fails.", ("node", "gpu", "kind"))  # fmt: skip
+                    "GPU's links since the driver loaded, by kind: crc (CRC errors, each "
+                    "replayed), crc_data (before Hopper), replay, recovery (a link "
+                    "retrained). A rising rate comes before a link fails.",
+                    ("node", "gpu", "kind"))  # fmt: skip
     fields = ("index", *NVLINK_KINDS.values())
     try:
         rows = query(str(options["nvml"]), fields, "gpu", QUERY_SECONDS)

@@ -79,7 +79,8 @@ def controller(spec: Spec | None = None) -> dict[str, Source]:
 
     def jobs() -> list[Family]:
         spec.refresh()
-        return job_families(run(list(QUEUE)), spec.partitions, spec.pool_of)
+        per_job = spec.cluster is not None and not spec.cluster.jobs_private()
+        return job_families(run(list(QUEUE)), spec.partitions, spec.pool_of, per_job)
 
     def history() -> list[Family]:
         nonlocal counter
