@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from slonk.config import patterns
+from slonk.config import active_checks, patterns
 from slonk.config.spec import RESERVED_POOL_NAMES, SpecError, parse_spec
 from slonk.kube import chart
 
@@ -259,6 +259,7 @@ def test_the_base_values_render_and_parse(base_spec):
 
 # The schema states each shape again for Helm: it must be the very pattern the pods use (the
 # settings' own patterns are written from their rules: slonk.config.contract).
+ACTIVE = "/properties/health/properties/active/properties"
 SCHEMA_PATTERNS = [
     ("/properties/clusterName", patterns.CLUSTER_NAME),
     ("/properties/slurm/properties/extraLines/items", patterns.EXTRA_LINE),
@@ -301,7 +302,17 @@ SCHEMA_PATTERNS = [
         "/properties/health/properties/checks/properties/scratch/properties/path",
         patterns.ABSOLUTE_PATH,
     ),
+    ("/properties/health/properties/checks/properties/gpu/properties/nvml", patterns.COMMAND_LINE),
+    (f"{ACTIVE}/checks/properties/gpu-memory/properties/probe", patterns.COMMAND_LINE),
+    (f"{ACTIVE}/commands/propertyNames", active_checks.COMMAND_NAME),
+    (f"{ACTIVE}/commands/additionalProperties/properties/command", patterns.COMMAND_LINE),
 ]
+
+
+def test_a_sites_commands_are_bounded_and_named_apart_from_slonks_checks(schema):
+    commands = _at(schema, f"{ACTIVE}/commands")
+    assert commands["maxProperties"] == active_checks.MAX_COMMANDS
+    assert set(commands["propertyNames"]["not"]["enum"]) == set(active_checks.ACTIVE_CHECKS)
 
 
 @pytest.fixture(scope="module")

@@ -322,6 +322,7 @@ def test_a_check_job_takes_the_whole_node_in_its_partition():
                  "--exclusive", "--mem=0", "--gres=gpu:2", "--time=3"):  # fmt: skip
         assert word in argv
     assert argv[-1] == f"--wrap={schedule.COMMAND}"
+    assert "--chdir=/" in argv  # never the agent's directory, nor /tmp where that is missing
 
 
 def test_the_fake_is_importable_as_the_pods_run_it():
@@ -354,6 +355,12 @@ def test_a_sites_command_runs_beside_slonks_checks_in_their_phases():
         ({"dcgm": {"command": "dcgmi diag"}}, r"commands\.dcgm\.timeoutSeconds: required"),
         ({"dcgm": {**DIAG, "command": "dcgmi diag; reboot"}}, "command.*not a program"),
         ({"dcgm": {**DIAG, "command": "-rf /"}}, "command.*not a program"),
+        # A path relative to where the check runs: its job may start in /tmp, users' to write.
+        ({"dcgm": {**DIAG, "command": "bin/diag -r 1"}}, "command.*not a program"),
+        ({"dcgm": {**DIAG, "command": "./diag"}}, "command.*not a program"),
+        ({"dcgm": {**DIAG, "command": 7}}, r"commands\.dcgm\.command: expected a string"),
+        ({"dcgm": {"enabled": False}}, r"commands\.dcgm\.command: required"),
+        ({"x-": DIAG}, r"commands\.x-: a check's name"),
         ({"dcgm": {**DIAG, "timeoutSeconds": 3601}}, "timeoutSeconds: must be <= 3600"),
         ({"dcgm": {**DIAG, "shell": True}}, r"commands\.dcgm\.shell: unknown key"),
         ({"dcgm": "dcgmi diag"}, r"commands\.dcgm: expected a mapping"),
@@ -373,14 +380,27 @@ def program(tmp_path: Path, body: str) -> str:
 
 
 def test_a_command_passes_by_exiting_0_and_fails_with_its_last_words(tmp_path):
-    ok = program(tmp_path, "echo 'all tests: Pass'")
-    assert active.run_command({"command": ok}, 5) == f"{ok} passed: all tests: Pass"
+    ok = program(tmp_path, "echo 'all tests: Pass'; printf '\\377 stray bytes\\n'")
+    assert (
+        active.run_command({"command": ok}, 5) == "diag passed: all tests: Pass \ufffd stray bytes"
+    )
     failing = program(tmp_path, "echo 'GPU 0: Pass'; echo 'GPU 1: Memory: Fail'; exit 226")
     with pytest.raises(Unhealthy, match=r"diag exited with 226: GPU 0: Pass GPU 1: Memory: Fail$"):
         active.run_command({"command": failing}, 5)
     hung = program(tmp_path, "sleep 30")
     with pytest.raises(Unhealthy):
         active.run_command({"command": hung}, 0.5)
+    killed = program(tmp_path, "kill -9 $$")
+    with pytest.raises(Unhealthy, match=r"^diag was killed by signal 9: no output$"):
+        active.run_command({"command": killed}, 5)
+
+
+def test_the_verdict_of_a_long_output_stays_in_the_drain_reason(tmp_path):
+    chatty = program(tmp_path, "seq 1 5000; echo FINAL: GPU 3 FAIL; exit 1")
+    with pytest.raises(Unhealthy) as caught:
+        active.run_command({"command": chatty}, 5)
+    reason = reasons.health(f"active:{'n' * 32}", str(caught.value))
+    assert reason.endswith("FINAL: GPU 3 FAIL"), reason
 
 
 def test_a_node_without_the_program_does_not_run_it(tmp_path):

@@ -10,6 +10,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from unittest.mock import ANY
 
 import pytest
 
@@ -522,6 +523,24 @@ def _result(check, ok, detail="bad"):
 )
 def test_drain_and_resume_rules(current, results, expected):
     assert drains.decide(current, results, undrain=True) == expected
+
+
+@pytest.mark.parametrize(
+    ("current", "results", "expected"),
+    [
+        # A site's check removed (or any check turned off): its drain goes with the next round.
+        (_node("slonk:active:diag: diag exited with 3: Fail"), [], ("resume", ANY)),
+        (_node("slonk:active:diag: x"), [_result("gpu", False)], ("drain", "slonk:gpu: bad")),
+        # Still planned and without a result (its program absent this boot): left as it is.
+        (_node("slonk:active:gpu-memory: GPU 1 slow"), [], None),
+        # A trend's drain waits for a person, planned or not; a person's is theirs.
+        (_node("slonk:trend:gone: GPU 1 rose"), [], None),
+        (_node("maintenance"), [], None),
+    ],
+)
+def test_a_drain_for_a_check_no_longer_planned_is_lifted(current, results, expected):
+    planned = {"gpu", "active:gpu-memory"}
+    assert drains.decide(current, results, undrain=True, planned=planned) == expected
 
 
 def test_undrain_can_be_turned_off():

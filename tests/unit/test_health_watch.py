@@ -56,7 +56,13 @@ class Node:
         runner.write_plan(runner.CheckPlan(node, True, checks, watch_seconds), self.plan)
 
     def _apply(
-        self, name: str, results: list[Result], undrain: bool, percent: int = 100, trend: int = 100
+        self,
+        name: str,
+        results: list[Result],
+        undrain: bool,
+        percent: int = 100,
+        trend: int = 100,
+        planned: object = None,
     ) -> str:
         self.asked.append([r.reason for r in results if not r.ok])
         return "drained" if self.asked[-1] else "resumed"
@@ -127,7 +133,12 @@ def test_until_slurm_answers_every_round_asks_again(node, monkeypatch):
     answers = iter([False, False, True, True])
 
     def flaky(
-        name: str, results: list[Result], undrain: bool, percent: int = 100, trend: int = 100
+        name: str,
+        results: list[Result],
+        undrain: bool,
+        percent: int = 100,
+        trend: int = 100,
+        planned: object = None,
     ) -> str:
         node.asked.append([r.reason for r in results if not r.ok])
         if not next(answers):

@@ -260,9 +260,12 @@ def test_where_private_data_hides_jobs_no_job_is_named(demo_spec):
     assert samples(families, "slonk_job_gpu_info") == {}
     assert samples(families, "slonk_jobs") == {("main", "running"): 2, ("main", "pending"): 1}
     for setting, private in [(None, False), ("usage", False), ("jobs,usage", True), ("USERS", True),
-                             ("all", True)]:  # fmt: skip
+                             ("all", True), ("usage,job", True), ("user", True)]:  # fmt: skip
         conf = {"slurmConf": {"privateData": setting}} if setting else {}
         assert parse_spec({**demo_spec, **conf}).jobs_private() is private, setting
+    comment = {"extraLines": ["# PrivateData=jobs"]}
+    assert not parse_spec({**demo_spec, **comment}).jobs_private()
+    assert parse_spec({**demo_spec, "extraLines": [" PrivateData=jobs "]}).jobs_private()
 
 
 def test_a_job_holding_several_gpus_of_several_kinds_on_a_node_is_named_on_each():
@@ -367,6 +370,16 @@ def test_the_runner_saves_each_phases_results_for_the_worker_metrics(tmp_path):
 def test_a_run_where_no_plan_lives_saves_nothing(tmp_path):
     runner.run(_plan(), "interval", state=tmp_path / "absent")
     assert not (tmp_path / "absent").exists()
+
+
+def test_a_sites_own_checks_are_served_within_their_shape_and_number(tmp_path):
+    """health.active.commands: at most 8 names of the spec's shape; anything beyond is not."""
+    checks = [f"active:site-{i}" for i in range(10)] + ["active:Bad_Name", "active:x" * 20]
+    runner.results_path("active", tmp_path).write_text(json.dumps([
+        {"check": check, "ok": False, "seconds": 1, "time": 5} for check in checks
+    ]))  # fmt: skip
+    ok = next(f for f in health_families(tmp_path, "n") if f.name == "slonk_health_check_ok")
+    assert sorted(labels[1] for labels in ok.samples) == [f"active:site-{i}" for i in range(8)]
 
 
 def test_hostile_health_results(tmp_path):

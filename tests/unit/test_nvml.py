@@ -41,6 +41,26 @@ def test_a_hoppers_counts_per_link_are_summed(capsys):
     )
 
 
+class LinkDown(FakeNvml):
+    """A Hopper whose link 0 answers nothing (down), whose other links count, and whose
+    whole-GPU totals answer 0 (as one report says a Hopper's do)."""
+
+    def _value(self, row: dict[str, str], field_id: int, scope: int) -> int | None:
+        per_link = {ids[0] for ids in nvml.NVLINK_FIELDS.values()}
+        if field_id in per_link:
+            return None if scope == 0 else 5
+        if field_id in {ids[1] for ids in nvml.NVLINK_FIELDS.values()}:
+            return 0
+        return super()._value(row, field_id, scope)
+
+
+def test_a_link_that_answers_nothing_hides_no_other_links_errors(capsys):
+    status, out, _ = run([QUERY, nvml.FORMAT], LinkDown(gpus("healthy")), capsys)
+    assert status == 0
+    # 17 links of 5 each; CRC data errors, which no link counts, from the total.
+    assert out.splitlines()[1] == "1, 00000000:2A:00.0, 18, 85, 0, 85"
+
+
 def test_an_earlier_gpus_totals_are_read_where_it_counts_no_link(capsys):
     library = FakeNvml(rows_with(crc="7", crc_data="3"), hopper=False)
     status, out, _ = run([QUERY, nvml.FORMAT], library, capsys)

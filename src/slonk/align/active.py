@@ -161,6 +161,7 @@ def submit_argv(spec: ClusterSpec, node: str) -> list[str]:
         *gres,
         f"--time={active_checks.time_limit_minutes(spec.active_checks(pool))}",
         f"--job-name={JOB_NAME}",
+        "--chdir=/",  # not the agent's directory, nor slurmstepd's /tmp if that is missing
         "--output=/dev/null",
         f"--wrap={COMMAND}",
     ]

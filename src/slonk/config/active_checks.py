@@ -67,7 +67,7 @@ SPREAD = Rule("spreadPercent", int, minimum=0, maximum=90)
 # (slonk.health.active.run_command), so one catalogue serves pools of several kinds. Named as
 # a Slurm reason word, never as a check slonk ships.
 MAX_COMMANDS = 8
-COMMAND_NAME = r"^[a-z][a-z0-9-]{0,31}$"
+COMMAND_NAME = r"^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$"
 
 
 def time_limit_minutes(checks: Mapping[str, ActiveCheckSettings]) -> int:

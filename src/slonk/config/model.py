@@ -646,10 +646,14 @@ class ClusterSpec:
         }
 
     def jobs_private(self) -> bool:
-        """Whether slurm.conf's PrivateData hides one user's jobs from another (`jobs`,
-        `users` or `all`, in any case): then nothing slonk serves names a job's user."""
-        value = next((v for k, v in self.slurm_conf.items() if k.lower() == "privatedata"), "")
-        return bool({"jobs", "users", "all"} & set(str(value or "").lower().split(",")))
+        """Whether slurm.conf's PrivateData hides one user's jobs from another: then nothing
+        slonk serves names a job or its user. Read as Slurm reads it, a word anywhere in the
+        value, in any case (`job`, `jobs`, `users`, `all`), so slonk hides no less."""
+        given = [str(v or "") for k, v in self.slurm_conf.items() if k.lower() == "privatedata"]
+        for line in self.extra_lines:  # `Key=Value` or a comment (slonk.config.patterns)
+            key, _, value = line.strip().partition("=")
+            given += [value] if key.lower() == "privatedata" else []
+        return any(word in value.lower() for value in given for word in ("job", "user", "all"))
 
     def active_checks(self, pool: NodePool) -> dict[str, ActiveCheckSettings]:
         """The active checks a pool's nodes run: every check slonk ships tests GPUs, so only

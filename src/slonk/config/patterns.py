@@ -49,9 +49,13 @@ PREEMPT_MODE = r"^(OFF|CANCEL|GANG|REQUEUE|SUSPEND|WITHIN)(,(GANG|WITHIN))*$"
 # An absolute path without `.` or `..` components, doubled or trailing slashes, spaces or
 # shell syntax: health checks look at these paths as root.
 ABSOLUTE_PATH = r"^(/[A-Za-z0-9_+@-][A-Za-z0-9._+@-]*)+$"
-# A program health checks run, with its options, split on spaces and never read by a shell:
-# `dmesg --kernel`. The program is a name or a path, never an option.
-COMMAND_LINE = r"^([A-Za-z0-9_/+@][A-Za-z0-9._/+@-]*( [A-Za-z0-9._/+@=,:-]+)*)?$"
+# A program health checks run as root, with its options, split on spaces and never read by a
+# shell: `dmesg --kernel`. The program is a name looked up on PATH or an absolute path, never
+# an option nor a path relative to wherever the check runs (an active check's Slurm job may
+# start in /tmp, where users write).
+COMMAND_LINE = (
+    r"^(((/[A-Za-z0-9._+@-]+)+|[A-Za-z0-9_+@][A-Za-z0-9._+@-]*)( [A-Za-z0-9._/+@=,:-]+)*)?$"
+)
 # Linux interface names (IFNAMSIZ: 15 characters) and RDMA device names.
 INTERFACE = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,14}$"
 RDMA_DEVICE = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$"

@@ -603,17 +603,23 @@ def _command_check(name: str, data: Any, path: str) -> ActiveCheckSettings | Non
     """A site's own active check: its program, run as root on the node, and how long it may
     take (slonk.config.active_checks, COMMAND_NAME)."""
     if not matches(active_checks.COMMAND_NAME, name):
-        raise SpecError(f"{path}: a check's name is a word of lower-case letters, digits and -")
+        raise SpecError(
+            f"{path}: a check's name is a word of lower-case letters, digits and - (not last)"
+        )
     if name in ACTIVE_CHECKS:
         raise SpecError(f"{path}: {name} is slonk's own check: health.active.checks.{name}")
     r = _Reader(data, path, {"enabled", "command", ACTIVE_TIMEOUT.key})
-    if not r.get("enabled", bool, True):
-        return None
+    # Both required, even of a check turned off, as the schema has them.
     shape, what = active_checks.OPTION_SHAPES["probe"]
-    program = r.text("command", shape, what)
-    if program is None:
+    program = r.get("command", str)
+    if not program:
         raise SpecError(f"{r.at('command')}: required: the program to run, and its options")
-    return ActiveCheckSettings(r.ruled(ACTIVE_TIMEOUT), {"command": program})
+    if not matches(shape, program):
+        raise SpecError(f"{r.at('command')}: {program!r} is not {what}")
+    timeout = r.ruled(ACTIVE_TIMEOUT)
+    return (
+        ActiveCheckSettings(timeout, {"command": program}) if r.get("enabled", bool, True) else None
+    )
 
 
 def _command_checks(r: _Reader) -> dict[str, ActiveCheckSettings]:

@@ -10,6 +10,7 @@ A check's name in a node's plan, its results and its drain reason is `active:<ch
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import shutil
 from collections.abc import Mapping
@@ -18,9 +19,11 @@ from typing import Any
 
 from slonk.health.probe import Inconclusive, Unhealthy, bounded
 
-# Of a failing program's output, the drain reason keeps its last lines' words: a diagnostic's
-# verdict comes last (slonk.slurm.reasons bounds the whole reason).
-SAID = 200
+# Of a failing program's output, the drain reason keeps the last words (a diagnostic's verdict
+# comes last), within what slonk.slurm.reasons keeps of a reason (250 characters) after its
+# head, `slonk:active:<name>: ` and `<program> exited with <status>: ` (each bounded).
+SAID = 120
+PROGRAM = 40
 
 
 @dataclass(frozen=True)
@@ -88,10 +91,12 @@ def run_command(options: Mapping[str, Any], timeout: float) -> str:
     """A site's own check: its program, which passes by exiting 0. A node without the program
     (not on PATH, or no such file) does not run it: no result, neither a drain nor a pass."""
     argv = shlex.split(options["command"])
+    program = os.path.basename(argv[0])[:PROGRAM]
     if shutil.which(argv[0]) is None:
-        raise Inconclusive(f"{argv[0]} is not on this node: not run")
+        raise Inconclusive(f"{program} is not on this node: not run")
     status, output = bounded(argv, timeout)
     words = " ".join(output.split())
     if status:
-        raise Unhealthy(f"{argv[0]} exited with {status}: {words[-SAID:] or 'no output'}")
-    return f"{argv[0]} passed: {words[-80:]}" if words else f"{argv[0]} passed"
+        how = f"was killed by signal {-status}" if status < 0 else f"exited with {status}"
+        raise Unhealthy(f"{program} {how}: {words[-SAID:] or 'no output'}")
+    return f"{program} passed: {words[-SAID:]}" if words else f"{program} passed"

@@ -6,7 +6,7 @@ agent's watch (slonk.health.watch) and the job hooks' dispatcher alike."""
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from slonk.config.check_names import TREND_PREFIX
@@ -40,15 +40,28 @@ def lifted_by_a_pass(cause: reasons.Cause | None) -> bool:
     )
 
 
-def decide(node: NodeState, results: Sequence[Result], undrain: bool) -> tuple[str, str] | None:
+def decide(
+    node: NodeState,
+    results: Sequence[Result],
+    undrain: bool,
+    planned: Collection[str] | None = None,
+) -> tuple[str, str] | None:
     """('drain', reason), ('resume', old reason) or None. A drain slonk made for one check is
-    replaced only once that check passes; hooks' and quarantine drains are not health's to
-    lift or replace, and a person's drain is theirs. The syncer's (`slonk:k8s:`) gives way to
-    a failed check, the machine's fault being the one to recycle for, and is handed back to
-    the syncer once the check passes."""
+    replaced only once that check passes, or once it is no longer among the node's `planned`
+    checks (turned off, or a site's command removed: nothing would ever lift it); hooks' and
+    quarantine drains are not health's to lift or replace, and a person's drain is theirs.
+    The syncer's (`slonk:k8s:`) gives way to a failed check, the machine's fault being the one
+    to recycle for, and is handed back to the syncer once the check passes."""
     failed = [r for r in results if not r.ok]
     passed = {r.check for r in results if r.ok}
     cause = node.cause
+    if (
+        planned is not None
+        and cause is not None
+        and cause.kind == reasons.HEALTH
+        and cause.name not in planned
+    ):
+        passed.add(cause.name)  # a check the node no longer runs holds nothing
     if node.drained and (cause is None or cause.kind not in (reasons.HEALTH, reasons.K8S)):
         return None
     if cause is not None and cause.kind == reasons.HEALTH and not lifted_by_a_pass(cause):
@@ -72,11 +85,12 @@ def apply(
     undrain: bool,
     max_drained_percent: int = 100,
     trend_drained_percent: int = 100,
+    planned: Collection[str] | None = None,
 ) -> str:
     """Act on the node in Slurm; returns what was done, for the log. Trend rules drain
-    within a limit of their own."""
+    within a limit of their own; `planned`: every check of the node's plan (decide)."""
     node = slurm_nodes.read_node(name)
-    action = decide(node, results, undrain)
+    action = decide(node, results, undrain, planned)
     if action is None:
         return f"left {node.label}" + (
             f" ({node.reason!a}, set by {node.reason_by!a})" if node.reason else ""
@@ -144,6 +158,7 @@ def act(plan: runner.CheckPlan, phase: str, results: list[Result]) -> tuple[str,
                 plan.undrain,
                 plan.max_drained_percent,
                 plan.trend_drained_percent,
+                set(plan.checks),
             ),
             True,
         )

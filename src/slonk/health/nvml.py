@@ -7,11 +7,11 @@ the GPU check's reader (slonk.health.gpu.query) serves both:
         --format=csv,noheader,nounits
 
 Each counter is the sum over the GPU's links since the driver loaded: a link whose CRC or
-replay count climbs is wearing out before it fails. NVML counts them two ways: Hopper's
-drivers (R525 on) dropped the whole-GPU totals of earlier GPUs for a count per link (the
-`DL_` fields, asked link by link); this reader sums those where every link answers, and takes
-the total where the GPU keeps one. A counter neither gives reads `[N/A]`, as nvidia-smi
-prints it: no NVLink, or a GPU whose drivers count otherwise (Blackwell's; not read yet).
+replay count climbs is wearing out before it fails. NVML counts them two ways: its notes for
+R525 say Hopper counts per link (the `DL_` fields, asked link by link) where earlier GPUs kept
+whole-GPU totals. This reader sums the links that answer, and takes the total where no link
+does. A counter neither gives reads `[N/A]`, as nvidia-smi prints it: no NVLink, or a GPU
+whose drivers count otherwise (Blackwell's; not read yet).
 """
 
 from __future__ import annotations
@@ -139,9 +139,7 @@ class Nvml:
         )
         by_link = {f: answers[i * count : (i + 1) * count] for i, f in enumerate(per_link)}
         counts = {
-            f: str(sum(map(int, by_link[f])))
-            if f in by_link and all(v.isdigit() for v in by_link[f])
-            else total
+            f: _counted(by_link.get(f, []), total)
             for f, total in zip(counters, totals, strict=True)
         }
         cells = []
@@ -157,6 +155,13 @@ class Nvml:
             else:
                 cells.append(counts[field])
         return cells
+
+
+def _counted(links: list[str], total: str) -> str:
+    """A counter's sum over the links that answer it (a link down answers nothing, and must
+    not hide the others' errors), or the GPU's total where no link counts it."""
+    answered = [int(v) for v in links if v.isdigit()]
+    return str(sum(answered)) if answered else total
 
 
 def _read(value: _FieldValue) -> str:

@@ -117,6 +117,7 @@ def bounded(argv: Sequence[str], timeout: float) -> tuple[int, str]:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            errors="replace",  # a program's stray bytes are its words, never the check's failure
             start_new_session=True,
         )
     except OSError as err:
