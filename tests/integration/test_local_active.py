@@ -89,8 +89,9 @@ def test_a_new_pod_ran_its_active_checks_before_service(active: LocalCluster) ->
     for node in NODES:
         boot = json.loads(active.pod(node).check_output(f"cat {BOOT_RESULTS}"))
         ran = {r["check"]: r for r in boot if r["check"].startswith("active:")}
-        # The site's check has no result: its program is not on the node, so it did not run.
-        assert sorted(ran) == ["active:gpu-compute", "active:gpu-memory"], boot
+        # The site's check does not apply: its program is not on the node, so it did not run.
+        assert sorted(ran) == ["active:diag", "active:gpu-compute", "active:gpu-memory"], boot
+        assert ran["active:diag"]["detail"] == "not run: diag is not on this node"
         assert all(r["ok"] for r in ran.values()), ran
         assert ran["active:gpu-memory"]["detail"] == "memory 3025, 3026 GB/s"
     conf = active.pod(CONTROLLER).check_output("scontrol show partition slonk-active --oneliner")
@@ -165,13 +166,13 @@ def test_a_sites_own_check_failing_drains_with_its_words(healed: LocalCluster) -
             lambda: healed.nodes()[node][1].startswith("slonk:active:diag: "),
             timeout=INTERVAL * 3,
         )
-        said = f"slonk:active:diag: {SITE_CHECK} exited with 3: GPU 1: Memory: Fail"
+        said = "slonk:active:diag: diag exited with 3: GPU 1: Memory: Fail"
         assert healed.nodes()[node][1] == said
         assert "active" not in healed.nodes()[other][1]  # it passes there
         _site_check(healed, "echo all pass")  # mended: the next pod's gate passes it
         healed.wait_idle((node,), timeout=300)
     finally:
-        _site_check(healed, None)
+        _site_check(healed, None)  # gone: a check that no longer applies, whatever came before
 
 
 # Each rule's counter rising on one node: (scenario, rule, what its drain says).

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from slonk.health.probe import Inconclusive, Unhealthy, bounded
+from slonk.health.probe import Unhealthy, bounded
 
 # Of a failing program's output, the drain reason keeps the last words (a diagnostic's verdict
 # comes last), within what slonk.slurm.reasons keeps of a reason (250 characters) after its
@@ -89,11 +89,12 @@ def check(options: Mapping[str, Any], gpus: int, timeout: float) -> str:
 
 def run_command(options: Mapping[str, Any], timeout: float) -> str:
     """A site's own check: its program, which passes by exiting 0. A node without the program
-    (not on PATH, or no such file) does not run it: no result, neither a drain nor a pass."""
+    (not on PATH, or no such file) does not run it, and the check does not apply there: it
+    passes, saying so, and a drain it made when the program was there is lifted."""
     argv = shlex.split(options["command"])
     program = os.path.basename(argv[0])[:PROGRAM]
     if shutil.which(argv[0]) is None:
-        raise Inconclusive(f"{program} is not on this node: not run")
+        return f"not run: {program} is not on this node"
     status, output = bounded(argv, timeout)
     words = " ".join(output.split())
     if status:
