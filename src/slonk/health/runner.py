@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from slonk.base.files import write_atomically
 from slonk.base.paths import HEALTH_PLAN, HEALTH_STATE
 from slonk.config import check_names
-from slonk.health import nvml, probe
+from slonk.health import probe
 from slonk.health.checks import Node, find
 from slonk.slurm import reasons
 
@@ -74,6 +74,7 @@ class CheckPlan:
 def plan_for(spec: ClusterSpec, node_name: str) -> CheckPlan | None:
     """This node's checks, or None when health checks are off or it is no worker."""
     from slonk.config.active_checks import MEASURES  # with the spec: not at job time
+    from slonk.health.nvml import NVLINK_FIELDS
 
     pool = spec.pool_of(node_name)
     if spec.health is None or pool is None:
@@ -106,7 +107,7 @@ def plan_for(spec: ClusterSpec, node_name: str) -> CheckPlan | None:
     trends = spec.health.trends
     if gpu_check is not None and trends is not None:
         for name, rule in trends.rules.items():
-            program = "nvml" if rule.field in nvml.NVLINK_FIELDS else "nvidiaSmi"
+            program = "nvml" if rule.field in NVLINK_FIELDS else "nvidiaSmi"
             command = gpu_check["options"].get(program)
             if not command:  # a site that emptied the reader: nothing reads the counter
                 continue
