@@ -178,8 +178,8 @@ def test_a_probe_line_in_the_wrong_shape_fails_the_check(output):
         active.parse(output, "GB/s")
 
 
-def probe_script(tmp_path: Path, body: str) -> str:
-    script = tmp_path / "probe"
+def probe_script(tmp_path: Path, body: str, name: str = "probe") -> str:
+    script = tmp_path / name
     script.write_text(f"#!/bin/sh\n{body}\n")
     script.chmod(0o755)
     return str(script)
@@ -373,10 +373,7 @@ def test_a_bad_command_is_refused_naming_the_key(commands, error):
 
 
 def program(tmp_path: Path, body: str) -> str:
-    script = tmp_path / "diag"
-    script.write_text(f"#!/bin/sh\n{body}\n")
-    script.chmod(0o755)
-    return str(script)
+    return probe_script(tmp_path, body, "diag")
 
 
 def test_a_command_passes_by_exiting_0_and_fails_with_its_last_words(tmp_path):

@@ -55,15 +55,8 @@ class Node:
         node = runner.Node("slonk-gpu-0", 2, ("localhost",))
         runner.write_plan(runner.CheckPlan(node, True, checks, watch_seconds), self.plan)
 
-    def _apply(
-        self,
-        name: str,
-        results: list[Result],
-        undrain: bool,
-        percent: int = 100,
-        trend: int = 100,
-        planned: object = None,
-    ) -> str:
+    def _apply(self, name: str, results: list[Result], *limits: object) -> str:
+        """drains.apply's stand-in: its undrain, limits and plan do not matter here."""
         self.asked.append([r.reason for r in results if not r.ok])
         return "drained" if self.asked[-1] else "resumed"
 
@@ -132,14 +125,7 @@ def test_until_slurm_answers_every_round_asks_again(node, monkeypatch):
     """A resume lost to a slurmctld that did not answer would leave the node drained."""
     answers = iter([False, False, True, True])
 
-    def flaky(
-        name: str,
-        results: list[Result],
-        undrain: bool,
-        percent: int = 100,
-        trend: int = 100,
-        planned: object = None,
-    ) -> str:
+    def flaky(name: str, results: list[Result], *limits: object) -> str:
         node.asked.append([r.reason for r in results if not r.ok])
         if not next(answers):
             raise SlurmError("slurmctld does not answer")

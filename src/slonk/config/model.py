@@ -649,10 +649,8 @@ class ClusterSpec:
         """Whether slurm.conf's PrivateData hides one user's jobs from another: then nothing
         slonk serves names a job or its user. Read as Slurm reads it, a word anywhere in the
         value, in any case (`job`, `jobs`, `users`, `all`), so slonk hides no less."""
+        # extraLines' settings are in slurm_conf too (the parser merges them; only comments stay).
         given = [str(v or "") for k, v in self.slurm_conf.items() if k.lower() == "privatedata"]
-        for line in self.extra_lines:  # `Key=Value` or a comment (slonk.config.patterns)
-            key, _, value = line.strip().partition("=")
-            given += [value] if key.lower() == "privatedata" else []
         return any(word in value.lower() for value in given for word in ("job", "user", "all"))
 
     def active_checks(self, pool: NodePool) -> dict[str, ActiveCheckSettings]:

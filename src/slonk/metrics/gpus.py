@@ -107,7 +107,7 @@ def gpu_families(node: str, plan: Path = HEALTH_PLAN) -> list[Family]:
     return families
 
 
-# Each NVLink counter by its `kind` label: NVML's totals over all of a GPU's links.
+# Each NVLink counter by its `kind` label: sums over a GPU's links (slonk.health.nvml).
 NVLINK_KINDS = {field.split(".")[2]: field for field in NVLINK_FIELDS}
 
 
