@@ -322,8 +322,8 @@ def run(role: str) -> None:
     name = pod_name()
     spec, started_on = read_spec(paths.CLUSTER_SPEC)
     log(f"read {paths.CLUSTER_SPEC} ({(time.perf_counter() - started) * 1000:.1f} ms)")
-    paths.SPEC_STARTED_ON.parent.mkdir(parents=True, exist_ok=True)
-    write_atomically(paths.SPEC_STARTED_ON, started_on)
+    paths.SPEC_HANDLED.parent.mkdir(parents=True, exist_ok=True)
+    write_atomically(paths.SPEC_HANDLED, started_on)
     check_identity(spec, role, name)
     pod = Pod(spec, role, name)
     for step in steps_for(pod):

@@ -57,7 +57,8 @@ def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
-    if report.when == "call" and report.failed and _LOGS_FROM in item.stash:
+    # A teardown that fails (a fixture setting the cluster back) is read the same way.
+    if report.when in ("call", "teardown") and report.failed and _LOGS_FROM in item.stash:
         found, offsets = item.stash[_LOGS_FROM]
         for pod, offset in offsets.items():
             tail = found.log(pod, offset).splitlines()[-LOG_LINES:]

@@ -239,3 +239,22 @@ def test_users_processes_are_hidden_where_proc_can_be_remounted(
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     assert init.hide_other_users_processes() == said
     assert (tmp_path / "args").read_text().split() == ["-o", "remount,hidepid=invisible", "/proc"]
+
+
+def test_job_programs_are_replaced_by_a_rename(demo_spec, tmp_path, monkeypatch):
+    """slurmd may start a Prolog, Epilog or HealthCheckProgram at any moment: a change of
+    cluster.yaml puts a new file in place, so a start finds the old program or the new,
+    never one half written (nor a write refused while one starts: ETXTBSY)."""
+    from slonk.pod import job_programs
+
+    monkeypatch.setattr(paths, "HOOK_BIN", tmp_path)
+    spec = parse_spec(demo_spec)
+    job_programs.install_job_programs(spec)
+    epilog = tmp_path / "epilog"  # the demo's one program (no health checks)
+    with epilog.open() as running:  # as a start that began before the change holds it
+        before = os.fstat(running.fileno()).st_ino
+        job_programs.install_job_programs(spec)
+        assert running.read().startswith("#!/bin/sh\n")
+    assert epilog.stat().st_ino != before
+    assert stat.S_IMODE(epilog.stat().st_mode) == 0o755
+    assert [p.name for p in tmp_path.iterdir()] == ["epilog"]  # no temporary file left

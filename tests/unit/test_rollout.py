@@ -27,7 +27,7 @@ from slonk.pod.config_watch import (
     NotApplied,
     NotNow,
     fingerprint,
-    started_on,
+    handled_last,
 )
 from slonk.slurm import rollout
 from slonk.slurm.slurmctld import Refused, _what_it_said, needs_restart
@@ -402,16 +402,50 @@ def test_a_change_between_init_and_the_watchs_start_is_applied(tmp_path, demo_sp
     spec_file.write_text(yaml.safe_dump(demo_spec))
     _, read = read_spec(spec_file)
     record.write_text(read)
-    assert started_on(spec_file, record) == fingerprint(spec_file)  # nothing came between
+    assert handled_last(spec_file, record) == fingerprint(spec_file)  # nothing came between
     demo_spec["partitions"]["gpu"]["maxTime"] = 60
     spec_file.write_text(yaml.safe_dump(demo_spec))
     follower = Follower(
-        lambda spec: "rewrote slurm.conf", spec_file, 1.0, handled=started_on(spec_file, record)
+        lambda spec: "rewrote slurm.conf", spec_file, 1.0, handled=handled_last(spec_file, record)
     )
     assert follower.poll(0.0) == "applied cluster.yaml change: rewrote slurm.conf"
     assert follower.poll(1.0) is None
     # A pod whose init recorded nothing takes what is there as what it runs.
-    assert started_on(spec_file, tmp_path / "none") == fingerprint(spec_file)
+    assert handled_last(spec_file, tmp_path / "none") == fingerprint(spec_file)
+
+
+def test_a_watch_that_failed_half_way_applies_the_change_when_it_starts_again(tmp_path, demo_spec):
+    """The agent starts a failed config-watch again, with a new Follower: it must start from
+    what was dealt with last, not from what init read. A cluster.yaml set back to the content
+    the pod started on (a test's settings undone, a GitOps revert) whose apply failed was
+    otherwise taken as dealt with, and the node kept the reverted change's health plan."""
+    spec_file, record = tmp_path / "cluster.yaml", tmp_path / "handled"
+    first = yaml.safe_dump(demo_spec)
+    spec_file.write_text(first)
+    record.write_text(read_spec(spec_file)[1])  # as init records it
+    calls = itertools.count()
+
+    def apply(spec) -> str:
+        if next(calls) == 1:
+            raise OSError(26, "Text file busy")  # half-way: a program slurmd was starting
+        return "updated the health plan and job programs"
+
+    def follower() -> Follower:
+        return Follower(apply, spec_file, 1.0, handled=handled_last(spec_file, record),
+                        record=record)  # fmt: skip
+
+    watch = follower()
+    demo_spec["partitions"]["gpu"]["maxTime"] = 60
+    spec_file.write_text(yaml.safe_dump(demo_spec))
+    said = "applied cluster.yaml change: updated the health plan and job programs"
+    assert watch.poll(0.0) == said
+    spec_file.write_text(first)  # back to what the pod started on
+    with pytest.raises(OSError, match="Text file busy"):
+        watch.poll(1.0)
+    again = follower()  # the agent's restart of the task
+    assert again.poll(2.0) == said
+    assert next(calls) == 3
+    assert follower().poll(3.0) is None  # dealt with: a later start does nothing
 
 
 def _pair(tmp_path: Path) -> tuple[Controller, Controller]:

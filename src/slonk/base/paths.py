@@ -102,9 +102,10 @@ MUNGE_KEY = Path("/etc/munge/munge.key")
 JWT_KEY = Path("/etc/slurm/jwt_hs256.key")  # SlurmUser's, 0400 (slonk.pod.secrets)
 SLURMRESTD_CONF = Path("/etc/slurm/slurmrestd/slurm.conf")  # slonk.pod.restapi
 SCAN_DIR = Path("/run/slonk/service")
-# The fingerprint of the cluster.yaml `slonk init` started on: config-watch applies any other,
-# even one that came between init and its own start.
-SPEC_STARTED_ON = Path("/run/slonk/cluster.yaml.sha256")
+# The fingerprint of the cluster.yaml the pod dealt with last: the one `slonk init` started on,
+# then each config-watch applied or refused. config-watch applies any other, even one that
+# came between init and its start, or while it was down (a failed task starts again).
+SPEC_HANDLED = Path("/run/slonk/cluster.yaml.sha256")
 
 # Shipped in every image from rootfs/.
 SHARE = Path("/usr/share/slonk")

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from slonk.agent.changes import RECHECK_SECONDS, Waiter
 from slonk.base import paths
+from slonk.base.files import write_atomically
 from slonk.base.identity import pod_name
 from slonk.config import placement
 from slonk.config.spec import ClusterSpec, SpecError, load_spec
@@ -67,10 +68,11 @@ def fingerprint(path: Path) -> str | None:
         return None
 
 
-def started_on(spec_path: Path, record: Path = paths.SPEC_STARTED_ON) -> str | None:
-    """The content of cluster.yaml this pod runs: what `slonk init` read, as it recorded it
-    (a change between init and this watch's start is still a change), or what is there now
-    for a pod whose init recorded nothing."""
+def handled_last(spec_path: Path, record: Path = paths.SPEC_HANDLED) -> str | None:
+    """The content of cluster.yaml this pod dealt with last, as recorded: what `slonk init`
+    read, then what each config-watch applied or refused (a change between init and this
+    watch's start, or one a failed watch left half applied, is still a change), or what is
+    there now for a pod whose init recorded nothing."""
     try:
         return record.read_text().strip()
     except OSError:
@@ -210,7 +212,8 @@ class Follower:
     apply: Callable[[ClusterSpec], str]
     spec_path: Path
     interval: float
-    handled: str | None  # the content last dealt with (at start: what `slonk init` used)
+    handled: str | None  # the content last dealt with (at start: the record's)
+    record: Path | None = None  # where `handled` is kept for the next watch (handled_last)
     waiting: str | None = None
     delay: float = 0.0
     retry_at: float = 0.0
@@ -239,6 +242,8 @@ class Follower:
             self.retry_at = now + self.delay
             return said
         self.handled, self.waiting = current, None
+        if self.record is not None:
+            write_atomically(self.record, current)
         return said
 
 
@@ -266,13 +271,13 @@ def watch(
         apply = controller.apply
         if spec is not None and spec.backup_controller is not None:
             standby = controller, spec
-    handled = started_on(spec_path)
+    handled = handled_last(spec_path)
     if standby is not None and not standby[0].in_control(standby[1]):
         # A standby took the record's files at start, not what init read: that content is
         # applied (or followed) later, once the one in control ran it or this one holds
         # control, instead of counting as dealt with.
         handled = None
-    follower = Follower(apply, spec_path, interval, handled=handled)
+    follower = Follower(apply, spec_path, interval, handled=handled, record=paths.SPEC_HANDLED)
     log(f"watching {changes.describe()}")
     while not stop.is_set():
         said = follower.poll(time.monotonic())  # first: a change since `slonk init` read it

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import slonk
 from slonk.base import paths
+from slonk.base.files import write_atomically
 from slonk.config.spec import ClusterSpec
 from slonk.health import runner
 from slonk.hooks import revision
@@ -35,12 +36,15 @@ def install_job_programs(spec: ClusterSpec) -> str:
     if spec.health:
         programs["health"] = "-m slonk.health.command"
     for name, arguments in programs.items():
-        wrapper = paths.HOOK_BIN / name
-        wrapper.write_text(
+        # Through a rename: slurmd may start one at any moment (every job, every interval),
+        # and must find the old program or the new, never an empty one (nor refuse the write
+        # with ETXTBSY while it starts one).
+        write_atomically(
+            paths.HOOK_BIN / name,
             f'#!/bin/sh\nexport PATH="${{PATH:-{paths.DEFAULT_PATH}}}"\n'
-            f"exec {sys.executable} {arguments}\n"
+            f"exec {sys.executable} {arguments}\n",
+            mode=0o755,
         )
-        wrapper.chmod(0o755)
     if spec.hooks:
         revision.write_settings(spec.hooks)
     return ", ".join(programs)
