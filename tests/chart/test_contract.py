@@ -330,6 +330,8 @@ def _at(schema: dict[str, Any], pointer: str) -> Any:
 @pytest.mark.parametrize(("pointer", "pattern"), SCHEMA_PATTERNS, ids=lambda x: x[-50:])
 def test_the_schema_uses_the_pods_patterns(schema, pointer, pattern):
     assert _at(schema, pointer)["pattern"] == pattern
+    if pattern in patterns.MAX_LENGTH:
+        assert _at(schema, pointer).get("maxLength") == patterns.MAX_LENGTH[pattern]
 
 
 def test_values_yaml_names_every_reserved_pool_name():

@@ -365,11 +365,22 @@ def test_a_sites_command_runs_beside_slonks_checks_in_their_phases():
         ({"dcgm": {**DIAG, "shell": True}}, r"commands\.dcgm\.shell: unknown key"),
         ({"dcgm": "dcgmi diag"}, r"commands\.dcgm: expected a mapping"),
         ({f"c{i}": DIAG for i in range(9)}, "commands: at most 8 checks"),
+        # Into every node's health plan and log lines: bounded, and the error does not repeat it.
+        (
+            {"dcgm": {**DIAG, "command": "dcgmi " + "x" * 507}},
+            r"command: a program and its options of at most 512 characters, not 513$",
+        ),
     ],
 )
 def test_a_bad_command_is_refused_naming_the_key(commands, error):
     with pytest.raises(SpecError, match=error):
         spec_with(commands=commands)
+
+
+def test_a_command_line_of_the_longest_length_is_taken():
+    command = "dcgmi " + "x" * 506
+    spec = spec_with(commands={"dcgm": {**DIAG, "command": command}})
+    assert spec.active_checks(spec.pool("gpu"))["dcgm"].options == {"command": command}
 
 
 def program(tmp_path: Path, body: str) -> str:

@@ -56,6 +56,10 @@ ABSOLUTE_PATH = r"^(/[A-Za-z0-9_+@-][A-Za-z0-9._+@-]*)+$"
 COMMAND_LINE = (
     r"^(((/[A-Za-z0-9._+@-]+)+|[A-Za-z0-9_+@][A-Za-z0-9._+@-]*)( [A-Za-z0-9._/+@=,:-]+)*)?$"
 )
+# The longest value of a shape, where one is bounded (the schema says it as maxLength): a
+# command line goes into every node's health plan and into the log lines naming it; a real
+# one (`dcgmi diag -r 2`) is a few words.
+MAX_LENGTH: dict[str, int] = {COMMAND_LINE: 512}
 # Linux interface names (IFNAMSIZ: 15 characters) and RDMA device names.
 INTERFACE = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,14}$"
 RDMA_DEVICE = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$"
@@ -117,6 +121,14 @@ MAIL_ADDRESS = f"^{_MAIL_ATOM}(\\.{_MAIL_ATOM}){{0,7}}(@{_MAIL_HOST})?$"
 
 def matches(pattern: str, value: str) -> bool:
     return re.fullmatch(pattern, value) is not None
+
+
+def shape_error(pattern: str, value: str, what: str) -> str | None:
+    """Why `value` is not of the shape (`what` names it), or None when it is."""
+    longest = MAX_LENGTH.get(pattern)
+    if longest is not None and len(value) > longest:
+        return f"{what} of at most {longest} characters, not {len(value)}"
+    return None if matches(pattern, value) else f"{value!r} is not {what}"
 
 
 def first_unsafe_value(data: Any, path: str = "") -> tuple[str, str] | None:

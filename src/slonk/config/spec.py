@@ -66,7 +66,7 @@ from slonk.config.model import (
     rule_of,
     rules,
 )
-from slonk.config.patterns import matches
+from slonk.config.patterns import matches, shape_error
 from slonk.config.trends import MAX_INCREASE, TRENDS, WINDOW
 
 # The model's names, for the modules that read a spec through this one.
@@ -216,8 +216,8 @@ class _Reader:
         value = self.get(key, (str, int))
         if value is None or value == "":
             return default
-        if not matches(pattern, str(value)):
-            raise SpecError(f"{self.at(key)}: {value!r} is not {what}")
+        if wrong := shape_error(pattern, str(value), what):
+            raise SpecError(f"{self.at(key)}: {wrong}")
         return str(value)
 
     def strings(self, key: str) -> tuple[str, ...]:
@@ -570,8 +570,8 @@ def _check(name: str, data: Any, path: str) -> CheckSettings | None:
 
 def _check_option_shape(key: str, value: Any, path: str) -> None:
     shape = CHECK_OPTION_SHAPES.get(key)
-    if shape and isinstance(value, str) and not matches(shape[0], value):
-        raise SpecError(f"{path}: {value!r} is not {shape[1]}")
+    if shape and isinstance(value, str) and (wrong := shape_error(shape[0], value, shape[1])):
+        raise SpecError(f"{path}: {wrong}")
 
 
 def _active_check(name: str, data: Any, path: str) -> ActiveCheckSettings | None:
@@ -614,8 +614,8 @@ def _command_check(name: str, data: Any, path: str) -> ActiveCheckSettings | Non
     program = r.get("command", str)
     if not program:
         raise SpecError(f"{r.at('command')}: required: the program to run, and its options")
-    if not matches(shape, program):
-        raise SpecError(f"{r.at('command')}: {program!r} is not {what}")
+    if wrong := shape_error(shape, program, what):
+        raise SpecError(f"{r.at('command')}: {wrong}")
     timeout = r.ruled(ACTIVE_TIMEOUT)
     return (
         ActiveCheckSettings(timeout, {"command": program}) if r.get("enabled", bool, True) else None
