@@ -284,6 +284,15 @@ def test_a_check_out_of_time_fails_the_second_time_in_a_row(monkeypatch, tmp_pat
     assert runner.run(plan, "interval", state=tmp_path) == []
 
 
+def test_a_run_begun_just_after_a_timed_out_one_ended_is_its_second_look(tmp_path):
+    """A check's end is kept to the millisecond below: rounded up, a run that began 0.2 ms
+    after it ended seemed to have run beside it (a unit test's runs are that close)."""
+    timed_out = runner.Result("dns", False, "no answer", seconds=0.0006, timed_out=True)
+    assert runner.save_results([timed_out], "interval", 1000.0, tmp_path)
+    assert runner._timed_out_before("interval", tmp_path, 1000.0008) == {"dns"}
+    assert runner._timed_out_before("interval", tmp_path, 999.9) == set()  # one still going
+
+
 def test_a_run_beside_it_or_results_not_kept_are_no_first_time(monkeypatch, tmp_path):
     """A run of the phase still going when this one began (slurmd does not wait for the last
     before it starts the next) saw the same stall: no second look. Results that cannot be
