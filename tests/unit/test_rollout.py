@@ -22,6 +22,7 @@ from slonk.config.render import render
 from slonk.config.spec import parse_spec, read_spec
 from slonk.pod.config_watch import (
     FOLLOWED,
+    IN_DOUBT,
     Controller,
     Follower,
     NotApplied,
@@ -446,6 +447,69 @@ def test_a_watch_that_failed_half_way_applies_the_change_when_it_starts_again(tm
     assert again.poll(2.0) == said
     assert next(calls) == 3
     assert follower().poll(3.0) is None  # dealt with: a later start does nothing
+
+
+def test_a_change_that_failed_half_way_is_in_doubt_whatever_comes_next(tmp_path, demo_spec):
+    """The other order: B fails half-way, and cluster.yaml is back to the pod's first content
+    before the task starts again. The record said "in doubt" meanwhile, so that content is
+    applied over what B left, not taken as the one the node runs."""
+    spec_file, record = tmp_path / "cluster.yaml", tmp_path / "handled"
+    first = yaml.safe_dump(demo_spec)
+    spec_file.write_text(first)
+    record.write_text(read_spec(spec_file)[1])
+    calls = itertools.count()
+
+    def apply(spec) -> str:
+        if next(calls) == 0:
+            raise OSError(28, "No space left on device")  # half-way through B
+        return "updated the health plan and job programs"
+
+    def follower() -> Follower:  # as each start of the task makes it
+        return Follower(apply, spec_file, 1.0, handled_last(spec_file, record), record)
+
+    demo_spec["partitions"]["gpu"]["maxTime"] = 60
+    spec_file.write_text(yaml.safe_dump(demo_spec))
+    with pytest.raises(OSError):
+        follower().poll(0.0)
+    assert record.read_text() == IN_DOUBT
+    spec_file.write_text(first)  # back, during the agent's back-off
+    said = "applied cluster.yaml change: updated the health plan and job programs"
+    assert follower().poll(1.0) == said
+    assert record.read_text() == fingerprint(spec_file)
+
+
+def test_what_is_recorded_is_the_content_applied(tmp_path, demo_spec):
+    """The file is read once a look: a swap while the change is applied is the next change,
+    never recorded under the one applied."""
+    spec_file, record = tmp_path / "cluster.yaml", tmp_path / "handled"
+    demo_spec["partitions"]["gpu"]["maxTime"] = 60
+    spec_file.write_text(yaml.safe_dump(demo_spec))
+    applied = fingerprint(spec_file)
+    demo_spec["partitions"]["gpu"]["maxTime"] = 90
+    swapped = yaml.safe_dump(demo_spec)
+    times = []
+
+    def apply(spec) -> str:
+        times.append(next(p.max_time for p in spec.partitions if p.name == "gpu"))
+        if len(times) == 1:
+            spec_file.write_text(swapped)  # kubelet swaps while the first is applied
+        return "rewrote slurm.conf"
+
+    follower = Follower(apply, spec_file, 1.0, handled=None, record=record)
+    assert follower.poll(0.0) and record.read_text() == applied
+    assert follower.poll(1.0) == "applied cluster.yaml change: rewrote slurm.conf"
+    assert times == ["60", "90"]
+
+
+def test_a_record_that_cannot_be_written_costs_one_more_apply_not_the_task(tmp_path, demo_spec):
+    spec_file = tmp_path / "cluster.yaml"
+    spec_file.write_text(yaml.safe_dump(demo_spec))
+    unwritable = tmp_path / "gone" / "handled"
+    follower = Follower(lambda spec: "rewrote slurm.conf", spec_file, 1.0, handled="old",
+                        record=unwritable)  # fmt: skip
+    said = follower.poll(0.0)
+    assert said.startswith("applied cluster.yaml change: rewrote slurm.conf; could not record")
+    assert follower.poll(1.0) is None  # dealt with, for this watch
 
 
 def _pair(tmp_path: Path) -> tuple[Controller, Controller]:

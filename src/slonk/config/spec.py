@@ -976,9 +976,15 @@ def read_spec(path: Path) -> tuple[ClusterSpec, str]:
     (the file may change a moment later); errors name the file and the key."""
     try:
         content = Path(path).read_bytes()
-        data = yaml.load(content.decode(), Loader=_PlainLoader)  # a SafeLoader
     except OSError as err:
         raise SpecError(f"{path}: cannot read: {err.strerror}") from err
+    return spec_of(content, path), fingerprint(content)
+
+
+def spec_of(content: bytes, path: Path) -> ClusterSpec:
+    """Validate the bytes of a `cluster.yaml` file read from `path` (named in errors)."""
+    try:
+        data = yaml.load(content.decode(), Loader=_PlainLoader)  # a SafeLoader
     except UnicodeDecodeError as err:
         raise SpecError(f"{path}: not UTF-8: {err}") from err
     except yaml.YAMLError as err:
@@ -986,7 +992,7 @@ def read_spec(path: Path) -> tuple[ClusterSpec, str]:
     except RecursionError:
         raise SpecError(f"{path}: nested too deeply to be a cluster spec") from None
     try:
-        return parse_spec(data), fingerprint(content)
+        return parse_spec(data)
     except SpecError as err:
         raise SpecError(f"{path}: {err}") from err
     except RecursionError:

@@ -32,7 +32,7 @@ from slonk.base import paths
 from slonk.base.files import write_atomically
 from slonk.base.identity import pod_name
 from slonk.config import placement
-from slonk.config.spec import ClusterSpec, SpecError, load_spec
+from slonk.config.spec import ClusterSpec, SpecError, load_spec, spec_of
 from slonk.config.spec import fingerprint as spec_fingerprint
 from slonk.slurm import control, rollout
 from slonk.slurm.slurmctld import Refused, Slurmctld, needs_restart
@@ -204,6 +204,12 @@ def apply_worker(spec: ClusterSpec) -> str:
     return job_programs.update_node_programs(spec, pod_name())
 
 
+# What the record holds while a change is being applied: no content's fingerprint, so that a
+# watch that dies half-way (an error, the agent killed) applies what it finds when it starts
+# again, whatever that is.
+IN_DOUBT = ""
+
+
 @dataclass
 class Follower:
     """Applies each new content of cluster.yaml once. Only an unanswering slurmctld makes a
@@ -219,13 +225,19 @@ class Follower:
     retry_at: float = 0.0
 
     def poll(self, now: float) -> str | None:
-        """One look at cluster.yaml; returns the line to log, if any."""
-        current = fingerprint(self.spec_path)
-        if current in (None, self.handled) or (current == self.waiting and now < self.retry_at):
+        """One look at cluster.yaml; returns the line to log, if any. The content is read
+        once: what is applied is what is recorded, even if the file changes meanwhile."""
+        try:
+            content = self.spec_path.read_bytes()
+        except OSError:
             return None
+        current = spec_fingerprint(content)
+        if current == self.handled or (current == self.waiting and now < self.retry_at):
+            return None
+        unkept = self._keep(IN_DOUBT)
         said = None
         try:
-            said = f"applied cluster.yaml change: {self.apply(load_spec(self.spec_path))}"
+            said = f"applied cluster.yaml change: {self.apply(spec_of(content, self.spec_path))}"
         except SpecError as err:
             # Invalid content stays invalid: refuse it once, keep the running configuration.
             said = f"refused cluster.yaml change, running configuration kept: {err}"
@@ -242,9 +254,19 @@ class Follower:
             self.retry_at = now + self.delay
             return said
         self.handled, self.waiting = current, None
-        if self.record is not None:
-            write_atomically(self.record, current)
-        return said
+        unkept = self._keep(current) or unkept
+        return f"{said}; {unkept}" if unkept else said
+
+    def _keep(self, content: str) -> str | None:
+        """Record `content` as dealt with for the next watch; what went wrong, if anything (a
+        record that cannot be written costs a watch started again one more apply, no more)."""
+        if self.record is None:
+            return None
+        try:
+            write_atomically(self.record, content)
+        except OSError as err:
+            return f"could not record it in {self.record}: {err.strerror}"
+        return None
 
 
 def watch(
