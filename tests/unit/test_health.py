@@ -285,12 +285,13 @@ def test_a_check_out_of_time_fails_the_second_time_in_a_row(monkeypatch, tmp_pat
 
 
 def test_a_run_begun_just_after_a_timed_out_one_ended_is_its_second_look(tmp_path):
-    """A check's end is kept to the millisecond below: rounded up, a run that began 0.2 ms
+    """A check's end is kept as it was, not rounded: rounded up, a run that began 0.2 ms
     after it ended seemed to have run beside it (a unit test's runs are that close)."""
     timed_out = runner.Result("dns", False, "no answer", seconds=0.0006, timed_out=True)
     assert runner.save_results([timed_out], "interval", 1000.0, tmp_path)
     assert runner._timed_out_before("interval", tmp_path, 1000.0008) == {"dns"}
-    assert runner._timed_out_before("interval", tmp_path, 999.9) == set()  # one still going
+    # Begun before it ended: one going beside it, which saw the same stall.
+    assert runner._timed_out_before("interval", tmp_path, 1000.0005) == set()
 
 
 def test_a_run_beside_it_or_results_not_kept_are_no_first_time(monkeypatch, tmp_path):

@@ -7,7 +7,6 @@ The node's plan (which checks, their options, what the node is) is written once 
 from __future__ import annotations
 
 import json
-import math
 import sys
 import threading
 import time
@@ -166,11 +165,9 @@ def save_results(results: list[Result], phase: str, started: float, state: Path)
     nothing, and a write that fails never fails the checks' run. Whether they were saved."""
     if not state.is_dir():
         return False
-    # To the millisecond below: a next run that began right after this one ended must find
-    # that it did (_timed_out_before); rounded up, a run 0.4 ms later could seem to overlap.
-    records = [
-        {**asdict(r), "time": math.floor((started + r.seconds) * 1000) / 1000} for r in results
-    ]
+    # Not rounded: a next run that began right after this one ended must find that it did
+    # (_timed_out_before); rounded up, a run 0.4 ms later seemed to have run beside it.
+    records = [{**asdict(r), "time": started + r.seconds} for r in results]
     try:  # already loaded by the job-time path: no new cost
         write_atomically(results_path(phase, state), json.dumps(records) + "\n")
     except OSError:
@@ -236,7 +233,7 @@ def _timed_out_before(phase: str, state: Path, started: float) -> set[str]:
             for r in records
             if r.get("timed_out") is True
             and isinstance(r.get("time"), int | float)
-            and r["time"] <= started
+            and r["time"] < started
         }
     except (OSError, ValueError, TypeError, AttributeError, KeyError):
         return set()
