@@ -20,6 +20,7 @@ from slonk.health import checks, drains, gpu, probe, runner
 from slonk.health.probe import Unhealthy, bounded
 from slonk.kube.api import KubeError, PodReplaced
 from slonk.slurm import reasons, slurm_nodes
+from slonk.slurm.slurm_state import SlurmNotInstalled
 
 from . import slurm_json
 
@@ -473,11 +474,16 @@ def test_health_reads_every_node_in_one_call(monkeypatch):
 
 
 def test_a_slurm_command_that_is_missing_or_fails_is_a_slurm_error(tmp_path):
-    """Not a traceback: a pod's loops report it and ask again (a pod of another image)."""
-    with pytest.raises(slurm_nodes.SlurmError, match="No such file or directory"):
+    """Not a traceback: a pod's loops report it (a pod of another image). A program that is
+    not there, or cannot be run, is said to be so: asking again cannot help."""
+    with pytest.raises(SlurmNotInstalled, match="No such file or directory"):
         slurm_nodes.run([str(tmp_path / "scontrol"), "show", "node"])
-    with pytest.raises(slurm_nodes.SlurmError, match="false: failed"):
+    (tmp_path / "scontrol").write_text("#!/bin/sh\n")  # not executable
+    with pytest.raises(SlurmNotInstalled, match="Permission denied"):
+        slurm_nodes.run([str(tmp_path / "scontrol"), "show", "node"])
+    with pytest.raises(slurm_nodes.SlurmError, match="false: failed") as failed:
         slurm_nodes.run(["false"], failed="false")
+    assert not isinstance(failed.value, SlurmNotInstalled)
 
 
 def _node(reason="", drained=True, state="idle", started="t0"):

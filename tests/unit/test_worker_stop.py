@@ -11,7 +11,7 @@ import pytest
 
 from slonk.pod import worker_stop
 from slonk.slurm import reasons
-from slonk.slurm.slurm_state import Job, NodeState, SlurmError
+from slonk.slurm.slurm_state import Job, NodeState, SlurmError, SlurmNotInstalled
 
 NAME = "slonk-cpu-1"
 ROOTFS = Path(__file__).parents[2] / "rootfs"
@@ -285,6 +285,22 @@ def test_a_node_a_late_message_returned_is_marked_down_again(back_flags):
     assert slurm.commands == [*MARK, (*UPDATE, "state=down", f"reason={worker_stop.REASON}")]
     assert "again" in lines[-1]
     assert clock.t >= 2 + worker_stop.DOWN_HOLD_SECONDS
+
+
+def test_a_missing_scontrol_ends_the_hook_and_the_mark_at_once():
+    """A pod without Slurm's commands (another image) is not "not yet": asking again until
+    the deadline would only hold the pod's stop."""
+
+    def missing(t: float) -> NodeState:
+        raise SlurmNotInstalled("scontrol: No such file or directory")
+
+    clock = Clock()
+    code, lines = _stop(FakeSlurm(clock, missing))
+    assert (code, clock.t) == (1, 0.0)
+    assert lines == [f"could not drain {NAME}: scontrol: No such file or directory"]
+    code, lines = _down(FakeSlurm(clock, missing))
+    assert (code, clock.t) == (1, 0.0)
+    assert lines == [f"could not mark {NAME} down: scontrol: No such file or directory"]
 
 
 def test_down_gives_up_at_its_deadline():

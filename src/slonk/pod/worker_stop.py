@@ -35,6 +35,7 @@ from slonk.slurm.slurm_state import (
     Job,
     NodeState,
     SlurmError,
+    SlurmNotInstalled,
     parse_jobs,
 )
 
@@ -137,6 +138,8 @@ def _drain(
             slurm.run("scontrol", "update", f"nodename={name}", "state=drain", f"reason={REASON}")
             log(f"drained {name}: {REASON}")
             return node
+        except SlurmNotInstalled:
+            raise
         except SlurmError as err:
             if clock.now() >= deadline:
                 raise
@@ -203,7 +206,7 @@ def down(slurm: Slurm, name: str, log: Callable[[str], None], clock: _Clock | No
             if clock.now() - marked_at >= DOWN_HOLD_SECONDS:
                 return 0
         except SlurmError as err:
-            if clock.now() >= deadline:
+            if clock.now() >= deadline or isinstance(err, SlurmNotInstalled):
                 log(f"could not mark {name} down: {err}")
                 return 1
             log(f"cannot mark {name} down yet, asking again: {err}")

@@ -6,7 +6,13 @@ from __future__ import annotations
 
 import subprocess
 
-from slonk.slurm.slurm_state import SHOW_NODES, NodeState, SlurmError, parse_nodes
+from slonk.slurm.slurm_state import (
+    SHOW_NODES,
+    NodeState,
+    SlurmError,
+    SlurmNotInstalled,
+    parse_nodes,
+)
 
 __all__ = [
     "NodeState",
@@ -34,7 +40,9 @@ def run(argv: list[str], timed_out: str = "", failed: str = "") -> str:
         )
     except subprocess.TimeoutExpired:
         raise SlurmError(timed_out or f"{argv[0]} timed out") from None
-    except OSError as err:  # not installed: a pod of another image, a host
+    except (FileNotFoundError, PermissionError) as err:  # a pod of another image, a host
+        raise SlurmNotInstalled(f"{argv[0]}: {err.strerror}") from None
+    except OSError as err:  # no fork now (memory, processes): another try may do
         raise SlurmError(f"{argv[0]}: {err.strerror}") from None
     if result.returncode:
         said = result.stderr.strip() or "failed"

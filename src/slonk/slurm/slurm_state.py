@@ -37,6 +37,10 @@ class SlurmError(SlonkError):
     pass
 
 
+class SlurmNotInstalled(SlurmError):
+    """A Slurm command this host or image does not have: asking again cannot help."""
+
+
 @dataclass(frozen=True)
 class NodeState:
     name: str
