@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import itertools
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -415,6 +417,11 @@ def test_a_change_between_init_and_the_watchs_start_is_applied(tmp_path, demo_sp
     assert handled_last(spec_file, tmp_path / "none") == fingerprint(spec_file)
 
 
+def _started(apply: Callable[[Any], str], spec_file: Path, record: Path) -> Follower:
+    """A Follower as each start of the config-watch task makes it: from the record."""
+    return Follower(apply, spec_file, 1.0, handled_last(spec_file, record), record)
+
+
 def test_a_watch_that_failed_half_way_applies_the_change_when_it_starts_again(tmp_path, demo_spec):
     """The agent starts a failed config-watch again, with a new Follower: it must start from
     what was dealt with last, not from what init read. A cluster.yaml set back to the content
@@ -431,11 +438,7 @@ def test_a_watch_that_failed_half_way_applies_the_change_when_it_starts_again(tm
             raise OSError(26, "Text file busy")  # half-way: a program slurmd was starting
         return "updated the health plan and job programs"
 
-    def follower() -> Follower:
-        return Follower(apply, spec_file, 1.0, handled=handled_last(spec_file, record),
-                        record=record)  # fmt: skip
-
-    watch = follower()
+    watch = _started(apply, spec_file, record)
     demo_spec["partitions"]["gpu"]["maxTime"] = 60
     spec_file.write_text(yaml.safe_dump(demo_spec))
     said = "applied cluster.yaml change: updated the health plan and job programs"
@@ -443,10 +446,10 @@ def test_a_watch_that_failed_half_way_applies_the_change_when_it_starts_again(tm
     spec_file.write_text(first)  # back to what the pod started on
     with pytest.raises(OSError, match="Text file busy"):
         watch.poll(1.0)
-    again = follower()  # the agent's restart of the task
+    again = _started(apply, spec_file, record)  # the agent's restart of the task
     assert again.poll(2.0) == said
     assert next(calls) == 3
-    assert follower().poll(3.0) is None  # dealt with: a later start does nothing
+    assert _started(apply, spec_file, record).poll(3.0) is None  # dealt with: no more to do
 
 
 def test_a_change_that_failed_half_way_is_in_doubt_whatever_comes_next(tmp_path, demo_spec):
@@ -464,17 +467,14 @@ def test_a_change_that_failed_half_way_is_in_doubt_whatever_comes_next(tmp_path,
             raise OSError(28, "No space left on device")  # half-way through B
         return "updated the health plan and job programs"
 
-    def follower() -> Follower:  # as each start of the task makes it
-        return Follower(apply, spec_file, 1.0, handled_last(spec_file, record), record)
-
     demo_spec["partitions"]["gpu"]["maxTime"] = 60
     spec_file.write_text(yaml.safe_dump(demo_spec))
     with pytest.raises(OSError):
-        follower().poll(0.0)
+        _started(apply, spec_file, record).poll(0.0)
     assert record.read_text() == IN_DOUBT
     spec_file.write_text(first)  # back, during the agent's back-off
     said = "applied cluster.yaml change: updated the health plan and job programs"
-    assert follower().poll(1.0) == said
+    assert _started(apply, spec_file, record).poll(1.0) == said
     assert record.read_text() == fingerprint(spec_file)
 
 
