@@ -6,6 +6,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import subprocess
 import threading
 import time
@@ -442,6 +443,27 @@ def test_storage_and_scratch_checks(tmp_path, monkeypatch):
     assert "free" in checks.check_scratch(NODE, scratch, "boot", 5)
     with pytest.raises(Unhealthy, match=r"below 101%"):
         checks.check_scratch(NODE, {**scratch, "minFreePercent": 101}, "boot", 5)
+
+
+def test_a_mount_turned_read_only_during_the_write_is_named_read_only(tmp_path, monkeypatch):
+    """Remounted read-only between the look at the mount and the probe's `rm` (an integration
+    run saw it): the reason names the mount, as the next look would, not the failed `rm`."""
+    mountinfo = tmp_path / "mountinfo"
+    mountinfo.write_text(f"2 1 0:5 / {tmp_path} rw - tmpfs tmpfs rw\n")
+    monkeypatch.setattr(checks, "MOUNTINFO", mountinfo)
+
+    def remounted_meanwhile(argv: list[str], timeout: float) -> tuple[int, str]:
+        mountinfo.write_text(f"2 1 0:5 / {tmp_path} ro - tmpfs tmpfs rw\n")
+        return 1, "rm: cannot remove '.slonk-health.x': Read-only file system"
+
+    monkeypatch.setattr(checks, "bounded", remounted_meanwhile)
+    with pytest.raises(Unhealthy, match=f"^{re.escape(str(tmp_path))} is mounted read-only$"):
+        checks.check_storage(NODE, {"paths": [str(tmp_path)]}, "watch", 5)
+    # Still writable by the mount's word: the probe's own failure is the reason.
+    mountinfo.write_text(f"2 1 0:5 / {tmp_path} rw - tmpfs tmpfs rw\n")
+    monkeypatch.setattr(checks, "bounded", lambda argv, timeout: (1, "mktemp: No space left"))
+    with pytest.raises(Unhealthy, match=r"is not writable: mktemp: No space left$"):
+        checks.check_storage(NODE, {"paths": [str(tmp_path)]}, "watch", 5)
 
 
 def test_a_user_cannot_plant_the_storage_probe(tmp_path, monkeypatch):

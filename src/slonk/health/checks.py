@@ -123,18 +123,25 @@ def check_storage(node: Node, options: Mapping[str, Any], phase: str, timeout: f
     """Mounted, writable, and answering in time: a write through the mount, in a child that
     a hung server cannot take the check down with."""
     for path in options["paths"]:
-        mounted = mount_options(path)
-        if mounted is None:
-            raise Unhealthy(f"{path} is not mounted")
-        if "ro" in mounted:
-            raise Unhealthy(f"{path} is mounted read-only")
+        _mounted_writable(path)
         # A new name each time, made by mktemp (O_EXCL): one a user could guess, plant a
         # directory or a link at, would drain (or fool) every node writing there.
         write = 'f=$(mktemp -p "$1" .slonk-health.XXXXXXXX) && rm -f "$f"'
         status, output = bounded(["sh", "-c", write, "probe", path], timeout)
         if status:
+            # A mount turned read-only while the probe wrote (as a file system does on an
+            # error) is named as such, the same reason as a look a moment later gives.
+            _mounted_writable(path)
             raise Unhealthy(f"{path} is not writable: {output.strip()}")
     return f"{', '.join(options['paths'])} writable"
+
+
+def _mounted_writable(path: str) -> None:
+    mounted = mount_options(path)
+    if mounted is None:
+        raise Unhealthy(f"{path} is not mounted")
+    if "ro" in mounted:
+        raise Unhealthy(f"{path} is mounted read-only")
 
 
 def check_scratch(node: Node, options: Mapping[str, Any], phase: str, timeout: float) -> str:
