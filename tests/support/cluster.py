@@ -154,15 +154,23 @@ def service_pid(host: testinfra.host.Host, service: str) -> int:
     return int(host.check_output(f"s6-svstat -o pid /run/slonk/service/{service}"))
 
 
+# A wait polls at once, then less often the longer it waits: most checks are a command in a
+# pod (and often an RPC to slurmctld), and three test processes polling ten times a second
+# through waits of tens of seconds spent CPU the clusters they wait on were short of.
+FIRST_POLL, LAST_POLL = 0.1, 0.5
+
+
 def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
     """Poll until `check()` is truthy; fail naming `what` and the last value."""
     deadline = time.monotonic() + timeout
     value = None
+    pause = FIRST_POLL
     while time.monotonic() < deadline:
         value = check()
         if value:
             return value
-        time.sleep(0.1)
+        time.sleep(pause)
+        pause = min(pause * 1.5, LAST_POLL)
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {value!r})")
 
 
