@@ -445,7 +445,9 @@ def test_storage_and_scratch_checks(tmp_path, monkeypatch):
         checks.check_scratch(NODE, {**scratch, "minFreePercent": 101}, "boot", 5)
 
 
-def test_a_mount_turned_read_only_during_the_write_is_named_read_only(tmp_path, monkeypatch):
+def test_a_mount_turned_read_only_during_the_write_is_named_read_only(
+    tmp_path, monkeypatch, capsys
+):
     """Remounted read-only between the look at the mount and the probe's `rm` (an integration
     run saw it): the reason names the mount, as the next look would, not the failed `rm`."""
     mountinfo = tmp_path / "mountinfo"
@@ -459,6 +461,7 @@ def test_a_mount_turned_read_only_during_the_write_is_named_read_only(tmp_path, 
     monkeypatch.setattr(checks, "bounded", remounted_meanwhile)
     with pytest.raises(Unhealthy, match=f"^{re.escape(str(tmp_path))} is mounted read-only$"):
         checks.check_storage(NODE, {"paths": [str(tmp_path)]}, "watch", 5)
+    assert "failed: rm: cannot remove '.slonk-health.x': Read-only" in capsys.readouterr().err
     # Still writable by the mount's word: the probe's own failure is the reason.
     mountinfo.write_text(f"2 1 0:5 / {tmp_path} rw - tmpfs tmpfs rw\n")
     monkeypatch.setattr(checks, "bounded", lambda argv, timeout: (1, "mktemp: No space left"))

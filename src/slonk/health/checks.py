@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -129,9 +130,15 @@ def check_storage(node: Node, options: Mapping[str, Any], phase: str, timeout: f
         write = 'f=$(mktemp -p "$1" .slonk-health.XXXXXXXX) && rm -f "$f"'
         status, output = bounded(["sh", "-c", write, "probe", path], timeout)
         if status:
-            # A mount turned read-only while the probe wrote (as a file system does on an
-            # error) is named as such, the same reason as a look a moment later gives.
-            _mounted_writable(path)
+            # A mount turned read-only (or gone) while the probe wrote, as a file system does
+            # on an error, is named as the next look would name it, so the reason holds still;
+            # what the write met (an I/O error, say) is said on stderr.
+            try:
+                _mounted_writable(path)
+            except Unhealthy:
+                said = " ".join(output.split())
+                print(f"slonk health: storage: the write to {path} failed: {said}", file=sys.stderr)
+                raise
             raise Unhealthy(f"{path} is not writable: {output.strip()}")
     return f"{', '.join(options['paths'])} writable"
 
