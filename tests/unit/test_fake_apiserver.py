@@ -196,9 +196,10 @@ def test_leader_election_through_a_lease_lock(fake: Fake):
         config = electionconfig.Config(lock, 3, 2, 1, lead, lambda: None)
         leaderelection.LeaderElection(config).run()
 
-    threading.Thread(target=candidate, args=("a",), daemon=True).start()
+    candidates = [threading.Thread(target=candidate, args=(n,), daemon=True) for n in "ab"]
+    candidates[0].start()
     assert leading["a"].wait(30)
-    threading.Thread(target=candidate, args=("b",), daemon=True).start()
+    candidates[1].start()
     first = api.read_namespaced_lease("slonk-syncer", NAMESPACE).spec.renew_time
     # a renews (the lease moves on) while b only tries: b never leads meanwhile.
     wait_for(
@@ -210,6 +211,11 @@ def test_leader_election_through_a_lease_lock(fake: Fake):
     release.set()
     assert leading["b"].wait(30)
     assert api.read_namespaced_lease("slonk-syncer", NAMESPACE).spec.holder_identity == "b"
+    # Each stops renewing once its leading raised: gone before the fake API server is, or
+    # one still renewing raises in its thread, under a later test's name (a clean-clone run).
+    for thread in candidates:
+        thread.join(30)
+        assert not thread.is_alive()
 
 
 def test_the_three_patch_types(fake: Fake):
