@@ -123,6 +123,12 @@ def _requeue(slurm: Slurm, name: str, log: Callable[[str], None]) -> None:
             log(f"cancelled job {job.id}: Slurm will not requeue it ({err})")
 
 
+def _given_up(err: SlurmError, deadline: float, clock: _Clock) -> bool:
+    """Whether a failed Slurm call ends a wait: past its deadline, or no Slurm command to ask
+    (a pod of another image), which asking again cannot mend."""
+    return clock.now() >= deadline or isinstance(err, SlurmNotInstalled)
+
+
 def _drain(
     slurm: Slurm, name: str, deadline: float, log: Callable[[str], None], clock: _Clock
 ) -> NodeState | None:
@@ -138,10 +144,8 @@ def _drain(
             slurm.run("scontrol", "update", f"nodename={name}", "state=drain", f"reason={REASON}")
             log(f"drained {name}: {REASON}")
             return node
-        except SlurmNotInstalled:
-            raise
         except SlurmError as err:
-            if clock.now() >= deadline:
+            if _given_up(err, deadline, clock):
                 raise
             log(f"cannot drain {name} yet, asking again: {err}")
             clock.sleep(min(POLL_SECONDS, max(0.0, deadline - clock.now())))
@@ -206,7 +210,7 @@ def down(slurm: Slurm, name: str, log: Callable[[str], None], clock: _Clock | No
             if clock.now() - marked_at >= DOWN_HOLD_SECONDS:
                 return 0
         except SlurmError as err:
-            if clock.now() >= deadline or isinstance(err, SlurmNotInstalled):
+            if _given_up(err, deadline, clock):
                 log(f"could not mark {name} down: {err}")
                 return 1
             log(f"cannot mark {name} down yet, asking again: {err}")
