@@ -124,31 +124,33 @@ def check_storage(node: Node, options: Mapping[str, Any], phase: str, timeout: f
     """Mounted, writable, and answering in time: a write through the mount, in a child that
     a hung server cannot take the check down with."""
     for path in options["paths"]:
-        _mounted_writable(path)
+        if problem := _mount_problem(path):
+            raise Unhealthy(problem)
         # A new name each time, made by mktemp (O_EXCL): one a user could guess, plant a
         # directory or a link at, would drain (or fool) every node writing there.
         write = 'f=$(mktemp -p "$1" .slonk-health.XXXXXXXX) && rm -f "$f"'
         status, output = bounded(["sh", "-c", write, "probe", path], timeout)
-        if status:
-            # A mount turned read-only (or gone) while the probe wrote, as a file system does
-            # on an error, is named as the next look would name it, so the reason holds still;
-            # what the write met (an I/O error, say) is said on stderr.
-            try:
-                _mounted_writable(path)
-            except Unhealthy:
-                said = " ".join(output.split())
-                print(f"slonk health: storage: the write to {path} failed: {said}", file=sys.stderr)
-                raise
-            raise Unhealthy(f"{path} is not writable: {output.strip()}")
+        if not status:
+            continue
+        # A mount turned read-only (or gone) while the probe wrote, as a file system does on
+        # an error, is named as the next look would name it, so the reason holds still; what
+        # the write met (an I/O error, say) is said on stderr.
+        if problem := _mount_problem(path):
+            said = " ".join(output.split())
+            print(f"slonk health: storage: the write to {path} failed: {said}", file=sys.stderr)
+            raise Unhealthy(problem)
+        raise Unhealthy(f"{path} is not writable: {output.strip()}")
     return f"{', '.join(options['paths'])} writable"
 
 
-def _mounted_writable(path: str) -> None:
+def _mount_problem(path: str) -> str | None:
+    """What is wrong with the mount at `path` by its options (None: mounted read-write)."""
     mounted = mount_options(path)
     if mounted is None:
-        raise Unhealthy(f"{path} is not mounted")
+        return f"{path} is not mounted"
     if "ro" in mounted:
-        raise Unhealthy(f"{path} is mounted read-only")
+        return f"{path} is mounted read-only"
+    return None
 
 
 def check_scratch(node: Node, options: Mapping[str, Any], phase: str, timeout: float) -> str:
