@@ -4,11 +4,11 @@ results."""
 
 from __future__ import annotations
 
-import json
 import shlex
 import time
 
 from slonk.base import paths
+from slonk.health import runner
 
 from ..support.cluster import LocalCluster, service_pid, wait_for
 from ..support.scrape import PORT, scrape, values
@@ -85,8 +85,8 @@ def agent_usage(cluster: LocalCluster, pod: str) -> tuple[int, int]:
 def watch_checks(cluster: LocalCluster, pod: str) -> int:
     """How many checks the node's agent runs in a watch round, each in a thread of its own
     while the round runs (slonk.health.runner.run_checks)."""
-    plan = json.loads(cluster.pod(pod).check_output(f"cat {paths.HEALTH_PLAN}"))
-    return sum("watch" in check["phases"] for check in plan["checks"].values())
+    plan = runner.parse_plan(cluster.pod(pod).check_output(f"cat {paths.HEALTH_PLAN}").encode())
+    return sum("watch" in check["phases"] for check in plan.checks.values())
 
 
 def test_an_idle_connection_flood_from_a_job_leaves_the_agent_bounded_and_its_loops_running(
