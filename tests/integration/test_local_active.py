@@ -12,6 +12,7 @@ Figures measured here are local mode's (two cores, fake GPUs, no cgroups)."""
 from __future__ import annotations
 
 import json
+import shlex
 import time
 from collections.abc import Iterator
 
@@ -20,13 +21,14 @@ import pytest
 from ..support.cluster import LocalCluster, cluster_of_its_own, wait_for
 
 CONTROLLER = "slonk-controller-0"
-NODES = ("slonk-gpu-0", "slonk-gpu-1")
+NODES = ("slonk-gpu-0", "slonk-gpu-1", "slonk-gpu-2")
 INTERVAL = 15  # each idle node is checked every 15 s: the tests wait on that, not more
 SITE_CHECK = "/home/.site-check/diag"
+BLOCK_CHECK = "/home/.site-check/fabric"
 VALUES = {
     "nodepools": {
         "cpu": None,
-        "gpu": {"replicas": 2, "cpus": 2, "memoryMiB": 1024, "gpus": {"count": 2, "type": "h100"}},
+        "gpu": {"replicas": 3, "cpus": 2, "memoryMiB": 1024, "gpus": {"count": 2, "type": "h100"}},
     },
     "partitions": {"main": {"pools": ["gpu"]}},
     "accounting": {"enabled": False},
@@ -37,7 +39,11 @@ VALUES = {
             "intervalSeconds": INTERVAL,
             "startsPerMinute": 60,
             # The site's own check: a program in the shared /home, absent until a test writes it.
-            "commands": {"diag": {"command": SITE_CHECK, "timeoutSeconds": 30}},
+            "commands": {
+                "diag": {"command": SITE_CHECK, "timeoutSeconds": 30},
+                # One that spans the pool's three nodes (no topology: the pool is the group).
+                "fabric": {"command": BLOCK_CHECK, "timeoutSeconds": 30, "span": "block"},
+            },
         },
         "recycle": {"idleSeconds": 1, "periodSeconds": 2, "maxRecycles": 5},
         "trends": {
@@ -70,11 +76,21 @@ def healed(active: LocalCluster) -> Iterator[LocalCluster]:
         active.wait_idle(NODES, timeout=300)
 
 
-def _site_check(cluster: LocalCluster, body: str | None) -> None:
-    """The site's check program (root's, in the shared /home), or none."""
-    script = f"printf '#!/bin/sh\\n{body}\\n' > {SITE_CHECK} && chmod 755 {SITE_CHECK}"
-    command = f"rm -f {SITE_CHECK}" if body is None else script
+def _site_check(cluster: LocalCluster, body: str | None, path: str = SITE_CHECK) -> None:
+    """A site's check program (root's, in the shared /home), or none."""
+    script = f"printf '#!/bin/sh\\n%s\\n' {shlex.quote(body or '')} > {path} && chmod 755 {path}"
+    command = f"rm -f {path}" if body is None else script
     cluster.pod(CONTROLLER).check_output(f"mkdir -p -m 755 /home/.site-check && {command}")
+
+
+def _drained(cluster: LocalCluster, node: str, check: str, timeout: float = INTERVAL * 3) -> str:
+    """Wait for `node` drained by the active check `check`: its reason."""
+    prefix = f"slonk:active:{check}: "
+    return wait_for(
+        f"{node} drained by {check}",
+        lambda: (reason := cluster.nodes()[node][1]).startswith(prefix) and reason,
+        timeout=timeout,
+    )
 
 
 def _check_jobs(cluster: LocalCluster) -> dict[str, tuple[str, str]]:
@@ -90,8 +106,14 @@ def test_a_new_pod_ran_its_active_checks_before_service(active: LocalCluster) ->
         boot = json.loads(active.pod(node).check_output(f"cat {BOOT_RESULTS}"))
         ran = {r["check"]: r for r in boot if r["check"].startswith("active:")}
         # The site's check does not apply: its program is not on the node, so it did not run.
-        assert sorted(ran) == ["active:diag", "active:gpu-compute", "active:gpu-memory"], boot
+        assert sorted(ran) == [
+            "active:diag",
+            "active:fabric",
+            "active:gpu-compute",
+            "active:gpu-memory",
+        ], boot
         assert ran["active:diag"]["detail"] == "not run: diag is not on this node"
+        assert ran["active:fabric"]["detail"].startswith("not run here: it spans a block")
         assert all(r["ok"] for r in ran.values()), ran
         assert ran["active:gpu-memory"]["detail"] == "memory 3025, 3026 GB/s"
     conf = active.pod(CONTROLLER).check_output("scontrol show partition slonk-active --oneliner")
@@ -129,12 +151,7 @@ def test_a_slow_gpu_drains_its_node_and_its_new_pod_stays_out_until_it_passes(
 ) -> None:
     node = NODES[1]
     _scenario(healed, node, "slow-memory")
-    wait_for(
-        f"{node} drained by its active check",
-        lambda: healed.nodes()[node][1].startswith("slonk:active:gpu-memory: "),
-        timeout=INTERVAL * 3,
-    )
-    reason = healed.nodes()[node][1]
+    reason = _drained(healed, node, "gpu-memory")
     assert "GPU 1 1210 GB/s, under 2700 for NVIDIA H100 80GB HBM3" in reason, reason
     # Idle and drained for the machine: recycled, as the node history says. The new pod's
     # gate fails the same way, so its node registers drained for it: never in service with
@@ -161,11 +178,7 @@ def test_a_sites_own_check_failing_drains_with_its_words(healed: LocalCluster) -
     fails = f'[ "$(hostname)" != {node} ] || {{ echo GPU 1: Memory: Fail; exit 3; }}'
     _site_check(healed, fails)
     try:
-        wait_for(
-            f"{node} drained by the site's check",
-            lambda: healed.nodes()[node][1].startswith("slonk:active:diag: "),
-            timeout=INTERVAL * 3,
-        )
+        _drained(healed, node, "diag")
         said = "slonk:active:diag: diag exited with 3: GPU 1: Memory: Fail"
         assert healed.nodes()[node][1] == said
         assert "active" not in healed.nodes()[other][1]  # it passes there
@@ -173,6 +186,72 @@ def test_a_sites_own_check_failing_drains_with_its_words(healed: LocalCluster) -
         healed.wait_idle((node,), timeout=300)
     finally:
         _site_check(healed, None)  # gone: a check that no longer applies, whatever came before
+
+
+def test_a_block_check_failing_over_one_node_drains_that_node_alone(healed: LocalCluster) -> None:
+    """The site's program runs once over the pool's idle nodes and spans them (srun); it fails
+    whenever NODES[2] is among them. Runs over pairs name NODES[2] alone (a pair of the others
+    passes; NODES[2] fails beside each); drained, it is recycled, and its new pod returns it
+    to service once the program is mended."""
+    bad = NODES[2]
+    spans = "srun --ntasks-per-node=1 true || exit 2"
+    fails = f'scontrol show hostnames "$SLURM_JOB_NODELIST" | grep -qx {bad} && exit 1; {spans}'
+    offset = healed.log_offset(CONTROLLER)
+    _site_check(healed, fails, BLOCK_CHECK)
+    try:
+        reason = _drained(healed, bad, "fabric", timeout=INTERVAL * 10)
+        assert "fabric failed beside 2 nodes that pass without it (job " in reason, reason
+        assert all("active" not in healed.nodes()[n][1] for n in NODES if n != bad)
+        wait_for(
+            "the search's end in the controller's log",
+            lambda: (
+                f"fabric over gpu: narrowed down after 4 runs, naming {bad}"
+                in healed.log(CONTROLLER, offset)
+            ),
+        )
+        log = healed.log(CONTROLLER, offset)
+        assert f"fabric failed over {','.join(NODES)} (job " in log, log
+        assert f"fabric names {bad}: drained: " in log, log
+        wait_for(
+            "the recycle in the node history",
+            lambda: any(
+                e.node == bad and e.event == "recycle" and e.reason == reason
+                for e in healed.node_history()
+            ),
+        )
+        _site_check(healed, spans, BLOCK_CHECK)  # mended: its new pod's node returns
+        healed.wait_idle((bad,), timeout=300)
+    finally:
+        _site_check(healed, None, BLOCK_CHECK)
+
+
+def test_a_users_job_preempts_a_block_run_at_once(healed: LocalCluster) -> None:
+    """A block run holds every idle node; a user's job for one of them starts within seconds,
+    and the whole run ends PREEMPTED: not judged, its group tried again later."""
+    _site_check(healed, "sleep 600", BLOCK_CHECK)
+    try:
+        wait_for(
+            "a block run holding all three nodes",
+            lambda: any(
+                state == "RUNNING" and at == "slonk-gpu-[0-2]"
+                for state, at in _check_jobs(healed).values()
+            ),
+            timeout=INTERVAL * 4,
+        )
+        (run,) = [
+            j
+            for j, (state, at) in _check_jobs(healed).items()
+            if (state, at) == ("RUNNING", "slonk-gpu-[0-2]")
+        ]
+        submitted = time.monotonic()
+        job = healed.submit(f"--nodelist={NODES[0]}", "--output=/dev/null", "--wrap", "sleep 30")
+        wait_for("the user's job running", lambda: healed.jobs().get(job) == "RUNNING")
+        print(f"user's job started {time.monotonic() - submitted:.1f} s after submission")
+        assert _check_jobs(healed)[run][0] == "PREEMPTED"
+        assert all("active" not in healed.nodes()[n][1] for n in NODES)
+        healed.pod(CONTROLLER).run(f"scancel {job}")
+    finally:
+        _site_check(healed, None, BLOCK_CHECK)
 
 
 # Each rule's counter rising on one node: (scenario, rule, what its drain says).

@@ -276,7 +276,7 @@ def test_starts_are_spread_at_the_rate_asked(per_minute, most):
 
 def test_the_rate_holds_across_a_reload_of_the_schedule(tmp_path, monkeypatch):
     """With a backup controller the schedule is read again each pass: its bucket too."""
-    monkeypatch.setattr(schedule, "STATE", tmp_path / "slonk-active.json")
+    monkeypatch.setattr(schedule.Schedule, "path", tmp_path / "slonk-active.json")
     counts = []
     for second in range(0, 600, 10):
         plan = schedule.Schedule.load()
@@ -341,7 +341,7 @@ def test_a_sites_command_runs_beside_slonks_checks_in_their_phases():
     planned = runner.plan_for(spec, "slonk-gpu-0").checks["active:dcgm"]
     assert planned["phases"] == ["active", "boot"]
     assert planned["timeoutSeconds"] == 900
-    assert planned["options"] == {"command": "dcgmi diag -r 2"}
+    assert planned["options"] == {"command": "dcgmi diag -r 2", "span": "node"}
     # Its job's time limit holds every check of the node: 60 + 60 + 900 s, and a minute.
     assert "--time=18" in schedule.submit_argv(spec, "slonk-gpu-1")
 
@@ -380,7 +380,7 @@ def test_a_bad_command_is_refused_naming_the_key(commands, error):
 def test_a_command_line_of_the_longest_length_is_taken():
     command = "dcgmi " + "x" * 506
     spec = spec_with(commands={"dcgm": {**DIAG, "command": command}})
-    assert spec.active_checks(spec.pool("gpu"))["dcgm"].options == {"command": command}
+    assert spec.active_checks(spec.pool("gpu"))["dcgm"].options["command"] == command
 
 
 def program(tmp_path: Path, body: str) -> str:

@@ -11,29 +11,29 @@ Submissions are spread: at most `startsPerMinute` a minute, cluster-wide, the lo
 nodes first, so a round over thousands of nodes never reaches slurmctld as a herd. A check
 preempted by a user's job is tried again after RETRY_SECONDS; one that ran, passed or not, is
 due again after the interval. A node's new pod ran its checks at boot (the gate), so a node
-whose slurmd started within the interval counts as checked then.
+whose slurmd started within the interval counts as checked then. Checks that span a block
+(slonk.align.fabric) go first in each pass, within the same allowance.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import math
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
+from typing import Any
 
+from slonk.align import check_jobs, fabric
 from slonk.base import paths
-from slonk.base.files import exclusive, write_atomically
+from slonk.base.files import exclusive
 from slonk.base.identity import pod_name
 from slonk.config import active_checks
+from slonk.config.model import NodePool
 from slonk.config.spec import ClusterSpec, SpecError
 from slonk.slurm import control, slurm_nodes
 from slonk.slurm.slurm_state import NodeState, SlurmError
 
-STATE = paths.STATE_SAVE / "slonk-active.json"
 PASS_LOCK = paths.STATE_SAVE / "slonk-active.lock"
 PERIOD_SECONDS = 10.0
 # A check a user's job preempted waits this long before its next try: a node in steady use
@@ -41,19 +41,13 @@ PERIOD_SECONDS = 10.0
 RETRY_SECONDS = 600.0
 JOB_NAME = "slonk-active"
 COMMAND = "exec /usr/local/bin/slonk health run --phase active --drain"
-# The states of a job still queued or running; any other state has ended.
-LIVE = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "RESIZING", "SUSPENDED"})
-NOT_RUN = frozenset({"PREEMPTED", "CANCELLED", "BOOT_FAIL", "DEADLINE"})
-
-
-def log(message: str) -> None:
-    print(f"slonk health-active: {message}", file=sys.stderr, flush=True)
 
 
 @dataclass
-class Schedule:
+class Schedule(check_jobs.Saved):
     """When each node last ran its checks or was last tried, and the check jobs in flight."""
 
+    path = paths.STATE_SAVE / "slonk-active.json"
     ran: dict[str, float] = field(default_factory=dict)
     tried: dict[str, float] = field(default_factory=dict)  # preempted or refused
     jobs: dict[str, str] = field(default_factory=dict)  # job id -> node
@@ -61,28 +55,14 @@ class Schedule:
     stamp: float = 0.0  # when tokens were counted
 
     @classmethod
-    def load(cls) -> Schedule:
-        try:
-            data = json.loads(STATE.read_text())
-            return cls(
-                ran={str(k): float(v) for k, v in data["ran"].items()},
-                tried={str(k): float(v) for k, v in data["tried"].items()},
-                jobs={str(k): str(v) for k, v in data["jobs"].items()},
-                tokens=float(data.get("tokens", 0.0)),
-                stamp=float(data.get("stamp", 0.0)),
-            )
-        except FileNotFoundError:
-            return cls()
-        except (ValueError, KeyError, TypeError, AttributeError) as err:
-            log(f"{STATE} unreadable, starting afresh: {err}")
-            return cls()
-
-    def save(self) -> None:
-        record = asdict(self)
-        try:
-            write_atomically(STATE, json.dumps(record) + "\n")
-        except OSError as err:
-            log(f"could not save {STATE}: {err}")
+    def parse(cls, data: Any) -> Schedule:
+        return cls(
+            ran={str(k): float(v) for k, v in data["ran"].items()},
+            tried={str(k): float(v) for k, v in data["tried"].items()},
+            jobs={str(k): str(v) for k, v in data["jobs"].items()},
+            tokens=float(data.get("tokens", 0.0)),
+            stamp=float(data.get("stamp", 0.0)),
+        )
 
 
 def settle(schedule: Schedule, states: dict[str, str], now: float) -> None:
@@ -90,26 +70,21 @@ def settle(schedule: Schedule, states: dict[str, str], now: float) -> None:
     makes its node due after the interval; one that never ran (preempted, or still pending a
     pass after its submission, then cancelled), after RETRY_SECONDS."""
     for job, node in list(schedule.jobs.items()):
-        state = states.get(job, "")
-        if state == "PENDING":
-            # The node was taken between the look and the submission: the check waits for
-            # the node to be idle again, not in the queue.
-            with contextlib.suppress(SlurmError):
-                slurm_nodes.run(["scancel", job], failed=f"scancel {job}")
-            state = "CANCELLED"
-        if state in LIVE:
+        state = check_jobs.settled_state(job, states.get(job, ""))
+        if state in check_jobs.LIVE:
             continue
         del schedule.jobs[job]
-        if state in NOT_RUN:
+        if state in check_jobs.NOT_RUN:
             schedule.tried[node] = now
-            log(f"check job {job} on {node} {state.lower()}: tried again later")
+            check_jobs.log(f"check job {job} on {node} {state.lower()}: tried again later")
         else:
             schedule.ran[node] = now
 
 
-def quiet(node: NodeState) -> bool:
-    """Idle, answering, and nothing else: no drain, no power change, no reservation."""
-    return node.state == "idle" and not node.flags
+def own_checks(spec: ClusterSpec, pool: NodePool) -> bool:
+    """Whether the pool's nodes have checks of their own to run (not only ones that span a
+    block, slonk.align.fabric)."""
+    return any(not active_checks.spans_block(c) for c in spec.active_checks(pool).values())
 
 
 def due(spec: ClusterSpec, nodes: Iterable[NodeState], schedule: Schedule, now: float) -> list[str]:
@@ -120,7 +95,12 @@ def due(spec: ClusterSpec, nodes: Iterable[NodeState], schedule: Schedule, now: 
     found = []
     for node in nodes:
         pool = spec.pool_of(node.name)
-        if pool is None or not spec.active_checks(pool) or node.name in busy or not quiet(node):
+        if (
+            pool is None
+            or not own_checks(spec, pool)
+            or node.name in busy
+            or not check_jobs.quiet(node)
+        ):
             continue
         last = schedule.ran.get(node.name, 0.0)
         if settings.gate and node.slurmd_started.isdigit():
@@ -167,49 +147,46 @@ def submit_argv(spec: ClusterSpec, node: str) -> list[str]:
     ]
 
 
-def job_states() -> dict[str, str]:
-    """Every check job Slurm still shows, with its state (ended ones stay MinJobAge)."""
-    out = slurm_nodes.run(
-        [
-            "squeue",
-            "--noheader",
-            "--all",
-            "--states=all",
-            f"--partition={active_checks.PARTITION}",
-            "--format=%i %T",
-        ],
-        failed="squeue",
-    )
-    return dict(line.split(maxsplit=1) for line in out.splitlines() if " " in line)
-
-
-def pass_once(spec: ClusterSpec, schedule: Schedule, now: float) -> None:
+def pass_once(spec: ClusterSpec, schedule: Schedule, blocks: fabric.Schedule, now: float) -> None:
+    """One pass: the checks that span a block first (each needs several idle nodes at once),
+    then each node's own, within one allowance of starts."""
     assert spec.health is not None and spec.health.active is not None
-    settle(schedule, job_states(), now)
-    candidates = due(spec, slurm_nodes.read_nodes(), schedule, now)
-    for node in candidates[: allowance(schedule, spec.health.active.starts_per_minute, now)]:
+    states = check_jobs.states()
+    settle(schedule, states, now)
+    nodes = slurm_nodes.read_nodes()
+    starts = allowance(schedule, spec.health.active.starts_per_minute, now)
+    # Always: a check turned off still has its jobs to settle and its state to forget.
+    made = fabric.pass_once(
+        spec, blocks, states, nodes, set(schedule.jobs.values()), starts, now, RETRY_SECONDS
+    )
+    schedule.tokens -= made
+    starts -= made
+    held = {n for job in blocks.jobs.values() for n in job.nodes}
+    candidates = [n for n in due(spec, nodes, schedule, now) if n not in held]
+    for node in candidates[:starts]:
         try:
             job = slurm_nodes.run(submit_argv(spec, node), failed=f"sbatch for {node}").strip()
         except SlurmError as err:
             schedule.tried[node] = now  # taken meanwhile: it is not quiet, and waits
-            log(f"not checking {node} now: {err}")
+            check_jobs.log(f"not checking {node} now: {err}")
         else:
             schedule.jobs[job.split(";")[0]] = node
-            log(f"checking {node}: job {job}")
+            check_jobs.log(f"checking {node}: job {job}")
         schedule.tokens -= 1
 
 
 def run_forever(load: Callable[[], ClusterSpec], stop: threading.Event) -> None:
     """A pass every PERIOD_SECONDS, by the controller pod in control, until `stop`."""
     schedule: Schedule | None = None
+    blocks = fabric.Schedule()
     spec = load()
     while not stop.wait(PERIOD_SECONDS):
         try:
             spec = load()
         except SpecError as err:
-            log(f"keeping the last good settings: {err}")
+            check_jobs.log(f"keeping the last good settings: {err}")
         if spec.health is None or spec.health.active is None:
-            log("active checks are off")
+            check_jobs.log("active checks are off")
             return
         if not control.in_control(spec, pod_name()):
             schedule = None  # read again when this pod holds control again
@@ -218,11 +195,14 @@ def run_forever(load: Callable[[], ClusterSpec], stop: threading.Event) -> None:
             if not mine:
                 continue
             if schedule is None or spec.backup_controller is not None:
-                schedule = Schedule.load()
+                schedule, blocks = Schedule.load(), fabric.Schedule.load()
             try:
-                pass_once(spec, schedule, time.time())
+                pass_once(spec, schedule, blocks, time.time())
             except SlurmError as err:
-                log(f"pass skipped: {err}")
+                check_jobs.log(f"pass skipped: {err}")
             except Exception as err:  # a crash-loop would stop every check
-                log(f"pass failed, trying again next period: {type(err).__name__}: {err}")
+                check_jobs.log(
+                    f"pass failed, trying again next period: {type(err).__name__}: {err}"
+                )
             schedule.save()
+            blocks.save()

@@ -68,6 +68,23 @@ SPREAD = Rule("spreadPercent", int, minimum=0, maximum=90)
 # a Slurm reason word, never as a check slonk ships.
 MAX_COMMANDS = 8
 COMMAND_NAME = r"^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$"
+# Where a site's check runs: on each node alone, or once over the idle nodes that share a
+# place in the topology (a block, a leaf switch; else a pool), as one Slurm job whose program
+# spans them itself (`srun`, `mpirun`: an NCCL all-reduce). A failing run is narrowed down to
+# the node it needs by runs over fewer nodes (slonk.align.fabric).
+NODE, BLOCK = check_names.NODE, check_names.BLOCK
+SPAN = Rule(
+    check_names.SPAN,
+    str,
+    choices=(NODE, BLOCK),
+    doc="`node`: on each node alone. `block`: once over the idle nodes sharing a block or "
+    "leaf switch (else a pool), as one job the program spans itself (srun, mpirun); a "
+    "failure is narrowed down to its node by runs over fewer nodes.",
+)
+
+
+def spans_block(check: ActiveCheckSettings) -> bool:
+    return check.options.get(SPAN.key) == BLOCK
 
 
 def time_limit_minutes(checks: Mapping[str, ActiveCheckSettings]) -> int:

@@ -6,3 +6,8 @@ ACTIVE = "active"  # also the phase active checks run in as Slurm jobs
 TREND = "trend"
 ACTIVE_PREFIX = f"{ACTIVE}:"
 TREND_PREFIX = f"{TREND}:"
+
+# A site's active check's `span` (slonk.config.active_checks.SPAN): the node's own, or a
+# block's, which the controller runs over several nodes (slonk.align.fabric).
+SPAN = "span"
+NODE, BLOCK = "node", "block"

@@ -31,7 +31,7 @@ import yaml
 
 from slonk.base.errors import SlonkError
 from slonk.config import model, spec
-from slonk.config.active_checks import ACTIVE_CHECKS, ACTIVE_TIMEOUT, SPREAD
+from slonk.config.active_checks import ACTIVE_CHECKS, ACTIVE_TIMEOUT, NODE, SPAN, SPREAD
 from slonk.config.health_checks import CHECK_TIMEOUT, HEALTH_CHECKS, option_rule
 from slonk.config.model import Rule, default_of, rules
 from slonk.config.trends import MAX_INCREASE, TRENDS, WINDOW
@@ -139,6 +139,7 @@ def settings() -> Iterator[Setting]:
         yield Setting(f"{at}.{ACTIVE_TIMEOUT.key}", ACTIVE_TIMEOUT, active.timeout_seconds)
         yield Setting(f"{at}.{SPREAD.key}", SPREAD, active.options[SPREAD.key])
     yield Setting(f"health.active.commands.*.{ACTIVE_TIMEOUT.key}", ACTIVE_TIMEOUT, MISSING)
+    yield Setting(f"health.active.commands.*.{SPAN.key}", SPAN, NODE)
     for name, trend in TRENDS.items():
         at = f"health.trends.rules.{name}"
         yield Setting(f"{at}.{MAX_INCREASE.key}", MAX_INCREASE, trend.max_increase)

@@ -361,6 +361,14 @@ def _groups(spec: ClusterSpec, attribute: str, placement: Placement) -> dict[str
     return groups
 
 
+def neighbours(spec: ClusterSpec, placement: Placement = EMPTY) -> dict[str, list[str]]:
+    """The nodes that share a place in the topology Slurm runs: a leaf switch (tree), a block
+    (block), else a pool. A check that spans a block runs over one such group."""
+    if spec.topology in ("tree", "block"):
+        return _groups(spec, "switch" if spec.topology == "tree" else "block", placement)
+    return {p.name: p.node_names(spec.release) for p in spec.nodepools if p.replicas}
+
+
 def _spine(spec: ClusterSpec) -> str:
     return f"{spec.release}-spine"
 

@@ -608,7 +608,7 @@ def _command_check(name: str, data: Any, path: str) -> ActiveCheckSettings | Non
         )
     if name in ACTIVE_CHECKS:
         raise SpecError(f"{path}: {name} is slonk's own check: health.active.checks.{name}")
-    r = _Reader(data, path, {"enabled", "command", ACTIVE_TIMEOUT.key})
+    r = _Reader(data, path, {"enabled", "command", ACTIVE_TIMEOUT.key, active_checks.SPAN.key})
     # Both required, even of a check turned off, as the schema has them.
     shape, what = active_checks.OPTION_SHAPES["probe"]
     program = r.get("command", str)
@@ -617,9 +617,11 @@ def _command_check(name: str, data: Any, path: str) -> ActiveCheckSettings | Non
     if wrong := shape_error(shape, program, what):
         raise SpecError(f"{r.at('command')}: {wrong}")
     timeout = r.ruled(ACTIVE_TIMEOUT)
-    return (
-        ActiveCheckSettings(timeout, {"command": program}) if r.get("enabled", bool, True) else None
-    )
+    options = {
+        "command": program,
+        active_checks.SPAN.key: r.ruled(active_checks.SPAN, active_checks.NODE),
+    }
+    return ActiveCheckSettings(timeout, options) if r.get("enabled", bool, True) else None
 
 
 def _command_checks(r: _Reader) -> dict[str, ActiveCheckSettings]:

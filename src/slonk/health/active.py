@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from slonk.config import check_names
 from slonk.health.probe import Unhealthy, bounded
 
 # Of a failing program's output, the drain reason keeps the last words (a diagnostic's verdict
@@ -24,6 +25,9 @@ from slonk.health.probe import Unhealthy, bounded
 # head, `slonk:active:<name>: ` and `<program> exited with <status>: ` (each bounded).
 SAID = 120
 PROGRAM = 40
+# What a check that spans a block says at a new pod's boot, where it passes: the recycle is
+# the repair, and the controller runs it again over the block once the node is in service.
+BLOCK_AT_BOOT = "not run here: it spans a block, run by the controller over its idle nodes"
 
 
 @dataclass(frozen=True)
@@ -90,7 +94,10 @@ def check(options: Mapping[str, Any], gpus: int, timeout: float) -> str:
 def run_command(options: Mapping[str, Any], timeout: float) -> str:
     """A site's own check: its program, which passes by exiting 0. A node without the program
     (not on PATH, or no such file) does not run it, and the check does not apply there: it
-    passes, saying so, and a drain it made when the program was there is lifted."""
+    passes, saying so, and a drain it made when the program was there is lifted. One that
+    spans a block is run by the controller (slonk.align.fabric): here, at boot, it passes."""
+    if options.get(check_names.SPAN) == check_names.BLOCK:
+        return BLOCK_AT_BOOT
     argv = shlex.split(options["command"])
     program = os.path.basename(argv[0])[:PROGRAM]
     if shutil.which(argv[0]) is None:

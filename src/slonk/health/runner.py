@@ -73,7 +73,7 @@ class CheckPlan:
 
 def plan_for(spec: ClusterSpec, node_name: str) -> CheckPlan | None:
     """This node's checks, or None when health checks are off or it is no worker."""
-    from slonk.config.active_checks import MEASURES  # with the spec: not at job time
+    from slonk.config.active_checks import MEASURES, spans_block  # with the spec: not at job time
     from slonk.health.nvml import NVLINK_FIELDS
 
     pool = spec.pool_of(node_name)
@@ -97,9 +97,14 @@ def plan_for(spec: ClusterSpec, node_name: str) -> CheckPlan | None:
         measure: dict[str, str] = {}
         if "command" not in a.options:
             measure["measure"], measure["unit"] = MEASURES[name]
+        # With the gate, at boot too: before slurmd starts, the node out of service. One that
+        # spans a block is run by the controller alone; the node's plan keeps it, so its drain
+        # holds, and a new pod's boot lifts it (slonk.health.active.BLOCK_AT_BOOT).
+        phases = [check_names.ACTIVE, *(["boot"] if gate else [])]
+        if spans_block(a):
+            phases = ["boot"]
         checks[f"{check_names.ACTIVE_PREFIX}{name}"] = PlannedCheck(
-            # With the gate, at boot too: before slurmd starts, the node out of service.
-            phases=[check_names.ACTIVE, *(["boot"] if gate else [])],
+            phases=phases,
             timeoutSeconds=a.timeout_seconds,
             options={**a.options, **measure},
         )

@@ -1,0 +1,86 @@
+"""The active checks' Slurm jobs, as both schedules see them (slonk.align.active, each node's
+own; slonk.align.fabric, a block's): where one may run, their states, and the one way a
+queued one is withdrawn."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Self
+
+from slonk.base.files import write_atomically
+from slonk.config import active_checks
+from slonk.slurm import slurm_nodes
+from slonk.slurm.slurm_state import NodeState, SlurmError
+
+# The states of a job still queued or running; any other state has ended.
+LIVE = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "RESIZING", "SUSPENDED"})
+NOT_RUN = frozenset({"PREEMPTED", "CANCELLED", "BOOT_FAIL", "DEADLINE"})
+
+
+def quiet(node: NodeState) -> bool:
+    """Where a check may run: idle, answering, and nothing else (no drain, no power change,
+    no reservation)."""
+    return node.state == "idle" and not node.flags
+
+
+def log(message: str) -> None:
+    print(f"slonk health-active: {message}", file=sys.stderr, flush=True)
+
+
+def states() -> dict[str, str]:
+    """Every check job Slurm still shows, with its state (ended ones stay MinJobAge)."""
+    out = slurm_nodes.run(
+        [
+            "squeue",
+            "--noheader",
+            "--all",
+            "--states=all",
+            f"--partition={active_checks.PARTITION}",
+            "--format=%i %T",
+        ],
+        failed="squeue",
+    )
+    return dict(line.split(maxsplit=1) for line in out.splitlines() if " " in line)
+
+
+def settled_state(job: str, state: str) -> str:
+    """The job's state, a queued one withdrawn first: its node was taken between the look and
+    the submission, and a check waits for its nodes to be idle again, not in the queue."""
+    if state != "PENDING":
+        return state
+    with contextlib.suppress(SlurmError):
+        slurm_nodes.run(["scancel", job], failed=f"scancel {job}")
+    return "CANCELLED"
+
+
+@dataclass
+class Saved:
+    """A schedule kept as JSON in `path`, beside slurmctld's state: a controller restart or a
+    takeover by the backup keeps its rounds. Lost or unreadable (said), it starts afresh: a
+    round of checks comes sooner than due, none is skipped."""
+
+    path: ClassVar[Path]
+
+    @classmethod
+    def parse(cls, data: Any) -> Self:
+        raise NotImplementedError
+
+    @classmethod
+    def load(cls) -> Self:
+        try:
+            return cls.parse(json.loads(cls.path.read_text()))
+        except FileNotFoundError:
+            return cls()
+        except (ValueError, KeyError, TypeError, AttributeError) as err:
+            log(f"{cls.path} unreadable, starting afresh: {err}")
+            return cls()
+
+    def save(self) -> None:
+        try:
+            write_atomically(self.path, json.dumps(asdict(self)) + "\n")
+        except OSError as err:
+            log(f"could not save {self.path}: {err}")

@@ -1,0 +1,109 @@
+"""Which node a failing multi-node check needs: group testing over runs of fewer nodes
+(slonk.align.fabric runs them). Pure: the runs so far in, the nodes named and the next runs
+worth making out.
+
+A run over several nodes that fails says only that one of them, or the fabric between them,
+is at fault; a run that passes clears its nodes. A node is named only by CONFIRM failing
+runs of it beside a different cleared node each: one such failure may be a flaky moment, of
+the node or of its partner, and a healthy node must not be drained for it. To get there:
+- a failing set of four or more suspects (its nodes not cleared) is tried in halves;
+- a smaller one, each suspect beside cleared nodes; with none cleared yet, in pairs among
+  the two smallest sets and with members of the group no run has had yet;
+- what is left of a failing set beside a node it named is tried again (a second fault).
+When no new run can narrow further, or MAX_RUNS were made, the search is over with what it
+named: a failure that nothing narrows (every run fails: a dead switch, a program that fails
+everywhere; or only the whole group fails) names nobody.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+MIN_NODES = 2
+CONFIRM = 2
+# A search ends after this many runs whatever it found: one bad node among 18 takes 10.
+MAX_RUNS = 24
+
+
+@dataclass
+class Run:
+    """One job of a check over some nodes of a group, and what it found."""
+
+    nodes: list[str]
+    passed: bool
+    job: str
+
+
+def _cleared(runs: Sequence[Run]) -> set[str]:
+    return {n for r in runs if r.passed for n in r.nodes}
+
+
+def _beside(runs: Sequence[Run], cleared: set[str]) -> dict[str, set[str]]:
+    """Each suspect's cleared partners in failing runs of two."""
+    found: dict[str, set[str]] = {}
+    for r in runs:
+        if r.passed or len(r.nodes) != MIN_NODES:
+            continue
+        a, b = r.nodes
+        for suspect, partner in ((a, b), (b, a)):
+            if partner in cleared and suspect not in cleared:
+                found.setdefault(suspect, set()).add(partner)
+    return found
+
+
+def named(runs: Sequence[Run]) -> set[str]:
+    """The nodes the runs name: failed beside CONFIRM different cleared nodes."""
+    beside = _beside(runs, _cleared(runs))
+    return {node for node, partners in beside.items() if len(partners) >= CONFIRM}
+
+
+def next_runs(runs: Sequence[Run], members: Sequence[str]) -> list[list[str]]:
+    """The runs that would narrow the search down, best first, none made before; empty when
+    the search is over. `members`: the group's nodes, in its order."""
+    if len(runs) >= MAX_RUNS:
+        return []
+    cleared = _cleared(runs)
+    beside = _beside(runs, cleared)
+    found = named(runs)
+    good = sorted(cleared)
+    spare = [m for m in members if not any(m in r.nodes for r in runs)]
+    tries = [
+        [node, p] for node, partners in sorted(beside.items()) if node not in found
+        for p in good if p not in partners
+    ]  # fmt: skip
+    open_sets = []
+    for r in runs:
+        suspects = [n for n in r.nodes if n not in cleared]
+        rest = [n for n in suspects if n not in found]
+        if r.passed or not rest:
+            continue  # passed, or explained: by a named node, or between cleared nodes
+        if len(rest) < len(suspects):  # beside a named node: whether the rest is sound
+            tries.append(rest + [*good, *spare][: max(0, MIN_NODES - len(rest))])
+        else:
+            open_sets.append(rest)
+    open_sets.sort(key=len)
+    for suspects in open_sets:
+        if len(suspects) >= 2 * MIN_NODES:
+            half = len(suspects) // 2
+            tries += [suspects[:half], suspects[half:]]
+        tries += [[s, p] for s in suspects for p in good]
+    if not cleared and open_sets:
+        pool = list(dict.fromkeys(n for s in open_sets[:2] for n in s))
+        tries += [list(pair) for pair in itertools.combinations(pool, MIN_NODES)]
+        tries += [[s, m] for s in open_sets[0] for m in spare]
+    made = {frozenset(r.nodes) for r in runs}
+    fresh: dict[frozenset[str], list[str]] = {}
+    for t in tries:
+        key = frozenset(t)
+        if len(key) >= MIN_NODES and key not in made:
+            fresh.setdefault(key, t)
+    return list(fresh.values())
+
+
+def blame(node: str, runs: Sequence[Run], program: str) -> str:
+    """Why `node` is named: the cleared nodes it failed beside, and its failing runs."""
+    partners = sorted(_beside(runs, _cleared(runs)).get(node, set()))
+    jobs = ", ".join(r.job for r in runs if not r.passed and node in r.nodes)
+    return f"{program} failed beside {len(partners)} nodes that pass without it (job {jobs})"

@@ -1,0 +1,336 @@
+"""Active checks that span a block (slonk.align.fabric): their settings, how a failing run is
+narrowed down to its node, and the controller's pass, with Slurm's commands stood in for."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from collections.abc import Callable
+
+import pytest
+
+from slonk.align import active, fabric, narrowing
+from slonk.config import render
+from slonk.config.spec import SpecError, parse_spec
+from slonk.health import active as node_checks
+from slonk.health import runner
+from slonk.slurm.slurm_state import NodeState
+
+from ..support.gpu_spec import gpu_and_cpu_pools
+
+NCCL = {"command": "/opt/site/nccl-check --min-busbw 300", "timeoutSeconds": 300, "span": "block"}
+
+
+def spec_of(replicas: int = 2, **active_settings: object) -> object:
+    doc = gpu_and_cpu_pools({"active": {"enabled": True, **active_settings}})
+    doc["nodepools"]["gpu"]["replicas"] = replicas
+    return parse_spec(doc)
+
+
+# Settings
+
+
+def test_a_check_spans_a_node_unless_told_and_a_bad_span_is_refused():
+    spec = spec_of(commands={"nccl": NCCL, "dcgm": {**NCCL, "span": None}})
+    assert spec.health.active.checks["nccl"].options["span"] == "block"
+    assert spec.health.active.checks["dcgm"].options["span"] == "node"
+    with pytest.raises(SpecError, match=r"commands\.nccl\.span: must be one of node, block"):
+        spec_of(commands={"nccl": {**NCCL, "span": "rack"}})
+
+
+def test_a_node_keeps_a_block_check_in_its_plan_and_passes_it_at_boot_only():
+    spec = spec_of(commands={"nccl": NCCL})
+    planned = runner.plan_for(spec, "slonk-gpu-0").checks["active:nccl"]
+    # Never in the node's own check job; at boot, where it passes: the recycle was the repair.
+    assert planned["phases"] == ["boot"]
+    assert node_checks.run_command(planned["options"], 5) == node_checks.BLOCK_AT_BOOT
+
+
+def test_a_pool_with_block_checks_alone_gets_no_node_check_jobs():
+    spec = spec_of(
+        checks={"gpu-memory": {"enabled": False}, "gpu-compute": {"enabled": False}},
+        commands={"nccl": NCCL},
+    )
+    nodes = [NodeState("slonk-gpu-0", "idle", frozenset(), "", slurmd_started="1")]
+    assert active.due(spec, nodes, active.Schedule(), 10_000.0) == []
+
+
+def test_the_groups_are_the_topologys_blocks_or_leaf_switches_else_pools():
+    doc = gpu_and_cpu_pools({"active": {"enabled": True, "commands": {"nccl": NCCL}}})
+    doc["nodepools"]["gpu"]["replicas"] = 4
+    assert render.neighbours(parse_spec(doc)) == {
+        "gpu": [f"slonk-gpu-{i}" for i in range(4)],
+        "cpu": ["slonk-cpu-0"],
+    }
+    block = copy.deepcopy(doc)
+    block["topology"] = "block"
+    block["nodepools"]["gpu"]["topology"] = {"block": "nvl1"}
+    found = {"slonk-gpu-2": {"block": "nvl2"}, "slonk-gpu-3": {"block": "nvl2"}}
+    assert render.neighbours(parse_spec(block), found) == {
+        "nvl1": ["slonk-gpu-0", "slonk-gpu-1"],
+        "nvl2": ["slonk-gpu-2", "slonk-gpu-3"],
+        "cpu": ["slonk-cpu-0"],
+    }
+
+
+# Narrowing a failure down
+
+
+def search(group: list[str], fails: Callable[[frozenset[str]], bool]) -> tuple[set[str], int]:
+    """Run a search to its end against `fails` (whether a run over those nodes fails), from a
+    failing run over the whole group: the nodes it names, and how many runs it took."""
+    runs = [narrowing.Run(group, False, "1")]
+    while tries := narrowing.next_runs(runs, group):
+        for t in tries:
+            assert len(set(t)) == len(t) >= narrowing.MIN_NODES and set(t) <= set(group), t
+        assert frozenset(tries[0]) not in {frozenset(r.nodes) for r in runs}
+        runs.append(narrowing.Run(tries[0], not fails(frozenset(tries[0])), str(len(runs) + 1)))
+    return narrowing.named(runs), len(runs)
+
+
+def nodes(count: int) -> list[str]:
+    return [f"n{i:02}" for i in range(count)]
+
+
+@pytest.mark.parametrize("size", range(3, 21))
+def test_one_bad_node_is_named_alone_in_a_few_runs(size):
+    most = 0
+    for bad in nodes(size):
+        named, runs = search(nodes(size), lambda run, bad=bad: bad in run)
+        assert named == {bad}, (bad, runs)
+        most = max(most, runs)
+    assert most <= 2 * size.bit_length() + 1, most  # halves, then two cleared nodes beside it
+
+
+def test_two_nodes_alone_in_their_group_are_neither_named():
+    assert search(nodes(2), lambda run: "n00" in run) == (set(), 1)
+
+
+@pytest.mark.parametrize("size", range(3, 9))
+def test_several_bad_nodes_never_name_a_healthy_one(size):
+    missed = 0
+    for count in (2, 3):
+        for bad in map(set, itertools.combinations(nodes(size), count)):
+            named, _ = search(nodes(size), lambda run, bad=bad: bool(run & bad))
+            assert named <= bad, (bad, named)
+            missed += len(bad - named)
+    print(f"{size} nodes: {missed} bad nodes missed over every pair and triple")
+
+
+@pytest.mark.parametrize(
+    "fails",
+    [
+        pytest.param(lambda run: True, id="every run fails"),
+        pytest.param(lambda run: len(run) == 18, id="only the whole group fails"),
+    ],
+)
+def test_a_failure_nothing_narrows_down_names_nobody(fails):
+    named, runs = search(nodes(18), fails)
+    assert named == set() and runs <= narrowing.MAX_RUNS
+
+
+def test_one_failure_beside_a_cleared_node_is_not_enough():
+    runs = [
+        narrowing.Run(["a", "b", "c", "d"], False, "11"),
+        narrowing.Run(["a", "b"], True, "12"),
+        narrowing.Run(["c", "a"], False, "13"),
+    ]
+    assert narrowing.named(runs) == set()
+    assert narrowing.next_runs(runs, ["a", "b", "c", "d"])[0] == ["c", "b"]  # a second partner
+    runs.append(narrowing.Run(["c", "b"], False, "14"))
+    assert narrowing.named(runs) == {"c"}
+    said = narrowing.blame("c", runs, "nccl-check")
+    assert said == "nccl-check failed beside 2 nodes that pass without it (job 11, 13, 14)"
+    # Whether d, the rest of the first run, is sound too (a second fault) is the next run.
+    assert narrowing.next_runs(runs, ["a", "b", "c", "d"])[0] == ["d", "a"]
+
+
+# The controller's pass
+
+
+class Slurm:
+    """sbatch, squeue's answers and the drains, stood in for: job ids count from 100."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, bad: str) -> None:
+        self.bad, self.submitted, self.drained, self.cancelled = bad, [], [], []
+        self.states: dict[str, str] = {}
+        monkeypatch.setattr(fabric.slurm_nodes, "run", self.run)
+        monkeypatch.setattr(fabric.placement, "load", dict)
+        monkeypatch.setattr(fabric.drains, "apply", self.drain)
+
+    def run(self, argv: list[str], **_: object) -> str:
+        if argv[0] == "scancel":
+            self.cancelled.append(argv[1])
+            return ""
+        assert argv[0] == "sbatch", argv
+        nodes = next(a for a in argv if a.startswith("--nodelist=")).split("=")[1].split(",")
+        job = str(100 + len(self.submitted))
+        self.submitted.append(nodes)
+        self.states[job] = "FAILED" if self.bad in nodes else "COMPLETED"
+        return f"{job};slonk"
+
+    def drain(self, node, results, undrain, percent, *, planned):
+        self.drained.append((node, results[0].reason, planned))
+        return f"drained: {results[0].reason}"
+
+
+def idle(*names: str, started: str = "1") -> list[NodeState]:
+    return [NodeState(n, "idle", frozenset(), "", slurmd_started=started) for n in names]
+
+
+def test_a_pass_runs_a_due_block_then_narrows_its_failure_to_the_node(monkeypatch):
+    spec = spec_of(replicas=4, intervalSeconds=600, commands={"nccl": NCCL})
+    slurm = Slurm(monkeypatch, bad="slonk-gpu-3")
+    schedule, nodes = fabric.Schedule(), idle(*(f"slonk-gpu-{i}" for i in range(4)))
+    now = 1000.0
+    for _ in range(10):
+        fabric.pass_once(spec, schedule, slurm.states, nodes, set(), 5, now, 600.0)
+        now += 10
+    assert slurm.submitted[0] == [f"slonk-gpu-{i}" for i in range(4)]
+    assert [n for n, _, _ in slurm.drained] == ["slonk-gpu-3"]
+    _, reason, planned = slurm.drained[0]
+    assert reason == (
+        "slonk:active:nccl: nccl-check failed beside 2 nodes that pass without it "
+        "(job 100, 103, 104)"
+    )
+    assert "active:nccl" in planned and "active:gpu-memory" in planned  # the node's own plan
+    assert schedule.searches["nccl"] == {} and schedule.jobs == {}
+    assert set(schedule.ran["nccl"]) == {f"slonk-gpu-{i}" for i in range(4)}
+    # Nothing is due again within the interval.
+    runs = len(slurm.submitted)
+    fabric.pass_once(spec, schedule, slurm.states, nodes, set(), 5, now + 100, 600.0)
+    assert len(slurm.submitted) == runs
+
+
+def test_a_first_run_needs_three_quiet_nodes_and_never_takes_a_busy_one(monkeypatch):
+    spec = spec_of(replicas=4, intervalSeconds=600, commands={"nccl": NCCL})
+    slurm = Slurm(monkeypatch, bad="none")
+    two = [
+        *idle("slonk-gpu-0", "slonk-gpu-1"),
+        NodeState("slonk-gpu-2", "allocated", frozenset(), ""),
+    ]
+    two += [NodeState("slonk-gpu-3", "idle", frozenset({"DRAIN"}), "")]
+    schedule = fabric.Schedule()
+    # Two idle nodes of four: had their run failed, nothing could tell them apart.
+    assert fabric.pass_once(spec, schedule, {}, two, set(), 5, 1000.0, 600.0) == 0
+    three = idle("slonk-gpu-0", "slonk-gpu-1", "slonk-gpu-2")
+    assert fabric.pass_once(spec, schedule, {}, three, {"slonk-gpu-1"}, 5, 1000.0, 600.0) == 0
+    assert fabric.pass_once(spec, schedule, {}, three, set(), 0, 1000.0, 600.0) == 0
+    assert slurm.submitted == []
+    assert fabric.pass_once(spec, schedule, {}, three, set(), 5, 1000.0, 600.0) == 1
+
+
+def test_a_search_takes_a_run_whose_nodes_are_idle_and_waits_for_one(monkeypatch):
+    spec = spec_of(replicas=4, intervalSeconds=600, commands={"nccl": NCCL})
+    slurm = Slurm(monkeypatch, bad="slonk-gpu-3")
+    schedule, everyone = fabric.Schedule(), idle(*(f"slonk-gpu-{i}" for i in range(4)))
+    fabric.pass_once(spec, schedule, slurm.states, everyone, set(), 5, 1000.0, 600.0)
+    # slonk-gpu-0 taken by a user: the search's first choice (a half with it) waits, the other
+    # half runs.
+    taken = [NodeState("slonk-gpu-0", "allocated", frozenset(), ""), *everyone[1:]]
+    fabric.pass_once(spec, schedule, slurm.states, taken, set(), 5, 1010.0, 600.0)
+    assert slurm.submitted[-1] == ["slonk-gpu-2", "slonk-gpu-3"]
+    # All taken, past the search's patience: dropped, naming nobody, and the group waits.
+    busy = [NodeState(n.name, "allocated", frozenset(), "") for n in everyone]
+    fabric.pass_once(spec, schedule, slurm.states, busy, set(), 5, 1020.0, 600.0)
+    fabric.pass_once(spec, schedule, slurm.states, busy, set(), 5, 1030.0 + 3600, 600.0)
+    assert not schedule.searches["nccl"] and slurm.drained == []
+    assert schedule.tried["nccl"]["gpu"] == 1030.0 + 3600
+
+
+def test_a_check_turned_off_has_its_jobs_settled_and_its_state_forgotten(monkeypatch):
+    slurm = Slurm(monkeypatch, bad="none")
+    on = spec_of(replicas=3, intervalSeconds=600, commands={"nccl": NCCL})
+    schedule, three = fabric.Schedule(), idle("slonk-gpu-0", "slonk-gpu-1", "slonk-gpu-2")
+    fabric.pass_once(on, schedule, slurm.states, three, set(), 5, 1000.0, 600.0)
+    assert schedule.jobs
+    off = spec_of(replicas=3, intervalSeconds=600, commands={"nccl": {**NCCL, "enabled": False}})
+    fabric.pass_once(off, schedule, slurm.states, three, set(), 5, 1010.0, 600.0)
+    assert schedule == fabric.Schedule()
+
+
+def test_a_search_run_left_pending_is_withdrawn_and_waits(monkeypatch):
+    spec = spec_of(replicas=4, intervalSeconds=600, commands={"nccl": NCCL})
+    slurm = Slurm(monkeypatch, bad="slonk-gpu-3")
+    schedule, everyone = fabric.Schedule(), idle(*(f"slonk-gpu-{i}" for i in range(4)))
+    fabric.pass_once(spec, schedule, slurm.states, everyone, set(), 5, 1000.0, 600.0)
+    fabric.pass_once(spec, schedule, slurm.states, everyone, set(), 5, 1010.0, 600.0)
+    (job,) = schedule.jobs
+    slurm.states[job] = "PENDING"
+    fabric.pass_once(spec, schedule, slurm.states, everyone, set(), 5, 1020.0, 600.0)
+    assert slurm.cancelled == [job] and schedule.jobs == {}
+    runs = len(slurm.submitted)
+    fabric.pass_once(spec, schedule, slurm.states, everyone, set(), 5, 1030.0, 600.0)
+    assert len(slurm.submitted) == runs  # not before 600 s
+    fabric.pass_once(spec, schedule, slurm.states, everyone, set(), 5, 1620.0, 600.0)
+    assert len(slurm.submitted) == runs + 1
+
+
+def test_a_preempted_run_is_not_judged_and_waits(monkeypatch):
+    spec = spec_of(replicas=2, intervalSeconds=600, commands={"nccl": NCCL})
+    slurm = Slurm(monkeypatch, bad="none")
+    schedule, nodes = fabric.Schedule(), idle("slonk-gpu-0", "slonk-gpu-1")
+    fabric.pass_once(spec, schedule, slurm.states, nodes, set(), 5, 1000.0, 600.0)
+    (job,) = schedule.jobs
+    assert slurm.submitted == [["slonk-gpu-0", "slonk-gpu-1"]]  # all of a group of two
+    slurm.states[job] = "PREEMPTED"
+    fabric.pass_once(spec, schedule, slurm.states, nodes, set(), 5, 1010.0, 600.0)
+    assert schedule.jobs == {} and not schedule.searches.get("nccl")
+    assert "nccl" not in schedule.ran
+    assert len(slurm.submitted) == 1  # tried again after 600 s, not before
+    fabric.pass_once(spec, schedule, slurm.states, nodes, set(), 5, 1610.0, 600.0)
+    assert len(slurm.submitted) == 2
+
+
+def test_a_recycled_nodes_new_slurmd_makes_its_block_due_at_once(monkeypatch):
+    spec = spec_of(replicas=2, intervalSeconds=600, commands={"nccl": NCCL})
+    slurm = Slurm(monkeypatch, bad="none")
+    schedule = fabric.Schedule(ran={"nccl": {"slonk-gpu-0": 1000.0, "slonk-gpu-1": 1000.0}})
+    fabric.pass_once(
+        spec, schedule, {}, idle("slonk-gpu-0", "slonk-gpu-1"), set(), 5, 1100.0, 600.0
+    )
+    assert slurm.submitted == []
+    nodes = [*idle("slonk-gpu-0", started="1050"), *idle("slonk-gpu-1")]
+    fabric.pass_once(spec, schedule, {}, nodes, set(), 5, 1100.0, 600.0)
+    assert slurm.submitted == [["slonk-gpu-0", "slonk-gpu-1"]]
+
+
+def test_the_schedule_survives_a_reload(tmp_path, monkeypatch):
+    monkeypatch.setattr(fabric.Schedule, "path", tmp_path / "slonk-fabric.json")
+    schedule = fabric.Schedule(
+        ran={"nccl": {"a": 1.0}},
+        tried={"nccl": {"gpu": 2.0}},
+        jobs={"7": fabric.Job("nccl", "gpu", ["a", "b"])},
+        searches={"nccl": {"gpu": fabric.Search(3.0, [fabric.Run(["a", "b"], False, "6")])}},
+    )
+    schedule.save()
+    assert fabric.Schedule.load() == schedule
+    (tmp_path / "slonk-fabric.json").write_text('{"ran": [1]}')
+    assert fabric.Schedule.load() == fabric.Schedule()
+
+
+def test_a_run_is_one_job_over_its_nodes_in_the_checks_partition():
+    spec = spec_of(replicas=2, commands={"nccl": NCCL})
+    argv = fabric.submit_argv(spec.health.active.checks["nccl"], ["slonk-gpu-0", "slonk-gpu-1"], 2)
+    for word in (
+        "--partition=slonk-active",
+        "--nodelist=slonk-gpu-0,slonk-gpu-1",
+        "--nodes=2",
+        "--exclusive",
+        "--gres=gpu:2",
+        "--time=6",
+    ):
+        assert word in argv
+    assert argv[-1] == (
+        "--wrap=test -x /opt/site/nccl-check >/dev/null || exit 0; "
+        "exec /opt/site/nccl-check --min-busbw 300"
+    )
+
+
+def test_a_search_whose_group_is_gone_is_dropped(monkeypatch):
+    spec = spec_of(replicas=2, intervalSeconds=600, commands={"nccl": NCCL})
+    Slurm(monkeypatch, bad="none")
+    failed = narrowing.Run(["slonk-gpu-0", "slonk-gpu-1"], False, "7")
+    schedule = fabric.Schedule(searches={"nccl": {"nvl9": fabric.Search(900.0, [failed])}})
+    fabric.pass_once(spec, schedule, {}, [], set(), 5, 1000.0, 600.0)
+    assert schedule.searches["nccl"] == {} and schedule.tried["nccl"] == {"nvl9": 1000.0}
