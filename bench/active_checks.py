@@ -1,8 +1,10 @@
 """What active checks cost users, in one run: the same local cluster (two nodes of two fake GPUs,
-one controller, accounting off) with `health.active` off, on with healthy GPUs, and on with
-every check a ten-minute diagnostic (the fake's `long-check`, its timeout 15 minutes: a user's
-job arriving at a node that holds one must preempt it; once preempted, a node is offered its
-checks again only after ten minutes, so each node's check meets at most one job a run).
+one controller, accounting off) with `health.active` off, on with healthy GPUs, on with every
+check a ten-minute diagnostic (the fake's `long-check`, its timeout 15 minutes: a user's job
+arriving at a node that holds one must preempt it; once preempted, a node is offered its
+checks again only after ten minutes, so each node's check meets at most one job a run), and on
+with a site's ten-minute check alone that spans both nodes (slonk.align.fabric: each run holds
+the two until a user's job preempts it).
 Prints one JSON document.
 
 Each run spends WARM_SECONDS idle first (with the schedule on, each node's first check is due a
@@ -45,6 +47,14 @@ ACTIVE = {"intervalSeconds": 60, "startsPerMinute": 60}  # every node once a min
 # The long diagnostics' own timeout: longer than they take, so that they are checks a user's
 # job preempts, not hung probes that fail at their timeout.
 LONG = {**ACTIVE, "checks": {c: {"timeoutSeconds": 900} for c in ("gpu-memory", "gpu-compute")}}
+# A site's check that spans the block (the pool: both nodes), alone, ten minutes long: each of
+# its runs holds both nodes until a user's job preempts it.
+BLOCK_CHECK = "/home/.site-check/fabric"
+BLOCK = {
+    **ACTIVE,
+    "checks": {c: {"enabled": False} for c in ("gpu-memory", "gpu-compute")},
+    "commands": {"fabric": {"command": BLOCK_CHECK, "timeoutSeconds": 900, "span": "block"}},
+}
 
 WORKLOAD = f"""\
 now() {{ date +%s%N; }}
@@ -77,6 +87,11 @@ def run(active: dict | None, scenario: str) -> dict:
             for node in ("slonk-gpu-0", "slonk-gpu-1"):
                 command = f"mkdir -p /home/.fake-gpu && echo {scenario} > /home/.fake-gpu/{node}"
                 subprocess.run(cluster.enter(controller, ["sh", "-c", command]), check=True)
+            program = (
+                f"mkdir -p /home/.site-check && printf '#!/bin/sh\\nsleep 600\\n' > {BLOCK_CHECK}"
+            )
+            program += f" && chmod 755 {BLOCK_CHECK}"
+            subprocess.run(cluster.enter(controller, ["sh", "-c", program]), check=True)
             time.sleep(WARM_SECONDS)
             workload = subprocess.run(
                 cluster.ssh("demo", ["sh", "-s"]),
@@ -112,6 +127,7 @@ def main() -> None:
     off = run(None, "healthy")
     healthy = run(ACTIVE, "healthy")
     long_checks = run(LONG, "long-check")
+    block = run(BLOCK, "healthy")
     print(
         json.dumps(
             {
@@ -123,6 +139,7 @@ def main() -> None:
                 "active_off": off,
                 "active_on_healthy": healthy,
                 "active_on_every_check_ten_minutes": long_checks,
+                "active_on_a_ten_minute_check_spanning_both_nodes": block,
                 "ratio_latency_median_on_vs_off": round(
                     healthy["latency_ms_median"] / off["latency_ms_median"], 2
                 ),

@@ -7,8 +7,11 @@ the function offers, the answer of each run drawn from a fault model:
   and the most runs a search took (the first, failing run counted);
 - two and three bad nodes, every combination, groups of 3 to 10: healthy nodes named (the
   harm: a machine drained for nothing) and bad ones missed;
+- no bad node, but the link between two switches of the group down: searches that named
+  a node;
 - a flaky bad node (failing half its runs) and noise (every run failing by itself with a
-  chance), groups of 8, SEARCHES seeded searches each: searches that named a healthy node.
+  chance), groups of 8, SEARCHES seeded searches each: searches that named a healthy node,
+  and that named the bad one.
 No baseline: before this, a check that spans a block did not exist.
 """
 
@@ -60,11 +63,27 @@ def several_bad() -> dict[str, int]:
     return {"cases": cases, "healthy_named": healthy_named, "bad_missed": missed}
 
 
-def flaky() -> dict[str, int]:
-    found = {}
+def link_down() -> dict[str, int]:
+    """Groups of 4 to 20 over two switches, the link between them down (a run fails when it
+    spans both sides), every cut with two or more nodes a side, in three orders of members."""
+    searches = named_someone = 0
+    for size in range(4, 21):
+        for cut in range(2, size - 1):
+            left = set(nodes(size)[:cut])
+            for order in (nodes(size), nodes(size)[::-1], nodes(size)[1::2] + nodes(size)[::2]):
+                named, _ = search(
+                    order, lambda run, left=left: bool(run & left) and bool(run - left)
+                )
+                searches += 1
+                named_someone += bool(named)
+    return {"searches": searches, "named_a_node": named_someone}
+
+
+def flaky() -> dict[str, object]:
+    found: dict[str, object] = {"searches": SEARCHES}
     rng = random.Random(SEED)
     for noise in (0.0, 0.05, 0.10):
-        wrong = 0
+        wrong = right = 0
         for _ in range(SEARCHES):
             bad = rng.choice(nodes(8))
 
@@ -73,8 +92,9 @@ def flaky() -> dict[str, int]:
 
             named, _ = search(nodes(8), fails)
             wrong += bool(named - {bad})
-        found[f"noise_{noise:.2f}"] = wrong
-    return {"searches": SEARCHES, **found}
+            right += bad in named
+        found[f"noise_{noise:.2f}"] = {"healthy_named": wrong, "bad_named": right}
+    return found
 
 
 def main() -> None:
@@ -83,7 +103,8 @@ def main() -> None:
             {
                 "one_bad_node": one_bad(),
                 "two_or_three_bad_nodes": several_bad(),
-                "flaky_bad_node_healthy_named": flaky(),
+                "link_down_between_two_sides": link_down(),
+                "flaky_bad_node": flaky(),
             },
             indent=1,
         )

@@ -196,6 +196,11 @@ def test_a_block_check_failing_over_one_node_drains_that_node_alone(healed: Loca
     bad = NODES[2]
     spans = "srun --ntasks-per-node=1 true || exit 2"
     fails = f'scontrol show hostnames "$SLURM_JOB_NODELIST" | grep -qx {bad} && exit 1; {spans}'
+    # Until now the program was on no node: a run looked, found none, and judged nobody.
+    wait_for(
+        "a run that found no program",
+        lambda: "its program is not on every node it had" in healed.log(CONTROLLER, 0),
+    )
     offset = healed.log_offset(CONTROLLER)
     _site_check(healed, fails, BLOCK_CHECK)
     try:
@@ -205,7 +210,7 @@ def test_a_block_check_failing_over_one_node_drains_that_node_alone(healed: Loca
         wait_for(
             "the search's end in the controller's log",
             lambda: (
-                f"fabric over gpu: narrowed down after 4 runs, naming {bad}"
+                f"fabric over gpu: narrowed down in 4 runs, naming {bad}"
                 in healed.log(CONTROLLER, offset)
             ),
         )

@@ -9,12 +9,12 @@ from collections.abc import Callable
 
 import pytest
 
-from slonk.align import active, fabric, narrowing
+from slonk.align import active, check_jobs, fabric, narrowing
 from slonk.config import render
 from slonk.config.spec import SpecError, parse_spec
 from slonk.health import active as node_checks
 from slonk.health import runner
-from slonk.slurm.slurm_state import NodeState
+from slonk.slurm.slurm_state import NodeState, SlurmError
 
 from ..support.gpu_spec import gpu_and_cpu_pools
 
@@ -129,6 +129,24 @@ def test_a_failure_nothing_narrows_down_names_nobody(fails):
     assert named == set() and runs <= narrowing.MAX_RUNS
 
 
+@pytest.mark.parametrize("size", range(4, 13))
+def test_a_link_down_between_two_sides_names_nobody(size):
+    """A group over two switches, the link between them down: every run that spans both
+    sides fails, every run within one passes. No node is at fault; none is named, however the
+    group's members are ordered, wherever the cut."""
+    for cut in range(2, size - 1):
+        for order in (nodes(size), nodes(size)[::-1], nodes(size)[1::2] + nodes(size)[::2]):
+            left = set(nodes(size)[:cut])
+            named, _ = search(order, lambda run, left=left: bool(run & left) and bool(run - left))
+            assert named == set(), (cut, order)
+
+
+def test_a_node_alone_behind_its_link_is_named():
+    left = {"n00"}  # its own cable: the node's fault, as far as the group can tell
+    named, _ = search(nodes(6), lambda run: bool(run & left) and bool(run - left))
+    assert named == {"n00"}
+
+
 def test_one_failure_beside_a_cleared_node_is_not_enough():
     runs = [
         narrowing.Run(["a", "b", "c", "d"], False, "11"),
@@ -154,6 +172,7 @@ class Slurm:
     def __init__(self, monkeypatch: pytest.MonkeyPatch, bad: str) -> None:
         self.bad, self.submitted, self.drained, self.cancelled = bad, [], [], []
         self.states: dict[str, str] = {}
+        self.fails: Callable[[list[str]], bool] = lambda nodes: self.bad in nodes
         monkeypatch.setattr(fabric.slurm_nodes, "run", self.run)
         monkeypatch.setattr(fabric.placement, "load", dict)
         monkeypatch.setattr(fabric.drains, "apply", self.drain)
@@ -166,8 +185,19 @@ class Slurm:
         nodes = next(a for a in argv if a.startswith("--nodelist=")).split("=")[1].split(",")
         job = str(100 + len(self.submitted))
         self.submitted.append(nodes)
-        self.states[job] = "FAILED" if self.bad in nodes else "COMPLETED"
+        self.states[job] = "FAILED" if self.fails(nodes) else "COMPLETED"
         return f"{job};slonk"
+
+    def nodes(self, count: int) -> list[NodeState]:
+        """The pool's nodes, idle, those drained so far drained."""
+        return [
+            NodeState(n, "idle", frozenset({"DRAIN"} if n in self.drained_nodes else ()), "")
+            for n in (f"slonk-gpu-{i}" for i in range(count))
+        ]
+
+    @property
+    def drained_nodes(self) -> set[str]:
+        return {node for node, _, _ in self.drained}
 
     def drain(self, node, results, undrain, percent, *, planned):
         self.drained.append((node, results[0].reason, planned))
@@ -181,24 +211,23 @@ def idle(*names: str, started: str = "1") -> list[NodeState]:
 def test_a_pass_runs_a_due_block_then_narrows_its_failure_to_the_node(monkeypatch):
     spec = spec_of(replicas=4, intervalSeconds=600, commands={"nccl": NCCL})
     slurm = Slurm(monkeypatch, bad="slonk-gpu-3")
-    schedule, nodes = fabric.Schedule(), idle(*(f"slonk-gpu-{i}" for i in range(4)))
-    now = 1000.0
+    schedule, now = fabric.Schedule(), 1000.0
     for _ in range(10):
-        fabric.pass_once(spec, schedule, slurm.states, nodes, set(), 5, now, 600.0)
+        fabric.pass_once(spec, schedule, slurm.states, slurm.nodes(4), set(), 5, now, 600.0)
         now += 10
     assert slurm.submitted[0] == [f"slonk-gpu-{i}" for i in range(4)]
     assert [n for n, _, _ in slurm.drained] == ["slonk-gpu-3"]
     _, reason, planned = slurm.drained[0]
     assert reason == (
         "slonk:active:nccl: nccl-check failed beside 2 nodes that pass without it "
-        "(job 100, 103, 104)"
+        "(job 100, 102, 104)"
     )
     assert "active:nccl" in planned and "active:gpu-memory" in planned  # the node's own plan
     assert schedule.searches["nccl"] == {} and schedule.jobs == {}
-    assert set(schedule.ran["nccl"]) == {f"slonk-gpu-{i}" for i in range(4)}
-    # Nothing is due again within the interval.
+    # The nodes it cleared are checked; the drained one is due with its new slurmd.
+    assert set(schedule.ran["nccl"]) == {f"slonk-gpu-{i}" for i in range(3)}
     runs = len(slurm.submitted)
-    fabric.pass_once(spec, schedule, slurm.states, nodes, set(), 5, now + 100, 600.0)
+    fabric.pass_once(spec, schedule, slurm.states, slurm.nodes(4), set(), 5, now + 100, 600.0)
     assert len(slurm.submitted) == runs
 
 
@@ -235,7 +264,8 @@ def test_a_search_takes_a_run_whose_nodes_are_idle_and_waits_for_one(monkeypatch
     fabric.pass_once(spec, schedule, slurm.states, busy, set(), 5, 1020.0, 600.0)
     fabric.pass_once(spec, schedule, slurm.states, busy, set(), 5, 1030.0 + 3600, 600.0)
     assert not schedule.searches["nccl"] and slurm.drained == []
-    assert schedule.tried["nccl"]["gpu"] == 1030.0 + 3600
+    assert schedule.tried["nccl"]["gpu"] == 1030.0 + 3600  # tried again after the wait
+    assert not schedule.ran.get("nccl")  # none cleared: [2, 3] failed too, and 0 waited
 
 
 def test_a_check_turned_off_has_its_jobs_settled_and_its_state_forgotten(monkeypatch):
@@ -321,10 +351,13 @@ def test_a_run_is_one_job_over_its_nodes_in_the_checks_partition():
         "--time=6",
     ):
         assert word in argv
+    # A step on every node looks for the program first; missing on one, the run says so.
     assert argv[-1] == (
-        "--wrap=test -x /opt/site/nccl-check >/dev/null || exit 0; "
-        "exec /opt/site/nccl-check --min-busbw 300"
+        "--wrap=srun --ntasks-per-node=1 --quiet sh -c 'test -x /opt/site/nccl-check' "
+        ">/dev/null 2>&1 || { scontrol update JobId=$SLURM_JOB_ID Comment=slonk-not-here; "
+        "exit 0; }; exec /opt/site/nccl-check --min-busbw 300"
     )
+    assert "--no-requeue" in argv
 
 
 def test_a_search_whose_group_is_gone_is_dropped(monkeypatch):
@@ -334,3 +367,62 @@ def test_a_search_whose_group_is_gone_is_dropped(monkeypatch):
     schedule = fabric.Schedule(searches={"nccl": {"nvl9": fabric.Search(900.0, [failed])}})
     fabric.pass_once(spec, schedule, {}, [], set(), 5, 1000.0, 600.0)
     assert schedule.searches["nccl"] == {} and schedule.tried["nccl"] == {"nvl9": 1000.0}
+
+
+def test_a_run_whose_program_is_missing_on_a_node_judges_nobody(monkeypatch):
+    spec = spec_of(replicas=3, intervalSeconds=600, commands={"nccl": NCCL})
+    slurm = Slurm(monkeypatch, bad="none")
+    schedule = fabric.Schedule()
+    fabric.pass_once(spec, schedule, slurm.states, slurm.nodes(3), set(), 5, 1000.0, 600.0)
+    (job,) = schedule.jobs
+    slurm.states[job] = check_jobs.NOT_HERE
+    fabric.pass_once(spec, schedule, slurm.states, slurm.nodes(3), set(), 5, 1010.0, 600.0)
+    assert schedule.jobs == {} and not schedule.searches.get("nccl") and slurm.drained == []
+    assert schedule.ran["nccl"] == dict.fromkeys(slurm.submitted[0], 1010.0)  # the interval
+
+
+def test_the_not_here_comment_reads_as_a_state_of_its_own(monkeypatch):
+    out = "7 COMPLETED slonk-not-here\n8 COMPLETED (null)\n9 RUNNING \n"
+    monkeypatch.setattr(check_jobs.slurm_nodes, "run", lambda argv, **_: out)
+    assert check_jobs.states() == {"7": check_jobs.NOT_HERE, "8": "COMPLETED", "9": "RUNNING"}
+
+
+def test_a_drain_slurm_refused_is_tried_again(monkeypatch):
+    spec = spec_of(replicas=3, intervalSeconds=600, commands={"nccl": NCCL})
+    slurm = Slurm(monkeypatch, bad="slonk-gpu-2")
+    refused = []
+
+    def refuse_once(node, results, undrain, percent, *, planned):
+        if not refused:
+            refused.append(node)
+            raise SlurmError("scontrol timed out")
+        return slurm.drain(node, results, undrain, percent, planned=planned)
+
+    monkeypatch.setattr(fabric.drains, "apply", refuse_once)
+    schedule, now = fabric.Schedule(), 1000.0
+    for _ in range(8):
+        fabric.pass_once(spec, schedule, slurm.states, slurm.nodes(3), set(), 5, now, 600.0)
+        now += 10
+    assert refused == ["slonk-gpu-2"] and [n for n, _, _ in slurm.drained] == ["slonk-gpu-2"]
+
+
+def test_a_search_whose_nodes_left_its_group_is_dropped(monkeypatch):
+    spec = spec_of(replicas=2, intervalSeconds=600, commands={"nccl": NCCL})
+    Slurm(monkeypatch, bad="none")
+    gone = narrowing.Run(["slonk-gpu-0", "slonk-gpu-7"], False, "7")  # gpu-7: scaled away
+    schedule = fabric.Schedule(searches={"nccl": {"gpu": fabric.Search(900.0, [gone])}})
+    fabric.pass_once(spec, schedule, {}, [], set(), 5, 1000.0, 600.0)
+    assert schedule.searches["nccl"] == {} and schedule.tried["nccl"] == {"gpu": 1000.0}
+
+
+def test_a_program_failing_everywhere_is_not_searched_again_before_the_interval(monkeypatch):
+    spec = spec_of(replicas=6, intervalSeconds=600, commands={"nccl": NCCL})
+    slurm = Slurm(monkeypatch, bad="")
+    slurm.fails = lambda nodes: True
+    schedule, now = fabric.Schedule(), 1000.0
+    while now < 1000.0 + 600:
+        fabric.pass_once(spec, schedule, slurm.states, slurm.nodes(6), set(), 5, now, 600.0)
+        now += 10
+    assert slurm.drained == []
+    whole = [run for run in slurm.submitted if len(run) == 6]
+    assert len(whole) == 1 and len(slurm.submitted) <= narrowing.MAX_RUNS

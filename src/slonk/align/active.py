@@ -155,9 +155,11 @@ def pass_once(spec: ClusterSpec, schedule: Schedule, blocks: fabric.Schedule, no
     settle(schedule, states, now)
     nodes = slurm_nodes.read_nodes()
     starts = allowance(schedule, spec.health.active.starts_per_minute, now)
-    # Always: a check turned off still has its jobs to settle and its state to forget.
+    # Always: a check turned off still has its jobs to settle and its state to forget. At
+    # most half the starts (rounded up): the nodes' own checks are never starved.
+    share = (starts + 1) // 2
     made = fabric.pass_once(
-        spec, blocks, states, nodes, set(schedule.jobs.values()), starts, now, RETRY_SECONDS
+        spec, blocks, states, nodes, set(schedule.jobs.values()), share, now, RETRY_SECONDS
     )
     schedule.tokens -= made
     starts -= made

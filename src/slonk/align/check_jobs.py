@@ -31,6 +31,12 @@ def log(message: str) -> None:
     print(f"slonk health-active: {message}", file=sys.stderr, flush=True)
 
 
+# A job that found its program missing on one of its nodes says so in its Comment (a job of
+# the partition is root's alone: no user's job can say it) and ends COMPLETED; states() gives
+# it this state of its own: not run, and not to be tried again before the interval.
+NOT_HERE = "slonk-not-here"
+
+
 def states() -> dict[str, str]:
     """Every check job Slurm still shows, with its state (ended ones stay MinJobAge)."""
     out = slurm_nodes.run(
@@ -40,11 +46,16 @@ def states() -> dict[str, str]:
             "--all",
             "--states=all",
             f"--partition={active_checks.PARTITION}",
-            "--format=%i %T",
+            "--format=%i %T %k",
         ],
         failed="squeue",
     )
-    return dict(line.split(maxsplit=1) for line in out.splitlines() if " " in line)
+    found = {}
+    for line in out.splitlines():
+        job, state, comment = [*line.split(maxsplit=2), "", ""][:3]
+        if job and state:
+            found[job] = NOT_HERE if comment.strip() == NOT_HERE else state
+    return found
 
 
 def settled_state(job: str, state: str) -> str:

@@ -116,13 +116,15 @@ def _gpu_nodes(spec: ClusterSpec) -> dict[str, int]:
 
 def submit_argv(check: ActiveCheckSettings, nodes: list[str], gpus: int) -> list[str]:
     """sbatch for one run: the whole of each node, by name, in the checks' partition; the
-    program runs on the first node with the job's environment (SLURM_JOB_NODELIST)."""
+    program runs on the first node with the job's environment (SLURM_JOB_NODELIST). First a
+    step on every node looks for it: as a node's own check (slonk.health.active.run_command),
+    it does not run where it is not, and the run says so (check_jobs.NOT_HERE)."""
     minutes = math.ceil(check.timeout_seconds / 60) + 1
     command = check.options["command"]
     program = shlex.split(command)[0]
-    # As a node's own check (slonk.health.active.run_command, shutil.which), none where the
-    # program is not: the first node without it runs nothing, and the run passes.
     there = f"test -x {program}" if program.startswith("/") else f"command -v {program}"
+    look = f"srun --ntasks-per-node=1 --quiet sh -c {shlex.quote(there)} >/dev/null 2>&1"
+    not_here = f"scontrol update JobId=$SLURM_JOB_ID Comment={check_jobs.NOT_HERE}; exit 0"
     return [
         "sbatch",
         "--parsable",
@@ -134,9 +136,10 @@ def submit_argv(check: ActiveCheckSettings, nodes: list[str], gpus: int) -> list
         f"--gres=gpu:{gpus}",
         f"--time={minutes}",
         f"--job-name={JOB_NAME}",
+        "--no-requeue",  # a run the controller stopped following never runs later
         "--chdir=/",
         "--output=/dev/null",
-        f"--wrap={there} >/dev/null || exit 0; exec {command}",
+        f"--wrap={look} || {{ {not_here}; }}; exec {command}",
     ]
 
 
@@ -149,6 +152,12 @@ def settle(schedule: Schedule, states: Mapping[str, str], now: float) -> None:
             continue
         del schedule.jobs[job]
         search = schedule.searches.get(run.check, {}).get(run.group)
+        if state == check_jobs.NOT_HERE:  # not run, not to be tried before the interval
+            _ran(schedule, run.check, run.nodes, now)
+            check_jobs.log(f"{run.check} job {job}: its program is not on every node it had")
+            if search is not None:
+                conclude(schedule, run.check, run.group, now, "stopped: a program missing")
+            continue
         if state not in PASSED | FAILED:
             schedule.tried.setdefault(run.check, {})[run.group] = now
             said = state.lower() or "gone"
@@ -173,14 +182,15 @@ def _ran(schedule: Schedule, check: str, nodes: Iterable[str], now: float) -> No
 
 def drain_named(spec: ClusterSpec, name: str, search: Search) -> None:
     """Drain the nodes the search names that it has not drained yet, each through the health
-    path with its own plan's checks (a drain of another of its checks is left as it is)."""
+    path with its own plan's checks (a drain of another of its checks is left as it is); one
+    Slurm could not be asked about is tried again next pass."""
     assert spec.health is not None and spec.health.active is not None
     program = os.path.basename(shlex.split(spec.health.active.checks[name].options["command"])[0])
     check = f"{check_names.ACTIVE_PREFIX}{name}"
     for node in sorted(named(search.runs) - set(search.drained)):
-        search.drained.append(node)
         plan = runner.plan_for(spec, node)
         if plan is None or check not in plan.checks:
+            search.drained.append(node)
             continue
         result = Result(check, False, blame(node, search.runs, program), 0.0)
         try:
@@ -192,20 +202,27 @@ def drain_named(spec: ClusterSpec, name: str, search: Search) -> None:
                 planned=set(plan.checks),
             )
         except SlurmError as err:
-            done = f"could not drain: {err}"
+            check_jobs.log(f"{name} names {node}, not drained yet: {err}")
+            continue
+        search.drained.append(node)
         check_jobs.log(f"{name} names {node}: {done}")
 
 
-def conclude(schedule: Schedule, name: str, group: str, now: float, why: str) -> None:
-    """A search that is over: the nodes it cleared or named checked now; one that named
-    nobody makes its group wait (`tried`), as a run that never ran does."""
+def conclude(schedule: Schedule, name: str, group: str, now: float, why: str = "") -> None:
+    """A search that is over (`why`: stopped before its end). The nodes it cleared count as
+    checked now; the ones it named are due again with their new slurmd (a recycle). One that
+    ran to its end naming nobody counts every node it ran on as checked: a failure nothing
+    narrows down (a program that fails everywhere) is not searched again before the interval.
+    One stopped early makes its group wait as a run that never ran does (`tried`)."""
     search = schedule.searches[name].pop(group)
     cleared = {n for r in search.runs if r.passed for n in r.nodes}
-    _ran(schedule, name, cleared | set(search.drained), now)
-    if not search.drained:
+    everyone = {n for r in search.runs for n in r.nodes}
+    _ran(schedule, name, everyone if not (why or search.drained) else cleared, now)
+    if why:
         schedule.tried.setdefault(name, {})[group] = now
-    said = ", ".join(search.drained) or "no node: a fault no run narrowed down"
-    check_jobs.log(f"{name} over {group}: {why} after {len(search.runs)} runs, naming {said}")
+    said = ", ".join(search.drained) or "no node"
+    how = f"{why} after" if why else "narrowed down in"
+    check_jobs.log(f"{name} over {group}: {how} {len(search.runs)} runs, naming {said}")
 
 
 def pass_once(
@@ -275,11 +292,14 @@ def _next_runs(
     nodes are drained first), or, once a node is due, one over every quiet member."""
     assert spec.health is not None and spec.health.active is not None
     search = schedule.searches.get(name, {}).get(group)
+    if search is not None and any(n not in members for r in search.runs for n in r.nodes):
+        conclude(schedule, name, group, now, "dropped, its group changed")
+        return []
     if search is not None:
         drain_named(spec, name, search)
         tries = next_runs(search.runs, members)
-        if not tries:
-            conclude(schedule, name, group, now, "narrowed down")
+        if not tries and named(search.runs) <= set(search.drained):
+            conclude(schedule, name, group, now)
         elif now - search.moved > SEARCH_SECONDS:
             conclude(schedule, name, group, now, "dropped, its nodes busy")
             tries = []

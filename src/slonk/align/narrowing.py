@@ -3,9 +3,13 @@
 worth making out.
 
 A run over several nodes that fails says only that one of them, or the fabric between them,
-is at fault; a run that passes clears its nodes. A node is named only by CONFIRM failing
-runs of it beside a different cleared node each: one such failure may be a flaky moment, of
-the node or of its partner, and a healthy node must not be drained for it. To get there:
+is at fault; a run that passes clears its nodes. A node is named only by failing runs of it
+beside CONFIRM cleared nodes, one at least of every side the cleared nodes form (nodes that
+passed together, or through others that did), and beside every other node so accused. One
+failure may be a flaky moment, of the node or of its partner; and a group may span two
+switches with the link between them down, where every node fails beside the far side's and
+passes beside its own: the side test keeps such nodes from being named, and a node alone on
+its side (its own link down) is named, rightly. To get there:
 - a failing set of four or more suspects (its nodes not cleared) is tried in halves;
 - a smaller one, each suspect beside cleared nodes; with none cleared yet, in pairs among
   the two smallest sets and with members of the group no run has had yet;
@@ -23,7 +27,7 @@ from dataclasses import dataclass
 
 MIN_NODES = 2
 CONFIRM = 2
-# A search ends after this many runs whatever it found: one bad node among 18 takes 10.
+# A search ends after this many runs whatever it found: one bad node among 20 takes 10.
 MAX_RUNS = 24
 
 
@@ -53,10 +57,41 @@ def _beside(runs: Sequence[Run], cleared: set[str]) -> dict[str, set[str]]:
     return found
 
 
+def _sides(runs: Sequence[Run]) -> list[set[str]]:
+    """The cleared nodes in sets that reach each other: two that passed in one run, and so on
+    (nodes on one side of a link down are never joined to the other side's)."""
+    sides: list[set[str]] = []
+    for r in runs:
+        if not r.passed:
+            continue
+        joined = set(r.nodes).union(*(s for s in sides if s & set(r.nodes)))
+        sides = [s for s in sides if not s & joined] + [joined]
+    return sides
+
+
+def _accused(runs: Sequence[Run]) -> set[str]:
+    """The nodes that failed beside CONFIRM cleared nodes, one at least of every side
+    (`_sides`): a node on one side of a link down passes beside its own."""
+    sides = _sides(runs)
+    return {
+        node
+        for node, partners in _beside(runs, _cleared(runs)).items()
+        if len(partners) >= CONFIRM and all(partners & side for side in sides)
+    }
+
+
+def _unpaired(runs: Sequence[Run], node: str) -> list[str]:
+    """The other accused nodes `node` has not been tried beside alone: with a link down
+    between two sides of a group, the nodes of the smaller side are all accused, and pass
+    beside each other."""
+    pairs = {frozenset(r.nodes) for r in runs if len(r.nodes) == MIN_NODES}
+    return sorted(m for m in _accused(runs) - {node} if frozenset((node, m)) not in pairs)
+
+
 def named(runs: Sequence[Run]) -> set[str]:
-    """The nodes the runs name: failed beside CONFIRM different cleared nodes."""
-    beside = _beside(runs, _cleared(runs))
-    return {node for node, partners in beside.items() if len(partners) >= CONFIRM}
+    """The nodes the runs name: each failed beside two cleared nodes apart, and beside every
+    other node accused so."""
+    return {node for node in _accused(runs) if not _unpaired(runs, node)}
 
 
 def next_runs(runs: Sequence[Run], members: Sequence[str]) -> list[list[str]]:
@@ -69,10 +104,14 @@ def next_runs(runs: Sequence[Run], members: Sequence[str]) -> list[list[str]]:
     found = named(runs)
     good = sorted(cleared)
     spare = [m for m in members if not any(m in r.nodes for r in runs)]
-    tries = [
-        [node, p] for node, partners in sorted(beside.items()) if node not in found
-        for p in good if p not in partners
-    ]  # fmt: skip
+    sides = _sides(runs)
+    tries = [[node, m] for node in sorted(_accused(runs)) for m in _unpaired(runs, node)]
+    for node, partners in sorted(beside.items()):
+        if node in found:
+            continue
+        # A node of each side it has not failed beside yet, then any other.
+        tries += [[node, min(side)] for side in sides if not partners & side]
+        tries += [[node, p] for p in good if p not in partners]
     open_sets = []
     for r in runs:
         suspects = [n for n in r.nodes if n not in cleared]
@@ -84,10 +123,14 @@ def next_runs(runs: Sequence[Run], members: Sequence[str]) -> list[list[str]]:
         else:
             open_sets.append(rest)
     open_sets.sort(key=len)
+    # One side cleared: the suspects' own pairs first, which may clear the other side.
+    together = len(sides) <= 1
     for suspects in open_sets:
         if len(suspects) >= 2 * MIN_NODES:
             half = len(suspects) // 2
             tries += [suspects[:half], suspects[half:]]
+        elif together:
+            tries += [list(pair) for pair in itertools.combinations(suspects, MIN_NODES)]
         tries += [[s, p] for s in suspects for p in good]
     if not cleared and open_sets:
         pool = list(dict.fromkeys(n for s in open_sets[:2] for n in s))
