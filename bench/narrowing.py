@@ -7,8 +7,8 @@ the function offers, the answer of each run drawn from a fault model:
   and the most runs a search took (the first, failing run counted);
 - two and three bad nodes, every combination, groups of 3 to 10: healthy nodes named (the
   harm: a machine drained for nothing) and bad ones missed;
-- no bad node, but the link between two switches of the group down: searches that named
-  a node;
+- no bad node, but the link between two switches of the group down, with and without 5%
+  noise: searches that named a node;
 - a flaky bad node (failing half its runs) and noise (every run failing by itself with a
   chance), groups of 8, SEARCHES seeded searches each: searches that named a healthy node,
   and that named the bad one.
@@ -65,18 +65,27 @@ def several_bad() -> dict[str, int]:
 
 def link_down() -> dict[str, int]:
     """Groups of 4 to 20 over two switches, the link between them down (a run fails when it
-    spans both sides), every cut with two or more nodes a side, in three orders of members."""
-    searches = named_someone = 0
-    for size in range(4, 21):
-        for cut in range(2, size - 1):
-            left = set(nodes(size)[:cut])
-            for order in (nodes(size), nodes(size)[::-1], nodes(size)[1::2] + nodes(size)[::2]):
-                named, _ = search(
-                    order, lambda run, left=left: bool(run & left) and bool(run - left)
-                )
-                searches += 1
-                named_someone += bool(named)
-    return {"searches": searches, "named_a_node": named_someone}
+    spans both sides), every cut with two or more nodes a side, in three orders of members;
+    then the same with every run failing 5% of the time besides (seeded)."""
+    found = {}
+    rng = random.Random(SEED)
+    for noise in (0.0, 0.05):
+        searches = named_someone = 0
+        for size in range(4, 21):
+            for cut in range(2, size - 1):
+                left = set(nodes(size)[:cut])
+                for order in (nodes(size), nodes(size)[::-1], nodes(size)[1::2] + nodes(size)[::2]):
+
+                    def fails(
+                        run: frozenset[str], left: set[str] = left, noise: float = noise
+                    ) -> bool:
+                        return (bool(run & left) and bool(run - left)) or rng.random() < noise
+
+                    named, _ = search(order, fails)
+                    searches += 1
+                    named_someone += bool(named)
+        found[f"noise_{noise:.2f}"] = named_someone
+    return {"searches": searches, **found}
 
 
 def flaky() -> dict[str, object]:

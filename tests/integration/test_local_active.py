@@ -191,8 +191,8 @@ def test_a_sites_own_check_failing_drains_with_its_words(healed: LocalCluster) -
 def test_a_block_check_failing_over_one_node_drains_that_node_alone(healed: LocalCluster) -> None:
     """The site's program runs once over the pool's idle nodes and spans them (srun); it fails
     whenever NODES[2] is among them. Runs over pairs name NODES[2] alone (a pair of the others
-    passes; NODES[2] fails beside each); drained, it is recycled, and its new pod returns it
-    to service once the program is mended."""
+    passes; NODES[2] fails beside each, and once more beside one); drained, it is recycled,
+    and its new pod returns it to service once the program is mended."""
     bad = NODES[2]
     spans = "srun --ntasks-per-node=1 true || exit 2"
     fails = f'scontrol show hostnames "$SLURM_JOB_NODELIST" | grep -qx {bad} && exit 1; {spans}'
@@ -210,7 +210,7 @@ def test_a_block_check_failing_over_one_node_drains_that_node_alone(healed: Loca
         wait_for(
             "the search's end in the controller's log",
             lambda: (
-                f"fabric over gpu: narrowed down in 4 runs, naming {bad}"
+                f"fabric over gpu: narrowed down in 5 runs, naming {bad}"
                 in healed.log(CONTROLLER, offset)
             ),
         )

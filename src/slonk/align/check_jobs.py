@@ -54,7 +54,8 @@ def states() -> dict[str, str]:
     for line in out.splitlines():
         job, state, comment = [*line.split(maxsplit=2), "", ""][:3]
         if job and state:
-            found[job] = NOT_HERE if comment.strip() == NOT_HERE else state
+            here = state != "COMPLETED" or comment.strip() != NOT_HERE
+            found[job] = state if here else NOT_HERE
     return found
 
 

@@ -53,6 +53,7 @@ class Search:
     moved: float  # when its last run ended
     runs: list[Run] = field(default_factory=list)
     drained: list[str] = field(default_factory=list)  # the nodes it named, drained
+    spared: list[str] = field(default_factory=list)  # named, not drained (blast radius)
 
 
 @dataclass
@@ -84,6 +85,7 @@ class Schedule(check_jobs.Saved):
                         float(s["moved"]),
                         [Run(**r) for r in s["runs"]],
                         [str(n) for n in s["drained"]],
+                        [str(n) for n in s["spared"]],
                     )
                     for g, s in v.items()
                 }
@@ -123,7 +125,9 @@ def submit_argv(check: ActiveCheckSettings, nodes: list[str], gpus: int) -> list
     command = check.options["command"]
     program = shlex.split(command)[0]
     there = f"test -x {program}" if program.startswith("/") else f"command -v {program}"
-    look = f"srun --ntasks-per-node=1 --quiet sh -c {shlex.quote(there)} >/dev/null 2>&1"
+    # Missing on a node: its task exits 3, which srun returns (the highest); any other
+    # failure of the step is the run's (a node that cannot start one).
+    look = f"srun --ntasks-per-node=1 --quiet sh -c {shlex.quote(there + ' >/dev/null || exit 3')}"
     not_here = f"scontrol update JobId=$SLURM_JOB_ID Comment={check_jobs.NOT_HERE}; exit 0"
     return [
         "sbatch",
@@ -139,7 +143,7 @@ def submit_argv(check: ActiveCheckSettings, nodes: list[str], gpus: int) -> list
         "--no-requeue",  # a run the controller stopped following never runs later
         "--chdir=/",
         "--output=/dev/null",
-        f"--wrap={look} || {{ {not_here}; }}; exec {command}",
+        f"--wrap={look}; case $? in 0) ;; 3) {not_here} ;; *) exit 2 ;; esac; exec {command}",
     ]
 
 
@@ -187,10 +191,10 @@ def drain_named(spec: ClusterSpec, name: str, search: Search) -> None:
     assert spec.health is not None and spec.health.active is not None
     program = os.path.basename(shlex.split(spec.health.active.checks[name].options["command"])[0])
     check = f"{check_names.ACTIVE_PREFIX}{name}"
-    for node in sorted(named(search.runs) - set(search.drained)):
+    for node in sorted(named(search.runs) - set(search.drained) - set(search.spared)):
         plan = runner.plan_for(spec, node)
         if plan is None or check not in plan.checks:
-            search.drained.append(node)
+            search.spared.append(node)
             continue
         result = Result(check, False, blame(node, search.runs, program), 0.0)
         try:
@@ -204,7 +208,7 @@ def drain_named(spec: ClusterSpec, name: str, search: Search) -> None:
         except SlurmError as err:
             check_jobs.log(f"{name} names {node}, not drained yet: {err}")
             continue
-        search.drained.append(node)
+        (search.drained if done.startswith("drained") else search.spared).append(node)
         check_jobs.log(f"{name} names {node}: {done}")
 
 
@@ -215,7 +219,7 @@ def conclude(schedule: Schedule, name: str, group: str, now: float, why: str = "
     narrows down (a program that fails everywhere) is not searched again before the interval.
     One stopped early makes its group wait as a run that never ran does (`tried`)."""
     search = schedule.searches[name].pop(group)
-    cleared = {n for r in search.runs if r.passed for n in r.nodes}
+    cleared = {n for r in search.runs if r.passed for n in r.nodes} | set(search.spared)
     everyone = {n for r in search.runs for n in r.nodes}
     _ran(schedule, name, everyone if not (why or search.drained) else cleared, now)
     if why:
@@ -296,11 +300,13 @@ def _next_runs(
         conclude(schedule, name, group, now, "dropped, its group changed")
         return []
     if search is not None:
-        drain_named(spec, name, search)
+        # Drained at the end alone: a node the runs name may be cleared by a later one.
         tries = next_runs(search.runs, members)
-        if not tries and named(search.runs) <= set(search.drained):
+        if not tries:
+            drain_named(spec, name, search)
+        if not tries and named(search.runs) <= {*search.drained, *search.spared}:
             conclude(schedule, name, group, now)
-        elif now - search.moved > SEARCH_SECONDS:
+        elif tries and now - search.moved > SEARCH_SECONDS:
             conclude(schedule, name, group, now, "dropped, its nodes busy")
             tries = []
         return tries

@@ -5,8 +5,9 @@ worth making out.
 A run over several nodes that fails says only that one of them, or the fabric between them,
 is at fault; a run that passes clears its nodes. A node is named only by failing runs of it
 beside CONFIRM cleared nodes, one at least of every side the cleared nodes form (nodes that
-passed together, or through others that did), and beside every other node so accused. One
-failure may be a flaky moment, of the node or of its partner; and a group may span two
+passed together, or through others that did), beside every other node so accused, and in
+one of those pairs twice (the one run made twice). One failure may be a flaky moment, of the
+node or of its partner; and a group may span two
 switches with the link between them down, where every node fails beside the far side's and
 passes beside its own: the side test keeps such nodes from being named, and a node alone on
 its side (its own link down) is named, rightly. To get there:
@@ -22,13 +23,14 @@ everywhere; or only the whole group fails) names nobody.
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 MIN_NODES = 2
 CONFIRM = 2
-# A search ends after this many runs whatever it found: one bad node among 20 takes 10.
-MAX_RUNS = 24
+# A search ends after this many runs whatever it found: one bad node among 20 takes 11.
+MAX_RUNS = 32
 
 
 @dataclass
@@ -88,10 +90,36 @@ def _unpaired(runs: Sequence[Run], node: str) -> list[str]:
     return sorted(m for m in _accused(runs) - {node} if frozenset((node, m)) not in pairs)
 
 
+def _failed_pairs(runs: Sequence[Run], node: str) -> Counter[frozenset[str]]:
+    """How often each run of `node` beside one cleared node failed."""
+    cleared = _cleared(runs)
+    return Counter(
+        frozenset(r.nodes)
+        for r in runs
+        if not r.passed and len(r.nodes) == MIN_NODES and node in r.nodes
+        and set(r.nodes) - {node} <= cleared
+    )  # fmt: skip
+
+
 def named(runs: Sequence[Run]) -> set[str]:
-    """The nodes the runs name: each failed beside two cleared nodes apart, and beside every
-    other node accused so."""
-    return {node for node in _accused(runs) if not _unpaired(runs, node)}
+    """The nodes the runs name: each failed beside cleared nodes of every side, beside every
+    other node accused so, and once more beside one of them (one failure may be noise)."""
+    return {
+        node
+        for node in _accused(runs)
+        if not _unpaired(runs, node) and max(_failed_pairs(runs, node).values()) >= 2
+    }
+
+
+def _repeats(runs: Sequence[Run]) -> list[list[str]]:
+    """The one run made twice: an accused node's first failing pair, before it is named."""
+    found = []
+    for node in sorted(_accused(runs)):
+        pairs = _failed_pairs(runs, node)
+        if not _unpaired(runs, node) and max(pairs.values()) < 2:
+            first = next(r.nodes for r in runs if frozenset(r.nodes) in pairs)
+            found.append(list(first))
+    return found
 
 
 def next_runs(runs: Sequence[Run], members: Sequence[str]) -> list[list[str]]:
@@ -137,7 +165,7 @@ def next_runs(runs: Sequence[Run], members: Sequence[str]) -> list[list[str]]:
         tries += [list(pair) for pair in itertools.combinations(pool, MIN_NODES)]
         tries += [[s, m] for s in open_sets[0] for m in spare]
     made = {frozenset(r.nodes) for r in runs}
-    fresh: dict[frozenset[str], list[str]] = {}
+    fresh: dict[frozenset[str], list[str]] = {frozenset(t): t for t in _repeats(runs)}
     for t in tries:
         key = frozenset(t)
         if len(key) >= MIN_NODES and key not in made:
