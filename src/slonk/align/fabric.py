@@ -3,12 +3,12 @@ runs each as one Slurm job over the idle nodes that share a block or a leaf swit
 without a topology: slonk.config.render.neighbours), and the site's program spans them itself
 (`srun`, `mpirun`: an NCCL all-reduce). They keep the single-node checks' rules
 (slonk.align.active): the hidden partition any user's job preempts, the same interval, the
-same starts per minute, the same wait after a run that never ran.
+same wait after a run that never ran, and at most half of each pass's starts.
 
 A failing run starts a search of its group (slonk.align.narrowing): runs over fewer nodes, one
-at a time, each when its nodes are idle. A node it names drains `slonk:active:<check>` at once,
-through the health path (slonk.health.drains: the blast-radius limit), and the recycle loop
-takes it as any health drain. A check that spans a block passes at a new pod's boot
+at a time, each when its nodes are idle. The nodes it names when it ends drain
+`slonk:active:<check>` through the health path (slonk.health.drains: the blast-radius limit),
+and the recycle loop takes them as any health drain. A check that spans a block passes at a new pod's boot
 (slonk.health.active.BLOCK_AT_BOOT): the recycle is the repair, and the node, in service
 again, is due for its next run at once; one failing again is recycled again, then quarantined
 (maxRecycles).
