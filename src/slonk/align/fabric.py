@@ -8,10 +8,10 @@ same wait after a run that never ran, and at most half of each pass's starts.
 A failing run starts a search of its group (slonk.align.narrowing): runs over fewer nodes, one
 at a time, each when its nodes are idle. The nodes it names when it ends drain
 `slonk:active:<check>` through the health path (slonk.health.drains: the blast-radius limit),
-and the recycle loop takes them as any health drain. A check that spans a block passes at a new pod's boot
-(slonk.health.active.BLOCK_AT_BOOT): the recycle is the repair, and the node, in service
-again, is due for its next run at once; one failing again is recycled again, then quarantined
-(maxRecycles).
+and the recycle loop takes them as any health drain. A check that spans a block passes at a
+new pod's boot (slonk.health.active.BLOCK_AT_BOOT): the recycle is the repair, and the node,
+in service again, is due for its next run at once; one failing again is recycled again, then
+quarantined (maxRecycles).
 """
 
 from __future__ import annotations
