@@ -125,26 +125,13 @@ def allowance(schedule: Schedule, per_minute: int, now: float) -> int:
 
 
 def submit_argv(spec: ClusterSpec, node: str) -> list[str]:
-    """sbatch for one node's checks: the whole node, by name, in the checks' partition.
-    (sbatch has no --immediate: one still pending at the next pass is cancelled, `settle`.)"""
-    assert spec.health is not None and spec.health.active is not None
+    """sbatch for one node's checks (check_jobs.submit_argv), every GPU of it; its time limit
+    holds every check of the node."""
     pool = spec.pool_of(node)
     assert pool is not None
-    gres = [f"--gres=gpu:{pool.gpus.count}"] if pool.gpus else []
-    return [
-        "sbatch",
-        "--parsable",
-        f"--partition={active_checks.PARTITION}",
-        f"--nodelist={node}",
-        "--exclusive",
-        "--mem=0",
-        *gres,
-        f"--time={active_checks.time_limit_minutes(spec.active_checks(pool))}",
-        f"--job-name={JOB_NAME}",
-        "--chdir=/",  # not the agent's directory, nor slurmstepd's /tmp if that is missing
-        "--output=/dev/null",
-        f"--wrap={COMMAND}",
-    ]
+    minutes = active_checks.time_limit_minutes(spec.active_checks(pool))
+    gpus = pool.gpus.count if pool.gpus else 0
+    return check_jobs.submit_argv([node], gpus, minutes, JOB_NAME, COMMAND)
 
 
 def pass_once(spec: ClusterSpec, schedule: Schedule, blocks: fabric.Schedule, now: float) -> None:

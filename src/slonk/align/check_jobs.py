@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Self
@@ -57,6 +58,30 @@ def states() -> dict[str, str]:
             here = state != "COMPLETED" or comment.strip() != NOT_HERE
             found[job] = state if here else NOT_HERE
     return found
+
+
+def submit_argv(
+    nodes: Sequence[str], gpus: int, minutes: int, name: str, wrap: str, *more: str
+) -> list[str]:
+    """sbatch for a check job: the whole of each node, by name, in the checks' partition, run
+    from / (not the agent's directory, nor slurmstepd's /tmp if that is missing), its output
+    dropped. (sbatch has no --immediate: one still pending at the next pass is withdrawn,
+    `settled_state`.)"""
+    return [
+        "sbatch",
+        "--parsable",
+        f"--partition={active_checks.PARTITION}",
+        f"--nodelist={','.join(nodes)}",
+        *more,
+        "--exclusive",
+        "--mem=0",
+        *([f"--gres=gpu:{gpus}"] if gpus else []),
+        f"--time={minutes}",
+        f"--job-name={name}",
+        "--chdir=/",
+        "--output=/dev/null",
+        f"--wrap={wrap}",
+    ]
 
 
 def settled_state(job: str, state: str) -> str:

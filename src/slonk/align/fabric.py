@@ -117,10 +117,10 @@ def _gpu_nodes(spec: ClusterSpec) -> dict[str, int]:
 
 
 def submit_argv(check: ActiveCheckSettings, nodes: list[str], gpus: int) -> list[str]:
-    """sbatch for one run: the whole of each node, by name, in the checks' partition; the
-    program runs on the first node with the job's environment (SLURM_JOB_NODELIST). First a
-    step on every node looks for it: as a node's own check (slonk.health.active.run_command),
-    it does not run where it is not, and the run says so (check_jobs.NOT_HERE)."""
+    """sbatch for one run (check_jobs.submit_argv): the program runs on the first node with
+    the job's environment (SLURM_JOB_NODELIST). First a step on every node looks for it: as
+    a node's own check (slonk.health.active.run_command), it does not run where it is not,
+    and the run says so (check_jobs.NOT_HERE)."""
     minutes = math.ceil(check.timeout_seconds / 60) + 1
     command = check.options["command"]
     program = shlex.split(command)[0]
@@ -129,22 +129,9 @@ def submit_argv(check: ActiveCheckSettings, nodes: list[str], gpus: int) -> list
     # failure of the step is the run's (a node that cannot start one).
     look = f"srun --ntasks-per-node=1 --quiet sh -c {shlex.quote(there + ' >/dev/null || exit 3')}"
     not_here = f"scontrol update JobId=$SLURM_JOB_ID Comment={check_jobs.NOT_HERE}; exit 0"
-    return [
-        "sbatch",
-        "--parsable",
-        f"--partition={active_checks.PARTITION}",
-        f"--nodelist={','.join(nodes)}",
-        f"--nodes={len(nodes)}",
-        "--exclusive",
-        "--mem=0",
-        f"--gres=gpu:{gpus}",
-        f"--time={minutes}",
-        f"--job-name={JOB_NAME}",
-        "--no-requeue",  # a run the controller stopped following never runs later
-        "--chdir=/",
-        "--output=/dev/null",
-        f"--wrap={look}; case $? in 0) ;; 3) {not_here} ;; *) exit 2 ;; esac; exec {command}",
-    ]
+    wrap = f"{look}; case $? in 0) ;; 3) {not_here} ;; *) exit 2 ;; esac; exec {command}"
+    more = (f"--nodes={len(nodes)}", "--no-requeue")  # a run no longer followed never runs
+    return check_jobs.submit_argv(nodes, gpus, minutes, JOB_NAME, wrap, *more)
 
 
 def settle(schedule: Schedule, states: Mapping[str, str], now: float) -> None:
@@ -292,8 +279,8 @@ def _next_runs(
     by_name: Mapping[str, NodeState],
     now: float,
 ) -> list[list[str]]:
-    """The runs the check may make over the group now, best first: its search's (whose named
-    nodes are drained first), or, once a node is due, one over every quiet member."""
+    """The runs the check may make over the group now, best first: its search's (drained and
+    concluded once it has none left), or, once a node is due, one over every quiet member."""
     assert spec.health is not None and spec.health.active is not None
     search = schedule.searches.get(name, {}).get(group)
     if search is not None and any(n not in members for r in search.runs for n in r.nodes):

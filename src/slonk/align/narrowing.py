@@ -82,12 +82,12 @@ def _accused(runs: Sequence[Run]) -> set[str]:
     }
 
 
-def _unpaired(runs: Sequence[Run], node: str) -> list[str]:
-    """The other accused nodes `node` has not been tried beside alone: with a link down
+def _unpaired(runs: Sequence[Run], node: str, accused: set[str]) -> list[str]:
+    """The other `accused` nodes `node` has not been tried beside alone: with a link down
     between two sides of a group, the nodes of the smaller side are all accused, and pass
     beside each other."""
     pairs = {frozenset(r.nodes) for r in runs if len(r.nodes) == MIN_NODES}
-    return sorted(m for m in _accused(runs) - {node} if frozenset((node, m)) not in pairs)
+    return sorted(m for m in accused - {node} if frozenset((node, m)) not in pairs)
 
 
 def _failed_pairs(runs: Sequence[Run], node: str) -> Counter[frozenset[str]]:
@@ -104,19 +104,21 @@ def _failed_pairs(runs: Sequence[Run], node: str) -> Counter[frozenset[str]]:
 def named(runs: Sequence[Run]) -> set[str]:
     """The nodes the runs name: each failed beside cleared nodes of every side, beside every
     other node accused so, and once more beside one of them (one failure may be noise)."""
+    accused = _accused(runs)
     return {
         node
-        for node in _accused(runs)
-        if not _unpaired(runs, node) and max(_failed_pairs(runs, node).values()) >= 2
+        for node in accused
+        if not _unpaired(runs, node, accused) and max(_failed_pairs(runs, node).values()) >= 2
     }
 
 
 def _repeats(runs: Sequence[Run]) -> list[list[str]]:
     """The one run made twice: an accused node's first failing pair, before it is named."""
     found = []
-    for node in sorted(_accused(runs)):
+    accused = _accused(runs)
+    for node in sorted(accused):
         pairs = _failed_pairs(runs, node)
-        if not _unpaired(runs, node) and max(pairs.values()) < 2:
+        if not _unpaired(runs, node, accused) and max(pairs.values()) < 2:
             first = next(r.nodes for r in runs if frozenset(r.nodes) in pairs)
             found.append(list(first))
     return found
@@ -133,7 +135,8 @@ def next_runs(runs: Sequence[Run], members: Sequence[str]) -> list[list[str]]:
     good = sorted(cleared)
     spare = [m for m in members if not any(m in r.nodes for r in runs)]
     sides = _sides(runs)
-    tries = [[node, m] for node in sorted(_accused(runs)) for m in _unpaired(runs, node)]
+    accused = _accused(runs)
+    tries = [[node, m] for node in sorted(accused) for m in _unpaired(runs, node, accused)]
     for node, partners in sorted(beside.items()):
         if node in found:
             continue
