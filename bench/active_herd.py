@@ -1,13 +1,16 @@
 """slurmctld while active checks start on every node of a local cluster, in one run: the same
 cluster (N one-GPU workers, fake GPUs; 32 by default) with `health.active` off, on at the
-default `startsPerMinute` (30), and on at 600 (a herd: every due node submitted in one pass).
-With `intervalSeconds` at its least (10 s), every idle node is due again and again, so the
-sampling window is a round after round. Prints one JSON document.
+default `startsPerMinute` (30), on at 600 (a herd: every due node submitted in one pass), and
+on at 30 with a check that spans a block besides (`/bin/true` over the pool's idle nodes, one
+job: the pool is its group; slonk.align.fabric), whose gate holds each node until its first
+run. With `intervalSeconds` at its least (10 s), every idle node is due again and again, so
+the sampling window is a round after round. Prints one JSON document.
 
 For SAMPLE_SECONDS after every node is idle, once a second from the controller pod: how long
 `sinfo` and `scontrol ping` take (what users and the health checks feel); at the end, sdiag's
 REQUEST_SUBMIT_BATCH_JOB count and mean time, its server thread and agent queue figures, and
-how many check jobs ran. Local mode's figures: two cores, every pod on them.
+how many check jobs ran, by name (`slonk-active` a node's, `slonk-fabric` a block's) and
+state. Local mode's figures: two cores, every pod on them.
 """
 
 from __future__ import annotations
@@ -30,10 +33,15 @@ SAMPLE_SECONDS = 90
 CONTROLLER = "slonk-controller-0"
 
 
-def values(nodes: int, per_minute: int | None) -> dict:
-    active = {"enabled": per_minute is not None}
+BLOCK_CHECK = {"true": {"command": "/bin/true", "timeoutSeconds": 30, "span": "block"}}
+
+
+def values(nodes: int, per_minute: int | None, block: bool = False) -> dict:
+    active: dict = {"enabled": per_minute is not None}
     if per_minute is not None:
         active |= {"intervalSeconds": 10, "startsPerMinute": per_minute}
+    if block:
+        active["commands"] = BLOCK_CHECK
     return {
         "nodepools": {
             "cpu": None,
@@ -74,11 +82,11 @@ def sdiag(text: str) -> dict:
     }
 
 
-def run(nodes: int, per_minute: int | None) -> dict:
+def run(nodes: int, per_minute: int | None, block: bool = False) -> dict:
     with tempfile.TemporaryDirectory(prefix="slonk-bench-") as tmp:
         state_dir = Path(tmp) / "state"
         path = Path(tmp) / "values.yaml"
-        path.write_text(yaml.safe_dump(values(nodes, per_minute)))
+        path.write_text(yaml.safe_dump(values(nodes, per_minute, block)))
         started = time.time()
         cluster = local.up(state_dir, [path], progress=lambda m: None)
         up = time.time() - started
@@ -97,7 +105,7 @@ def run(nodes: int, per_minute: int | None) -> dict:
             checks = subprocess.run(
                 in_controller(
                     "squeue", "--all", "--noheader", "--states=all",
-                    "--partition=slonk-active", "--format=%T",
+                    "--partition=slonk-active", "--format=%j:%T",
                 ),
                 capture_output=True,
                 text=True,
@@ -127,6 +135,7 @@ def main() -> None:
                 "active_off": run(nodes, None),
                 "active_30_per_minute": run(nodes, 30),
                 "active_600_per_minute": run(nodes, 600),
+                "active_30_per_minute_and_a_block_check": run(nodes, 30, block=True),
             },
             indent=2,
         )

@@ -13,7 +13,8 @@ from slonk.base import paths
 from slonk.base.text import printable
 from slonk.health import history
 from slonk.metrics import cause_label, node_events
-from slonk.slurm import slurm_nodes
+from slonk.slurm import gate, slurm_nodes
+from slonk.slurm.slurm_state import SlurmError
 
 
 def shown(value: str, limit: int = 200) -> str:
@@ -38,7 +39,9 @@ def overview(
     events: Iterable[history.Event], window_seconds: float | None, now: float | None = None
 ) -> str:
     """One line per Slurm node: state, cause, since when (its last drain or resume in the
-    history), recycles within the recycle window, the machine its pod runs on."""
+    history), recycles within the recycle window, the machine its pod runs on. A node the
+    block checks' gate holds (slonk.slurm.gate), and nothing else keeps out, has the cause
+    `gate`."""
     now = time.time() if now is None else now
     since: dict[str, float] = {}
     recycles: dict[str, int] = {}
@@ -51,13 +54,17 @@ def overview(
         if e.machine:
             machine[e.node] = e.machine
     machine |= node_events.load_machines()
+    try:
+        held = gate.held()
+    except SlurmError:
+        held = set()
     rows = [["NODE", "STATE", "CAUSE", "SINCE", "RECYCLES", "MACHINE"]]
     for node in sorted(slurm_nodes.read_nodes(), key=lambda n: n.name):
         out = node_events.out_of_service(node)
         rows.append([
             shown(node.name),
             shown(node.label),
-            cause_label(node.reason) if out else "none",
+            cause_label(node.reason) if out else "gate" if node.name in held else "none",
             stamp(since[node.name]) if node.name in since else "-",
             "-" if window_seconds is None else str(recycles.get(node.name, 0)),
             shown(machine.get(node.name, "")),

@@ -191,8 +191,10 @@ def test_a_sites_own_check_failing_drains_with_its_words(healed: LocalCluster) -
 def test_a_block_check_failing_over_one_node_drains_that_node_alone(healed: LocalCluster) -> None:
     """The site's program runs once over the pool's idle nodes and spans them (srun); it fails
     whenever NODES[2] is among them. Runs over pairs name NODES[2] alone (a pair of the others
-    passes; NODES[2] fails beside each, and once more beside one); drained, it is recycled,
-    and its new pod returns it to service once the program is mended."""
+    passes; NODES[2] fails beside each, and once more beside one); drained, it is recycled.
+    Its new pod's node is held in the gate's reservation, out of users' reach, until a run over
+    it passes: users' jobs on the other two keep that run from starting until the program is
+    mended, and then a user's job waiting for the node starts there."""
     bad = NODES[2]
     spans = "srun --ntasks-per-node=1 true || exit 2"
     fails = f'scontrol show hostnames "$SLURM_JOB_NODELIST" | grep -qx {bad} && exit 1; {spans}'
@@ -203,8 +205,12 @@ def test_a_block_check_failing_over_one_node_drains_that_node_alone(healed: Loca
     )
     offset = healed.log_offset(CONTROLLER)
     _site_check(healed, fails, BLOCK_CHECK)
+    blockers: list[str] = []
     try:
         reason = _drained(healed, bad, "fabric", timeout=INTERVAL * 10)
+        for partner in NODES[:2]:  # the search is over: its partners taken by users' jobs
+            blockers.append(healed.submit(f"--nodelist={partner}", "--output=/dev/null",
+                                          "--wrap", "sleep 600"))  # fmt: skip
         assert "fabric failed beside 2 nodes that pass without it (job " in reason, reason
         assert all("active" not in healed.nodes()[n][1] for n in NODES if n != bad)
         wait_for(
@@ -217,6 +223,7 @@ def test_a_block_check_failing_over_one_node_drains_that_node_alone(healed: Loca
         log = healed.log(CONTROLLER, offset)
         assert f"fabric failed over {','.join(NODES)} (job " in log, log
         assert f"fabric names {bad}: drained: " in log, log
+        first = healed.slurmd_started(bad)
         wait_for(
             "the recycle in the node history",
             lambda: any(
@@ -224,9 +231,35 @@ def test_a_block_check_failing_over_one_node_drains_that_node_alone(healed: Loca
                 for e in healed.node_history()
             ),
         )
-        _site_check(healed, spans, BLOCK_CHECK)  # mended: its new pod's node returns
-        healed.wait_idle((bad,), timeout=300)
+        # The new pod's node: its drain lifted at boot, and held in the gate all the same.
+        wait_for(
+            f"{bad}'s new slurmd, in the gate",
+            lambda: (
+                healed.slurmd_started(bad) not in ("", first)
+                and healed.nodes()[bad][0] == "idle+reserved"
+            ),
+            timeout=300,
+        )
+        user = healed.submit(f"--nodelist={bad}", "--output=/dev/null", "--wrap", "sleep 300")
+        held = healed.pod(CONTROLLER).check_output(f"squeue --noheader -j {user} -o %T:%r")
+        assert held.strip().startswith("PENDING:ReqNodeNotAvail"), held
+        # Nor may a user's job ask for the gate's reservation.
+        asked = healed.user().run(f"sbatch --reservation=slonk-gate -w {bad} --wrap true")
+        assert asked.rc != 0 and "Access denied to requested reservation" in asked.stderr
+        table = healed.pod(CONTROLLER).check_output("slonk nodes").splitlines()
+        assert [bad, "idle+reserved", "gate"] in [line.split()[:3] for line in table], table
+        # Mended, its partners free: the next run over it lets it out.
+        _site_check(healed, spans, BLOCK_CHECK)
+        healed.pod(CONTROLLER).check_output(f"scancel {' '.join(blockers)}")
+        try:
+            wait_for("the user's job on it", lambda: healed.jobs().get(user) == "RUNNING", 180)
+        except AssertionError as err:
+            raise AssertionError(f"{err}\n{healed.log(CONTROLLER, offset)[-4000:]}") from None
+        assert "slonk-gate" not in healed.pod(CONTROLLER).check_output("scontrol show res")
+        assert f"gate: let out {bad}" in healed.log(CONTROLLER, offset)
+        healed.pod(CONTROLLER).run(f"scancel {user}")
     finally:
+        healed.pod(CONTROLLER).run(f"scancel {' '.join(blockers)}")
         _site_check(healed, None, BLOCK_CHECK)
 
 

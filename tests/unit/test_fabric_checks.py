@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import copy
 import itertools
+import json
 import subprocess
+import threading
 from collections.abc import Callable
 
+import hostlist
 import pytest
 
-from slonk.align import active, check_jobs, fabric, narrowing
+from slonk.align import active, check_jobs, fabric, narrowing, recycle
 from slonk.config import render
 from slonk.config.spec import SpecError, parse_spec
 from slonk.health import active as node_checks
 from slonk.health import runner
+from slonk.slurm import gate
 from slonk.slurm.slurm_state import NodeState, SlurmError
 
 from ..support.gpu_spec import gpu_and_cpu_pools
@@ -173,18 +177,30 @@ def test_one_failure_beside_a_cleared_node_is_not_enough():
 # The controller's pass
 
 
+@pytest.fixture(autouse=True)
+def gate_lock(tmp_path, monkeypatch):
+    """The gate's lock beside the test, not in a controller's state directory."""
+    monkeypatch.setattr(gate, "LOCK", tmp_path / "slonk-gate.lock")
+
+
 class Slurm:
-    """sbatch, squeue's answers and the drains, stood in for: job ids count from 100."""
+    """sbatch, squeue's answers, the drains and the gate's reservation, stood in for: job ids
+    count from 100."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, bad: str) -> None:
         self.bad, self.submitted, self.drained, self.cancelled = bad, [], [], []
         self.states: dict[str, str] = {}
         self.fails: Callable[[list[str]], bool] = lambda nodes: self.bad in nodes
+        self.reserved: set[str] = set()
+        self.refuse_gate = False  # slurmctld out of reach: changes to the reservation fail
+        self.in_reservation: list[bool] = []  # each run's: submitted into the gate's
         monkeypatch.setattr(fabric.slurm_nodes, "run", self.run)
         monkeypatch.setattr(fabric.placement, "load", dict)
         monkeypatch.setattr(fabric.drains, "apply", self.drain)
 
     def run(self, argv: list[str], **_: object) -> str:
+        if argv[0] == "scontrol":
+            return self.reservation(argv[1:])
         if argv[0] == "scancel":
             self.cancelled.append(argv[1])
             return ""
@@ -192,8 +208,32 @@ class Slurm:
         nodes = next(a for a in argv if a.startswith("--nodelist=")).split("=")[1].split(",")
         job = str(100 + len(self.submitted))
         self.submitted.append(nodes)
+        self.in_reservation.append(f"--reservation={gate.NAME}" in argv)
         self.states[job] = "FAILED" if self.fails(nodes) else "COMPLETED"
         return f"{job};slonk"
+
+    def reservation(self, args: list[str]) -> str:
+        """scontrol's reservation commands, as Slurm 24.11 answers them."""
+        if args[:3] == ["show", "reservation", gate.NAME]:
+            listed = hostlist.collect_hostlist(sorted(self.reserved))
+            found = [{"name": gate.NAME, "node_list": listed}] if self.reserved else []
+            return json.dumps({"reservations": found, "errors": []})
+        if self.refuse_gate:
+            raise SlurmError("scontrol: Unable to contact slurm controller (connect failure)")
+        words = dict(a.split("=", 1) for a in args if "=" in a)
+        if args[:2] == ["create", "reservation"]:
+            assert not self.reserved and words["Users"] == "root" and "FLEX" in words["Flags"]
+            self.reserved = set(hostlist.expand_hostlist(words["Nodes"]))
+        elif args[0] == "update":
+            key, value = next((k, v) for k, v in words.items() if k.startswith("Nodes"))
+            change = set(hostlist.expand_hostlist(value))
+            left = self.reserved - change if key == "Nodes-" else self.reserved | change
+            assert left, "Slurm refuses a reservation without nodes"
+            self.reserved = left
+        else:
+            assert args == ["delete", f"ReservationName={gate.NAME}"], args
+            self.reserved = set()
+        return ""
 
     def nodes(self, count: int) -> list[NodeState]:
         """The pool's nodes, idle, those drained so far drained."""
@@ -230,6 +270,7 @@ def test_a_pass_runs_a_due_block_then_narrows_its_failure_to_the_node(monkeypatc
         "(job 100, 102, 104, 105)"
     )
     assert "active:nccl" in planned and "active:gpu-memory" in planned  # the node's own plan
+    assert slurm.reserved == {"slonk-gpu-3"}  # held: whoever lifts the drain, a run lets it out
     assert schedule.searches["nccl"] == {} and schedule.jobs == {}
     # The nodes it cleared are checked; the drained one is due with its new slurmd.
     assert set(schedule.ran["nccl"]) == {f"slonk-gpu-{i}" for i in range(3)}
@@ -339,6 +380,8 @@ def test_the_schedule_survives_a_reload(tmp_path, monkeypatch):
         tried={"nccl": {"gpu": 2.0}},
         jobs={"7": fabric.Job("nccl", "gpu", ["a", "b"])},
         searches={"nccl": {"gpu": fabric.Search(3.0, [fabric.Run(["a", "b"], False, "6")])}},
+        held={"b": 4.0},
+        passed={"nccl": {"a": 1.0}},
     )
     schedule.save()
     assert fabric.Schedule.load() == schedule
@@ -484,3 +527,216 @@ def test_a_node_the_blast_radius_spares_is_not_searched_again_at_once(monkeypatc
         now += 10
     assert spared == ["slonk-gpu-2"]  # one search, then the interval
     assert len([run for run in slurm.submitted if len(run) == 3]) == 1
+
+
+# The gate: a node coming back is held until a run over it passes
+
+
+def node(name: str, state: str, *flags: str, started: str = "1") -> NodeState:
+    return NodeState(name, state, frozenset(flags), "", slurmd_started=started)
+
+
+def in_the_gate(slurm: Slurm, nodes: list[NodeState]) -> list[NodeState]:
+    """The nodes as Slurm shows them, those in the reservation RESERVED."""
+    return [
+        NodeState(n.name, n.state, n.flags | ({"RESERVED"} if n.name in slurm.reserved else set()),
+                  n.reason, slurmd_started=n.slurmd_started)
+        for n in nodes
+    ]  # fmt: skip
+
+
+def test_a_node_whose_slurmd_is_gone_is_held_until_a_run_over_it_passes(monkeypatch):
+    spec = spec_of(replicas=3, intervalSeconds=600, commands={"nccl": NCCL})
+    slurm = Slurm(monkeypatch, bad="none")
+    three = ("slonk-gpu-0", "slonk-gpu-1", "slonk-gpu-2")
+    schedule = fabric.Schedule(ran={"nccl": dict.fromkeys(three, 900.0)})
+    gone = [*idle(*three[:2]), node("slonk-gpu-2", "down", "NOT_RESPONDING")]
+    fabric.pass_once(spec, schedule, slurm.states, gone, set(), 5, 1000.0, 600.0)
+    assert slurm.reserved == {"slonk-gpu-2"} and slurm.submitted == []
+    # Its new pod's slurmd: idle in the gate, due at once, its run in the reservation.
+    back = in_the_gate(slurm, [*idle(*three[:2]), *idle("slonk-gpu-2", started="1005")])
+    fabric.pass_once(spec, schedule, slurm.states, back, set(), 5, 1010.0, 600.0)
+    assert slurm.submitted == [list(three)] and slurm.in_reservation == [True]
+    assert slurm.reserved == {"slonk-gpu-2"}  # until the pass after its run passed
+    fabric.pass_once(spec, schedule, slurm.states, back, set(), 5, 1020.0, 600.0)
+    assert slurm.reserved == set() and schedule.held == {}
+
+
+def test_a_held_node_that_fails_is_named_drained_and_stays_held(monkeypatch):
+    spec = spec_of(replicas=4, intervalSeconds=600, commands={"nccl": NCCL})
+    slurm = Slurm(monkeypatch, bad="slonk-gpu-3")
+    slurm.reserved = {"slonk-gpu-3"}  # the recycle loop held it before its pod went
+    schedule, now = fabric.Schedule(), 1000.0
+    for _ in range(10):
+        nodes = in_the_gate(slurm, slurm.nodes(4))
+        fabric.pass_once(spec, schedule, slurm.states, nodes, set(), 5, now, 600.0)
+        now += 10
+    assert [n for n, _, _ in slurm.drained] == ["slonk-gpu-3"]
+    assert slurm.reserved == {"slonk-gpu-3"} and set(schedule.held) == {"slonk-gpu-3"}
+    # Each run over it went into the reservation, the others not.
+    assert slurm.in_reservation == ["slonk-gpu-3" in run for run in slurm.submitted]
+
+
+def test_without_the_gate_or_a_block_check_every_held_node_is_let_out(monkeypatch):
+    slurm = Slurm(monkeypatch, bad="none")
+    nodes = [node("slonk-gpu-0", "down", "NOT_RESPONDING"), *idle("slonk-gpu-1", "slonk-gpu-2")]
+    for spec in (
+        spec_of(replicas=3, gate=False, commands={"nccl": NCCL}),
+        spec_of(replicas=3, commands={"nccl": {**NCCL, "span": "node"}}),
+    ):
+        slurm.reserved = {"slonk-gpu-0", "slonk-gpu-1"}
+        fabric.pass_once(spec, fabric.Schedule(), {}, nodes, set(), 5, 1000.0, 600.0)
+        assert slurm.reserved == set()
+
+
+def test_a_node_lent_out_or_alone_in_its_group_is_never_held(monkeypatch):
+    slurm = Slurm(monkeypatch, bad="none")
+    lent = [node("slonk-gpu-0", "down", "POWERED_DOWN"), *idle("slonk-gpu-1", "slonk-gpu-2")]
+    three = spec_of(replicas=3, commands={"nccl": NCCL})
+    fabric.pass_once(three, fabric.Schedule(), {}, lent, set(), 5, 1000.0, 600.0)
+    assert slurm.reserved == set()
+    slurm.reserved = {"slonk-gpu-0"}  # held as its pod went, then lent: a job may ask it back
+    fabric.pass_once(three, fabric.Schedule(), {}, lent, set(), 5, 1000.0, 600.0)
+    one = spec_of(replicas=1, commands={"nccl": NCCL})  # no partner: no run could let it out
+    gone = [node("slonk-gpu-0", "down", "NOT_RESPONDING")]
+    fabric.pass_once(one, fabric.Schedule(), {}, gone, set(), 5, 1000.0, 600.0)
+    assert slurm.reserved == set()
+
+
+def test_a_gate_slurm_cannot_change_now_is_left_for_the_next_pass(monkeypatch, capsys):
+    spec = spec_of(replicas=3, intervalSeconds=600, commands={"nccl": NCCL})
+    slurm = Slurm(monkeypatch, bad="none")
+    slurm.refuse_gate = True
+    gone = [node("slonk-gpu-0", "down", "NOT_RESPONDING"), *idle("slonk-gpu-1", "slonk-gpu-2")]
+    schedule = fabric.Schedule()
+    fabric.pass_once(spec, schedule, slurm.states, gone, set(), 5, 1000.0, 600.0)
+    assert "gate: not changed this pass" in capsys.readouterr().err
+    assert schedule.held == {}
+    slurm.refuse_gate = False
+    fabric.pass_once(spec, schedule, slurm.states, gone, set(), 5, 1010.0, 600.0)
+    assert slurm.reserved == {"slonk-gpu-0"} and schedule.held == {"slonk-gpu-0": 1010.0}
+
+
+class Kube:
+    """The recycle loop's Kubernetes, stood in for."""
+
+    def __init__(self) -> None:
+        self.deleted: list[str] = []
+
+    def pod_place(self, name: str) -> tuple[str, str]:
+        return f"machine-{name}", f"uid-{name}"
+
+    def delete_pod(self, name: str, uid: str = "") -> None:
+        self.deleted.append(name)
+
+    def quarantine_node(self, pod: str, slurm_node: str, reason: str) -> str:
+        return "machine"
+
+    def create_event(self, namespace: str, body: object) -> None:
+        pass
+
+
+def test_the_recycle_loop_holds_a_node_before_its_pod_goes(monkeypatch, capsys):
+    doc = gpu_and_cpu_pools(
+        {"active": {"enabled": True, "commands": {"nccl": NCCL}}, "recycle": {"idleSeconds": 1}}
+    )
+    doc["nodepools"]["gpu"]["replicas"] = 3
+    spec = parse_spec(doc)
+    slurm = Slurm(monkeypatch, bad="none")
+    reason = "slonk:active:nccl: nccl-check failed beside 2 nodes that pass without it (job 7)"
+    drained = NodeState("slonk-gpu-1", "idle", frozenset({"DRAIN"}), reason, slurmd_started="5")
+    monkeypatch.setattr(recycle.slurm_nodes, "read_nodes", lambda: [drained])
+    monkeypatch.setattr(recycle.node_events, "record", lambda *args: None)
+    kube, history = Kube(), recycle.History(idle_since={"slonk-gpu-1": 0.0})
+    slurm.refuse_gate = True  # not held: its pod stays
+    recycle.pass_once(spec, kube, history, now=1000.0)
+    assert kube.deleted == [] and "could not recycle slonk-gpu-1" in capsys.readouterr().err
+    slurm.refuse_gate = False
+    recycle.pass_once(spec, kube, history, now=1010.0)
+    assert kube.deleted == ["slonk-gpu-1"] and slurm.reserved == {"slonk-gpu-1"}
+
+
+def test_a_node_not_answering_for_a_moment_or_a_mass_outage_holds_nobody(monkeypatch, capsys):
+    spec = spec_of(replicas=4, commands={"nccl": NCCL})
+    slurm = Slurm(monkeypatch, bad="none")
+    four = [f"slonk-gpu-{i}" for i in range(4)]
+    # Slurm lost touch with busy nodes for a ping: their slurmd and jobs are still there.
+    moment = [node(n, "allocated", "NOT_RESPONDING") for n in four]
+    fabric.pass_once(spec, fabric.Schedule(), {}, moment, set(), 5, 1000.0, 600.0)
+    assert slurm.reserved == set()
+    # Down all at once: the controller's trouble (or a cluster's first start), not theirs.
+    outage = [node(n, "down", "NOT_RESPONDING") for n in four]
+    fabric.pass_once(spec, fabric.Schedule(), {}, outage, set(), 5, 1000.0, 600.0)
+    assert slurm.reserved == set()
+    assert "gate: 4 nodes down at once, more than 1: holding none" in capsys.readouterr().err
+
+
+def test_only_a_run_that_passed_after_the_hold_lets_a_node_out(monkeypatch):
+    """A program failing everywhere: the search names nobody and counts its nodes as checked
+    for the schedule, but the held node never passed a run, and stays held."""
+    spec = spec_of(replicas=3, intervalSeconds=600, commands={"nccl": NCCL})
+    slurm = Slurm(monkeypatch, bad="none")
+    slurm.fails = lambda nodes: True
+    slurm.reserved = {"slonk-gpu-2"}
+    schedule, now = fabric.Schedule(), 1000.0
+    for _ in range(40):
+        nodes = in_the_gate(slurm, idle("slonk-gpu-0", "slonk-gpu-1", "slonk-gpu-2"))
+        fabric.pass_once(spec, schedule, slurm.states, nodes, set(), 5, now, 600.0)
+        now += 10
+    assert not schedule.searches["nccl"] and slurm.drained == []  # named nobody
+    assert slurm.reserved == {"slonk-gpu-2"}
+    assert len(slurm.submitted) == 4  # one search, then the interval, held node or not
+    slurm.fails = lambda nodes: False  # mended: the next round's run lets it out
+    now += 600
+    for _ in range(3):
+        nodes = in_the_gate(slurm, idle("slonk-gpu-0", "slonk-gpu-1", "slonk-gpu-2"))
+        fabric.pass_once(spec, schedule, slurm.states, nodes, set(), 5, now, 600.0)
+        now += 10
+    assert slurm.reserved == set()
+
+
+def test_a_held_node_runs_with_one_partner_when_no_more_are_idle(monkeypatch):
+    spec = spec_of(replicas=4, intervalSeconds=600, commands={"nccl": NCCL})
+    slurm = Slurm(monkeypatch, bad="none")
+    slurm.reserved = {"slonk-gpu-3"}
+    nodes = [
+        *[node(f"slonk-gpu-{i}", "allocated") for i in (0, 1)],
+        *in_the_gate(slurm, idle("slonk-gpu-2", "slonk-gpu-3")),
+    ]
+    fabric.pass_once(spec, fabric.Schedule(), slurm.states, nodes, set(), 5, 1000.0, 600.0)
+    assert slurm.submitted == [["slonk-gpu-2", "slonk-gpu-3"]]
+
+
+def test_active_checks_turned_off_let_every_held_node_out(monkeypatch):
+    slurm = Slurm(monkeypatch, bad="none")
+    slurm.reserved = {"slonk-gpu-0", "slonk-gpu-1"}
+    monkeypatch.setattr(active.control, "in_control", lambda spec, pod: True)
+    off = parse_spec(gpu_and_cpu_pools({}))
+    stop = threading.Event()
+    waits = []
+
+    def wait(timeout=None):  # one pass, then stop if the task has not returned
+        waits.append(timeout)
+        return len(waits) > 1
+
+    monkeypatch.setattr(stop, "wait", wait)
+    active.run_forever(lambda: off, stop)
+    assert slurm.reserved == set() and len(waits) == 1
+
+
+def test_a_run_over_a_held_node_may_wait_in_the_queue_for_the_backfill_scheduler(monkeypatch):
+    """A user's job waiting for the held node keeps Slurm's main scheduler off the run; the
+    backfill scheduler starts it within its interval. Past HELD_RUN_PENDING_SECONDS it is
+    withdrawn as any run left queued."""
+    spec = spec_of(replicas=3, intervalSeconds=600, commands={"nccl": NCCL})
+    slurm = Slurm(monkeypatch, bad="none")
+    slurm.reserved = {"slonk-gpu-2"}
+    schedule = fabric.Schedule()
+    three = idle("slonk-gpu-0", "slonk-gpu-1", "slonk-gpu-2")
+    fabric.pass_once(spec, schedule, slurm.states, in_the_gate(slurm, three), set(), 5, 1000, 600)
+    (job,) = schedule.jobs
+    slurm.states[job] = "PENDING"
+    fabric.pass_once(spec, schedule, slurm.states, in_the_gate(slurm, three), set(), 5, 1050, 600)
+    assert slurm.cancelled == [] and job in schedule.jobs
+    fabric.pass_once(spec, schedule, slurm.states, in_the_gate(slurm, three), set(), 5, 1060, 600)
+    assert slurm.cancelled == [job] and slurm.reserved == {"slonk-gpu-2"}

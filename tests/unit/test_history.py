@@ -341,8 +341,10 @@ def test_nodes_shows_state_cause_since_and_recycles_in_the_window(
     nodes = [
         _node("slonk-gpu-1", "idle+DRAIN", "slonk:quarantine: recycled 2 times"),
         _node("slonk-gpu-2", "idle", "stale reason"),
+        _node("slonk-gpu-3", "idle+RESERVED", ""),  # held by the block checks' gate
     ]
     monkeypatch.setattr(slurm_nodes, "read_nodes", lambda *names: nodes)
+    monkeypatch.setattr(node_report.gate, "held", lambda: {"slonk-gpu-3"})
     monkeypatch.setattr(node_events, "load_machines", lambda path=None: {"slonk-gpu-2": "node-b"})
     events = [_event(0, "recycle"), _event(500, "recycle"), _event(600, "drain")]
     lines = node_report.overview(events, window_seconds=300, now=1700.0).splitlines()
@@ -351,6 +353,7 @@ def test_nodes_shows_state_cause_since_and_recycles_in_the_window(
         "slonk-gpu-1", "idle+drain", "quarantine", "1970-01-01", "00:26:40", "1", "node-a"
     ]  # fmt: skip
     assert lines[2].split() == ["slonk-gpu-2", "idle", "none", "-", "0", "node-b"]
+    assert lines[3].split() == ["slonk-gpu-3", "idle+reserved", "gate", "-", "0", "-"]
 
 
 def test_a_write_the_volume_cuts_short_loses_only_its_own_events(tmp_path: Path) -> None:

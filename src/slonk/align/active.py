@@ -31,7 +31,7 @@ from slonk.base.identity import pod_name
 from slonk.config import active_checks
 from slonk.config.model import NodePool
 from slonk.config.spec import ClusterSpec, SpecError
-from slonk.slurm import control, slurm_nodes
+from slonk.slurm import control, gate, slurm_nodes
 from slonk.slurm.slurm_state import NodeState, SlurmError
 
 PASS_LOCK = paths.STATE_SAVE / "slonk-active.lock"
@@ -164,6 +164,16 @@ def pass_once(spec: ClusterSpec, schedule: Schedule, blocks: fabric.Schedule, no
         schedule.tokens -= 1
 
 
+def _gate_opened() -> bool:
+    """Every node the block checks' gate holds let out (slonk.slurm.gate): no pass will."""
+    try:
+        still = gate.release(gate.held())
+    except SlurmError as err:
+        check_jobs.log(f"gate: could not let its nodes out yet: {err}")
+        return False
+    return not still
+
+
 def run_forever(load: Callable[[], ClusterSpec], stop: threading.Event) -> None:
     """A pass every PERIOD_SECONDS, by the controller pod in control, until `stop`."""
     schedule: Schedule | None = None
@@ -175,8 +185,10 @@ def run_forever(load: Callable[[], ClusterSpec], stop: threading.Event) -> None:
         except SpecError as err:
             check_jobs.log(f"keeping the last good settings: {err}")
         if spec.health is None or spec.health.active is None:
-            check_jobs.log("active checks are off")
-            return
+            if not control.in_control(spec, pod_name()) or _gate_opened():
+                check_jobs.log("active checks are off")
+                return
+            continue
         if not control.in_control(spec, pod_name()):
             schedule = None  # read again when this pod holds control again
             continue

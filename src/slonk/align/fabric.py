@@ -12,6 +12,11 @@ and the recycle loop takes them as any health drain. A check that spans a block 
 new pod's boot (slonk.health.active.BLOCK_AT_BOOT): the recycle is the repair, and the node,
 in service again, is due for its next run at once; one failing again is recycled again, then
 quarantined (maxRecycles).
+
+With the gate (`health.active.gate`), a node coming back is held out of users' reach until a
+run over it passes (slonk.slurm.gate): the recycle loop holds a node before it deletes its pod,
+a search holds the nodes it drains, and a pass holds a node Slurm has down (a new pod not yet
+registered, a lost one). Only a run that passed, ended after the hold, lets a node out.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from __future__ import annotations
 import math
 import os
 import shlex
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +37,7 @@ from slonk.config.render import neighbours
 from slonk.config.spec import ClusterSpec
 from slonk.health import drains, runner
 from slonk.health.runner import Result
-from slonk.slurm import slurm_nodes
+from slonk.slurm import gate, slurm_nodes
 from slonk.slurm.slurm_state import NodeState, SlurmError
 
 JOB_NAME = "slonk-fabric"
@@ -44,6 +49,10 @@ FIRST_RUN_NODES = 3
 SEARCH_SECONDS = 3600.0
 PASSED = frozenset({"COMPLETED"})
 FAILED = frozenset({"FAILED", "TIMEOUT", "OUT_OF_MEMORY"})  # any other end: never ran
+# A run over a node the gate holds may wait this long in the queue: a user's job waiting for
+# that node (in a partition of a higher tier) keeps Slurm's main scheduler off it, and only
+# the backfill scheduler starts the run, within its interval (bf_interval, 30 s by default).
+HELD_RUN_PENDING_SECONDS = 60.0
 
 
 @dataclass
@@ -61,6 +70,7 @@ class Job:
     check: str
     group: str
     nodes: list[str]
+    held_since: float = 0.0  # a run over a node the gate holds: when it was submitted
 
 
 @dataclass
@@ -72,6 +82,9 @@ class Schedule(check_jobs.Saved):
     tried: dict[str, dict[str, float]] = field(default_factory=dict)  # check -> group -> when
     jobs: dict[str, Job] = field(default_factory=dict)  # job id -> what it runs
     searches: dict[str, dict[str, Search]] = field(default_factory=dict)  # check -> group ->
+    held: dict[str, float] = field(default_factory=dict)  # node -> since when the gate holds it
+    # check -> node -> when a run over it last passed (or found the program missing there)
+    passed: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, data: Any) -> Schedule:
@@ -91,14 +104,19 @@ class Schedule(check_jobs.Saved):
                 }
                 for c, v in data["searches"].items()
             },
+            # Neither in images 0.18.0's schedule.
+            held={n: float(t) for n, t in data.get("held", {}).items()},
+            passed={
+                c: {n: float(t) for n, t in v.items()} for c, v in data.get("passed", {}).items()
+            },
         )
 
     def forget_all_but(self, checks: Iterable[str]) -> None:
         """Drop what it holds of checks no longer there (their jobs are settled first)."""
         keep = set(checks)
-        for held in (self.ran, self.tried, self.searches):
-            for name in set(held) - keep:
-                del held[name]
+        for kept in (self.ran, self.tried, self.searches, self.passed):
+            for name in set(kept) - keep:
+                del kept[name]
 
 
 def block_checks(spec: ClusterSpec) -> dict[str, ActiveCheckSettings]:
@@ -116,11 +134,84 @@ def _gpu_nodes(spec: ClusterSpec) -> dict[str, int]:
     return found
 
 
-def submit_argv(check: ActiveCheckSettings, nodes: list[str], gpus: int) -> list[str]:
+def gate_members(spec: ClusterSpec, groups: Mapping[str, list[str]] | None = None) -> set[str]:
+    """The nodes the gate keeps (slonk.slurm.gate): with the gate on, every node of a group
+    that checks spanning a block can run over (two nodes or more with GPUs)."""
+    active = spec.health.active if spec.health is not None else None
+    if active is None or not active.gate or not block_checks(spec):
+        return set()
+    gpus = _gpu_nodes(spec)
+    found: set[str] = set()
+    for members in (groups if groups is not None else neighbours(spec, placement.load())).values():
+        mine = [m for m in members if m in gpus]
+        if len(mine) >= MIN_NODES:
+            found.update(mine)
+    return found
+
+
+def _lent(node: NodeState) -> bool:
+    """Slurm's power saving has it, or is bringing it back for a job that asked for it."""
+    return node.powered_down or node.powering_down or node.powering_up
+
+
+def _gone(node: NodeState) -> bool:
+    """Down in Slurm's eyes (its pod's preStop hook, or SlurmdTimeout), or never registered: a
+    node that answers nothing for a moment (NOT_RESPONDING alone) is not."""
+    return node.state in ("down", "unknown") and not _lent(node)
+
+
+def keep_gate(
+    spec: ClusterSpec,
+    schedule: Schedule,
+    checks: Iterable[str],
+    members: set[str],
+    by_name: Mapping[str, NodeState],
+    now: float,
+) -> set[str]:
+    """The gate's pass: let out each held node that is up and over which a run of every check
+    passed since it was held, and any node the gate no longer keeps (or Slurm's power saving
+    lent out); then hold the members Slurm has down, unless more of them are down at once
+    than maxDrainedPercent allows (the controller's own trouble, not theirs). Returns the
+    nodes held."""
+    held = gate.held()
+    for node in held - set(schedule.held):  # by the recycle loop, or by the other controller
+        schedule.held[node] = now
+    for node in set(schedule.held) - held:  # let out by a person
+        del schedule.held[node]
+
+    def passed(node: str) -> bool:
+        state, since = by_name.get(node), schedule.held[node]
+        when = (schedule.passed.get(c, {}).get(node, 0.0) for c in checks)
+        return state is not None and state.up and all(w > since for w in when)
+
+    lent = {n for n in held if n in by_name and _lent(by_name[n])}
+    out = {n for n in held if n not in members or passed(n)} | lent
+    if out:
+        held = gate.release(out)
+        for node in out:
+            schedule.held.pop(node, None)
+        check_jobs.log(f"gate: let out {', '.join(sorted(out))}")
+    gone = {n for n in members - held if n in by_name and _gone(by_name[n])}
+    assert spec.health is not None
+    most = max(len(members) * spec.health.max_drained_percent // 100, 1)
+    if len(gone) > most:
+        check_jobs.log(f"gate: {len(gone)} nodes down at once, more than {most}: holding none")
+    elif gone:
+        held = gate.hold(gone)
+        schedule.held.update(dict.fromkeys(gone, now))
+        said = ", ".join(sorted(gone))
+        check_jobs.log(f"gate: holding {said} (down) until a run over it passes")
+    return held
+
+
+def submit_argv(
+    check: ActiveCheckSettings, nodes: list[str], gpus: int, held: bool = False
+) -> list[str]:
     """sbatch for one run (check_jobs.submit_argv): the program runs on the first node with
     the job's environment (SLURM_JOB_NODELIST). First a step on every node looks for it: as
     a node's own check (slonk.health.active.run_command), it does not run where it is not,
-    and the run says so (check_jobs.NOT_HERE)."""
+    and the run says so (check_jobs.NOT_HERE). A run over a node the gate holds runs in its
+    reservation (`held`)."""
     minutes = math.ceil(check.timeout_seconds / 60) + 1
     command = check.options["command"]
     program = shlex.split(command)[0]
@@ -130,7 +221,10 @@ def submit_argv(check: ActiveCheckSettings, nodes: list[str], gpus: int) -> list
     look = f"srun --ntasks-per-node=1 --quiet sh -c {shlex.quote(there + ' >/dev/null || exit 3')}"
     not_here = f"scontrol update JobId=$SLURM_JOB_ID Comment={check_jobs.NOT_HERE}; exit 0"
     wrap = f"{look}; case $? in 0) ;; 3) {not_here} ;; *) exit 2 ;; esac; exec {command}"
-    more = (f"--nodes={len(nodes)}", "--no-requeue")  # a run no longer followed never runs
+    # --no-requeue: a run no longer followed never runs.
+    more: tuple[str, ...] = (f"--nodes={len(nodes)}", "--no-requeue")
+    if held:
+        more += (f"--reservation={gate.NAME}",)
     return check_jobs.submit_argv(nodes, gpus, minutes, JOB_NAME, wrap, *more)
 
 
@@ -138,6 +232,9 @@ def settle(schedule: Schedule, states: Mapping[str, str], now: float) -> None:
     """Take in the runs that ended: a pass or a failure joins its group's search (or, with
     none, a pass is a round done); a run that never ran makes its group wait (`tried`)."""
     for job, run in list(schedule.jobs.items()):
+        queued = states.get(job, "") == "PENDING"
+        if queued and run.held_since and now - run.held_since < HELD_RUN_PENDING_SECONDS:
+            continue
         state = check_jobs.settled_state(job, states.get(job, ""))
         if state in check_jobs.LIVE:
             continue
@@ -145,6 +242,7 @@ def settle(schedule: Schedule, states: Mapping[str, str], now: float) -> None:
         search = schedule.searches.get(run.check, {}).get(run.group)
         if state == check_jobs.NOT_HERE:  # not run, not to be tried before the interval
             _ran(schedule, run.check, run.nodes, now)
+            _passed(schedule, run.check, run.nodes, now)  # the check does not apply there
             check_jobs.log(f"{run.check} job {job}: its program is not on every node it had")
             if search is not None:
                 conclude(schedule, run.check, run.group, now, "stopped: a program missing")
@@ -155,6 +253,8 @@ def settle(schedule: Schedule, states: Mapping[str, str], now: float) -> None:
             check_jobs.log(f"{run.check} job {job} over {','.join(run.nodes)} {said}")
             continue
         passed = state in PASSED
+        if passed:
+            _passed(schedule, run.check, run.nodes, now)
         if search is None and passed:
             _ran(schedule, run.check, run.nodes, now)
             continue
@@ -171,10 +271,19 @@ def _ran(schedule: Schedule, check: str, nodes: Iterable[str], now: float) -> No
     schedule.ran.setdefault(check, {}).update(dict.fromkeys(nodes, now))
 
 
-def drain_named(spec: ClusterSpec, name: str, search: Search) -> None:
+def _passed(schedule: Schedule, check: str, nodes: Iterable[str], now: float) -> None:
+    """What lets a node out of the gate: unlike `ran`, never a search's conclusion."""
+    schedule.passed.setdefault(check, {}).update(dict.fromkeys(nodes, now))
+
+
+def drain_named(
+    spec: ClusterSpec, name: str, search: Search, schedule: Schedule, now: float
+) -> None:
     """Drain the nodes the search names that it has not drained yet, each through the health
     path with its own plan's checks (a drain of another of its checks is left as it is); one
-    Slurm could not be asked about is tried again next pass."""
+    Slurm could not be asked about is tried again next pass. The gate holds each one drained
+    (none without the gate), so that it returns only through a run that passes, whoever lifts
+    the drain."""
     assert spec.health is not None and spec.health.active is not None
     program = os.path.basename(shlex.split(spec.health.active.checks[name].options["command"])[0])
     check = f"{check_names.ACTIVE_PREFIX}{name}"
@@ -197,6 +306,12 @@ def drain_named(spec: ClusterSpec, name: str, search: Search) -> None:
             continue
         (search.drained if done.startswith("drained") else search.spared).append(node)
         check_jobs.log(f"{name} names {node}: {done}")
+        if done.startswith("drained") and node in gate_members(spec):
+            try:
+                gate.hold([node])
+                schedule.held.setdefault(node, now)
+            except SlurmError as err:  # the recycle loop holds it before its pod goes
+                check_jobs.log(f"gate: could not hold {node} yet: {err}")
 
 
 def conclude(schedule: Schedule, name: str, group: str, now: float, why: str = "") -> None:
@@ -236,14 +351,25 @@ def pass_once(
     gpus = _gpu_nodes(spec)
     by_name = {n.name: n for n in nodes}
     busy = busy | {n for job in schedule.jobs.values() for n in job.nodes}
-
-    def free(node: str) -> bool:
-        return node in by_name and check_jobs.quiet(by_name[node]) and node not in busy
-
     groups = neighbours(spec, placement.load())
     for name, searches in schedule.searches.items():
         for group in set(searches) - set(groups):  # its nodes placed elsewhere since
             conclude(schedule, name, group, now, "dropped, its group gone")
+    try:
+        held = keep_gate(spec, schedule, checks, gate_members(spec, groups), by_name, now)
+    except SlurmError as err:
+        held = set(schedule.held)
+        check_jobs.log(f"gate: not changed this pass: {err}")
+
+    def ready(node: str) -> bool:
+        """Idle and nothing else, or idle in the gate alone."""
+        state = by_name.get(node)
+        if state is None or node in busy:
+            return False
+        return check_jobs.quiet(state) or (
+            node in held and state.state == "idle" and state.flags == {"RESERVED"}
+        )
+
     submitted = 0
     for group, members in groups.items():
         members = [m for m in members if m in gpus]
@@ -252,18 +378,19 @@ def pass_once(
                 continue
             if now - schedule.tried.get(name, {}).get(group, 0.0) < retry_seconds:
                 continue
-            tries = _next_runs(spec, schedule, name, group, members, by_name, now)
-            run = next((t for t in tries if all(map(free, t))), None)
+            tries = _next_runs(spec, schedule, name, group, members, by_name, ready, held, now)
+            run = next((t for t in tries if all(map(ready, t))), None)
             if run is None or submitted >= starts:
                 continue  # a search's next run waits for its nodes to be idle again
-            argv = submit_argv(check, run, min(gpus[m] for m in run))
+            in_gate = bool(held & set(run))
+            argv = submit_argv(check, run, min(gpus[m] for m in run), in_gate)
             try:
                 job = slurm_nodes.run(argv, failed=f"sbatch {name} over {group}").strip()
             except SlurmError as err:
                 schedule.tried.setdefault(name, {})[group] = now
                 check_jobs.log(f"not running {name} over {group} now: {err}")
                 continue
-            schedule.jobs[job.split(";")[0]] = Job(name, group, run)
+            schedule.jobs[job.split(";")[0]] = Job(name, group, run, now if in_gate else 0.0)
             busy |= set(run)
             submitted += 1
             check_jobs.log(f"running {name} over {','.join(run)}: job {job}")
@@ -277,10 +404,13 @@ def _next_runs(
     group: str,
     members: list[str],
     by_name: Mapping[str, NodeState],
+    ready: Callable[[str], bool],
+    held: set[str],
     now: float,
 ) -> list[list[str]]:
     """The runs the check may make over the group now, best first: its search's (drained and
-    concluded once it has none left), or, once a node is due, one over every quiet member."""
+    concluded once it has none left), or, once a node is due (one the gate holds is), one over
+    every ready member."""
     assert spec.health is not None and spec.health.active is not None
     search = schedule.searches.get(name, {}).get(group)
     if search is not None and any(n not in members for r in search.runs for n in r.nodes):
@@ -290,7 +420,7 @@ def _next_runs(
         # Drained at the end alone: a node the runs name may be cleared by a later one.
         tries = next_runs(search.runs, members)
         if not tries:
-            drain_named(spec, name, search)
+            drain_named(spec, name, search, schedule, now)
         if not tries and named(search.runs) <= {*search.drained, *search.spared}:
             conclude(schedule, name, group, now)
         elif tries and now - search.moved > SEARCH_SECONDS:
@@ -299,9 +429,16 @@ def _next_runs(
         return tries
     interval = spec.health.active.interval_seconds
     ran = schedule.ran.get(name, {})
-    quiet = [m for m in members if m in by_name and check_jobs.quiet(by_name[m])]
-    due = [m for m in quiet if _due(by_name[m], ran.get(m, 0.0), interval, now)]
+    quiet = [m for m in members if ready(m)]
+    # One the gate holds is due until a run over it ends (passed or not: a program failing
+    # everywhere is not searched again before the interval, and its held nodes wait).
+    unrun = {m for m in held if ran.get(m, 0.0) <= schedule.held.get(m, 0.0)}
+    due = [m for m in quiet if m in unrun or _due(by_name[m], ran.get(m, 0.0), interval, now)]
+    # A node the gate holds waits for one partner alone: a pass lets it out; a failure is
+    # narrowed down as any other, once more of its group is idle.
     enough = max(MIN_NODES, min(FIRST_RUN_NODES, len(members)))
+    if held & set(quiet):
+        enough = MIN_NODES
     return [quiet] if len(quiet) >= enough and due else []
 
 

@@ -10,6 +10,10 @@ user or a shared service can fail (health_checks.SHARED_CHECKS) or by a check ho
 than its share (slonk.health.blast): a new pod cannot fix a shared dependency, and a user's
 files are no hardware fault. Nor are trend drains (slonk.health.trend): a worn board waits for
 a person.
+
+With the gate and checks that span a block, a node is held in the gate's reservation before its
+pod goes (slonk.slurm.gate): its new pod's node returns to users only through a run of those
+checks that passes. One the gate cannot hold now waits for the next pass.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from slonk.align import fabric
 from slonk.base import paths
 from slonk.base.files import exclusive, write_atomically
 from slonk.base.identity import pod_name
@@ -33,7 +38,7 @@ from slonk.config.spec import ClusterSpec, RecycleSettings, SpecError
 from slonk.health import blast
 from slonk.kube.api import KubeError, PodReplaced
 from slonk.metrics import node_events
-from slonk.slurm import control, reasons, slurm_nodes
+from slonk.slurm import control, gate, reasons, slurm_nodes
 from slonk.slurm.slurm_state import NodeState, SlurmError
 
 # On the controller's state volume, beside slurmctld's own state: a controller restart must
@@ -169,10 +174,15 @@ def pass_once(spec: ClusterSpec, kube: Kubernetes, history: History, now: float)
     settings = spec.health.recycle
     nodes = slurm_nodes.read_nodes()
     percent = spec.health.max_drained_percent
-    gate = spec.health.active is None or spec.health.active.gate
-    for action, node, recent in list(due(nodes, history, settings, now, percent, gate)):
+    gated = spec.health.active is None or spec.health.active.gate
+    members: set[str] | None = None  # the nodes the block checks' gate keeps, once needed
+    for action, node, recent in list(due(nodes, history, settings, now, percent, gated)):
         pod = _pod(kube, node.name)
         try:
+            if members is None:
+                members = fabric.gate_members(spec)
+            if node.name in members:
+                gate.hold([node.name])
             if action == "recycle":
                 kube.delete_pod(node.name, pod.uid)
                 record = node_events.event("recycle", node, pod, node.reason, now)
