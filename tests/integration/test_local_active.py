@@ -206,8 +206,10 @@ def test_a_block_check_failing_over_one_node_drains_that_node_alone(healed: Loca
     offset = healed.log_offset(CONTROLLER)
     _site_check(healed, fails, BLOCK_CHECK)
     blockers: list[str] = []
+    began = time.monotonic()
     try:
         reason = _drained(healed, bad, "fabric", timeout=INTERVAL * 10)
+        print(f"{bad} drained {time.monotonic() - began:.0f} s after the failing program")
         for partner in NODES[:2]:  # the search is over: its partners taken by users' jobs
             blockers.append(healed.submit(f"--nodelist={partner}", "--output=/dev/null",
                                           "--wrap", "sleep 600"))  # fmt: skip
@@ -240,6 +242,7 @@ def test_a_block_check_failing_over_one_node_drains_that_node_alone(healed: Loca
             ),
             timeout=300,
         )
+        print(f"{bad} back, held, {time.monotonic() - began:.0f} s after the failing program")
         user = healed.submit(f"--nodelist={bad}", "--output=/dev/null", "--wrap", "sleep 300")
         held = healed.pod(CONTROLLER).check_output(f"squeue --noheader -j {user} -o %T:%r")
         assert held.strip().startswith("PENDING:ReqNodeNotAvail"), held
@@ -251,10 +254,12 @@ def test_a_block_check_failing_over_one_node_drains_that_node_alone(healed: Loca
         # Mended, its partners free: the next run over it lets it out.
         _site_check(healed, spans, BLOCK_CHECK)
         healed.pod(CONTROLLER).check_output(f"scancel {' '.join(blockers)}")
+        mended = time.monotonic()
         try:
             wait_for("the user's job on it", lambda: healed.jobs().get(user) == "RUNNING", 180)
         except AssertionError as err:
             raise AssertionError(f"{err}\n{healed.log(CONTROLLER, offset)[-4000:]}") from None
+        print(f"the user's job started on {bad} {time.monotonic() - mended:.0f} s after the mend")
         assert "slonk-gate" not in healed.pod(CONTROLLER).check_output("scontrol show res")
         assert f"gate: let out {bad}" in healed.log(CONTROLLER, offset)
         healed.pod(CONTROLLER).run(f"scancel {user}")

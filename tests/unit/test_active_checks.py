@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from slonk.align import active as schedule
+from slonk.align import check_jobs
 from slonk.config import render
 from slonk.config.spec import SpecError, parse_spec
 from slonk.health import active, runner
@@ -306,13 +307,21 @@ def test_active_checks_run_one_after_another(monkeypatch):
     assert second[0] >= first[1]  # the second began once the first had ended
 
 
-def test_a_check_still_pending_a_pass_later_is_cancelled_and_waits(monkeypatch):
+def test_a_check_still_queued_after_the_backfill_schedulers_turns_is_cancelled_and_waits(
+    monkeypatch,
+):
+    """Users' jobs waiting in a partition of a higher tier keep Slurm's main scheduler off
+    the checks' partition: only the backfill scheduler starts a check (25 s after submission,
+    measured in local mode beside such a job). Queued longer, its node was taken."""
     cancelled = []
     monkeypatch.setattr(schedule.slurm_nodes, "run", lambda argv, **_: cancelled.append(argv))
-    plan = schedule.Schedule(jobs={"9": "slonk-gpu-0"})
-    schedule.settle(plan, {"9": "PENDING"}, 3000.0)
+    plan = schedule.Schedule(jobs={"9": "slonk-gpu-0"}, queued={"9": 3000.0})
+    schedule.settle(plan, {"9": "PENDING"}, 3000.0 + check_jobs.QUEUED_SECONDS - 1)
+    assert cancelled == [] and plan.jobs == {"9": "slonk-gpu-0"}
+    schedule.settle(plan, {"9": "PENDING"}, 3000.0 + check_jobs.QUEUED_SECONDS)
     assert cancelled == [["scancel", "9"]]
-    assert plan.jobs == {} and plan.tried == {"slonk-gpu-0": 3000.0} and plan.ran == {}
+    assert plan.jobs == {} and plan.queued == {} and plan.ran == {}
+    assert plan.tried == {"slonk-gpu-0": 3000.0 + check_jobs.QUEUED_SECONDS}
 
 
 def test_a_check_job_takes_the_whole_node_in_its_partition():

@@ -51,6 +51,7 @@ class Schedule(check_jobs.Saved):
     ran: dict[str, float] = field(default_factory=dict)
     tried: dict[str, float] = field(default_factory=dict)  # preempted or refused
     jobs: dict[str, str] = field(default_factory=dict)  # job id -> node
+    queued: dict[str, float] = field(default_factory=dict)  # job id -> when it was submitted
     tokens: float = 0.0  # starts this pass may still make (allowance)
     stamp: float = 0.0  # when tokens were counted
 
@@ -60,6 +61,7 @@ class Schedule(check_jobs.Saved):
             ran={str(k): float(v) for k, v in data["ran"].items()},
             tried={str(k): float(v) for k, v in data["tried"].items()},
             jobs={str(k): str(v) for k, v in data["jobs"].items()},
+            queued={str(k): float(v) for k, v in data.get("queued", {}).items()},  # 0.19.0
             tokens=float(data.get("tokens", 0.0)),
             stamp=float(data.get("stamp", 0.0)),
         )
@@ -67,13 +69,15 @@ class Schedule(check_jobs.Saved):
 
 def settle(schedule: Schedule, states: dict[str, str], now: float) -> None:
     """Forget the jobs that ended: a check that ran (whatever it found: it drained by itself)
-    makes its node due after the interval; one that never ran (preempted, or still pending a
-    pass after its submission, then cancelled), after RETRY_SECONDS."""
+    makes its node due after the interval; one that never ran (preempted, or still queued
+    QUEUED_SECONDS after its submission, then cancelled), after RETRY_SECONDS."""
     for job, node in list(schedule.jobs.items()):
-        state = check_jobs.settled_state(job, states.get(job, ""))
+        queued_at = schedule.queued.get(job, 0.0)
+        state = check_jobs.settled_state(job, states.get(job, ""), queued_at, now)
         if state in check_jobs.LIVE:
             continue
         del schedule.jobs[job]
+        schedule.queued.pop(job, None)
         if state in check_jobs.NOT_RUN:
             schedule.tried[node] = now
             check_jobs.log(f"check job {job} on {node} {state.lower()}: tried again later")
@@ -150,8 +154,11 @@ def pass_once(spec: ClusterSpec, schedule: Schedule, blocks: fabric.Schedule, no
     )
     schedule.tokens -= made
     starts -= made
-    held = {n for job in blocks.jobs.values() for n in job.nodes}
-    candidates = [n for n in due(spec, nodes, schedule, now) if n not in held]
+    # Not a node a block run holds, nor one the gate holds (drained this pass by a search, as
+    # `nodes` was read before: a job there would wait in the queue, and keep the block's next
+    # run off the node, until withdrawn).
+    taken = {n for job in blocks.jobs.values() for n in job.nodes} | set(blocks.held)
+    candidates = [n for n in due(spec, nodes, schedule, now) if n not in taken]
     for node in candidates[:starts]:
         try:
             job = slurm_nodes.run(submit_argv(spec, node), failed=f"sbatch for {node}").strip()
@@ -160,15 +167,17 @@ def pass_once(spec: ClusterSpec, schedule: Schedule, blocks: fabric.Schedule, no
             check_jobs.log(f"not checking {node} now: {err}")
         else:
             schedule.jobs[job.split(";")[0]] = node
+            schedule.queued[job.split(";")[0]] = now
             check_jobs.log(f"checking {node}: job {job}")
         schedule.tokens -= 1
 
 
-def _gate_opened() -> bool:
-    """Every node the block checks' gate holds let out (slonk.slurm.gate): no pass will."""
+def _gate_opened(in_control: bool) -> bool:
+    """Whether the block checks' gate holds nobody (slonk.slurm.gate): the pod in control lets
+    every node out, since no pass will; the other waits for that (a takeover meanwhile)."""
     try:
-        still = gate.release(gate.held())
-    except SlurmError as err:
+        still = gate.release(gate.held()) if in_control else gate.held()
+    except (SlurmError, OSError) as err:
         check_jobs.log(f"gate: could not let its nodes out yet: {err}")
         return False
     return not still
@@ -185,7 +194,7 @@ def run_forever(load: Callable[[], ClusterSpec], stop: threading.Event) -> None:
         except SpecError as err:
             check_jobs.log(f"keeping the last good settings: {err}")
         if spec.health is None or spec.health.active is None:
-            if not control.in_control(spec, pod_name()) or _gate_opened():
+            if _gate_opened(control.in_control(spec, pod_name())):
                 check_jobs.log("active checks are off")
                 return
             continue

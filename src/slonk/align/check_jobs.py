@@ -17,6 +17,11 @@ from slonk.config import active_checks
 from slonk.slurm import slurm_nodes
 from slonk.slurm.slurm_state import NodeState, SlurmError
 
+# A check job may wait this long in the queue. While users' jobs wait in a partition of a
+# higher tier (on a busy cluster, always), Slurm's main scheduler passes over the checks'
+# partition, and only its backfill scheduler starts a check, once per bf_interval (30 s by
+# default; 25 s measured here). Past this it is withdrawn: its nodes were taken meanwhile.
+QUEUED_SECONDS = 120.0
 # The states of a job still queued or running; any other state has ended.
 LIVE = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "RESIZING", "SUSPENDED"})
 NOT_RUN = frozenset({"PREEMPTED", "CANCELLED", "BOOT_FAIL", "DEADLINE"})
@@ -65,8 +70,8 @@ def submit_argv(
 ) -> list[str]:
     """sbatch for a check job: the whole of each node, by name, in the checks' partition, run
     from / (not the agent's directory, nor slurmstepd's /tmp if that is missing), its output
-    dropped. (sbatch has no --immediate: one still pending at the next pass is withdrawn,
-    `settled_state`.)"""
+    dropped. (sbatch has no --immediate: one still queued after QUEUED_SECONDS is
+    withdrawn, `settled_state`.)"""
     return [
         "sbatch",
         "--parsable",
@@ -84,10 +89,11 @@ def submit_argv(
     ]
 
 
-def settled_state(job: str, state: str) -> str:
-    """The job's state, a queued one withdrawn first: its node was taken between the look and
-    the submission, and a check waits for its nodes to be idle again, not in the queue."""
-    if state != "PENDING":
+def settled_state(job: str, state: str, queued_at: float, now: float) -> str:
+    """The job's state, one queued past QUEUED_SECONDS withdrawn first: its nodes were taken
+    between the look and the submission, and a check waits for its nodes to be idle again,
+    not in the queue."""
+    if state != "PENDING" or now - queued_at < QUEUED_SECONDS:
         return state
     with contextlib.suppress(SlurmError):
         slurm_nodes.run(["scancel", job], failed=f"scancel {job}")

@@ -9,14 +9,15 @@ A failing run starts a search of its group (slonk.align.narrowing): runs over fe
 at a time, each when its nodes are idle. The nodes it names when it ends drain
 `slonk:active:<check>` through the health path (slonk.health.drains: the blast-radius limit),
 and the recycle loop takes them as any health drain. A check that spans a block passes at a
-new pod's boot (slonk.health.active.BLOCK_AT_BOOT): the recycle is the repair, and the node,
-in service again, is due for its next run at once; one failing again is recycled again, then
-quarantined (maxRecycles).
+new pod's boot (slonk.health.active.BLOCK_AT_BOOT): the recycle is the repair, and the node is
+due for its next run at once; one failing again is recycled again, then quarantined
+(maxRecycles).
 
 With the gate (`health.active.gate`), a node coming back is held out of users' reach until a
 run over it passes (slonk.slurm.gate): the recycle loop holds a node before it deletes its pod,
 a search holds the nodes it drains, and a pass holds a node Slurm has down (a new pod not yet
-registered, a lost one). Only a run that passed, ended after the hold, lets a node out.
+registered, a lost one). Only a run that passed after the hold and after the node's slurmd
+started lets it out. Without the gate, a recycled node is in service again at its boot.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from slonk.config.render import neighbours
 from slonk.config.spec import ClusterSpec
 from slonk.health import drains, runner
 from slonk.health.runner import Result
+from slonk.pod import worker_stop
 from slonk.slurm import gate, slurm_nodes
 from slonk.slurm.slurm_state import NodeState, SlurmError
 
@@ -49,10 +51,6 @@ FIRST_RUN_NODES = 3
 SEARCH_SECONDS = 3600.0
 PASSED = frozenset({"COMPLETED"})
 FAILED = frozenset({"FAILED", "TIMEOUT", "OUT_OF_MEMORY"})  # any other end: never ran
-# A run over a node the gate holds may wait this long in the queue: a user's job waiting for
-# that node (in a partition of a higher tier) keeps Slurm's main scheduler off it, and only
-# the backfill scheduler starts the run, within its interval (bf_interval, 30 s by default).
-HELD_RUN_PENDING_SECONDS = 60.0
 
 
 @dataclass
@@ -70,7 +68,7 @@ class Job:
     check: str
     group: str
     nodes: list[str]
-    held_since: float = 0.0  # a run over a node the gate holds: when it was submitted
+    queued_at: float = 0.0  # when it was submitted (images 0.18.0: not kept)
 
 
 @dataclass
@@ -85,6 +83,7 @@ class Schedule(check_jobs.Saved):
     held: dict[str, float] = field(default_factory=dict)  # node -> since when the gate holds it
     # check -> node -> when a run over it last passed (or found the program missing there)
     passed: dict[str, dict[str, float]] = field(default_factory=dict)
+    down: list[str] = field(default_factory=list)  # the gate's nodes Slurm had down last pass
 
     @classmethod
     def parse(cls, data: Any) -> Schedule:
@@ -109,6 +108,7 @@ class Schedule(check_jobs.Saved):
             passed={
                 c: {n: float(t) for n, t in v.items()} for c, v in data.get("passed", {}).items()
             },
+            down=[str(n) for n in data.get("down", [])],
         )
 
     def forget_all_but(self, checks: Iterable[str]) -> None:
@@ -180,27 +180,36 @@ def keep_gate(
         del schedule.held[node]
 
     def passed(node: str) -> bool:
-        state, since = by_name.get(node), schedule.held[node]
-        when = (schedule.passed.get(c, {}).get(node, 0.0) for c in checks)
-        return state is not None and state.up and all(w > since for w in when)
+        """Up, and every check passed over it since its hold and since its slurmd started (a
+        pass before a later recycle is the old pod's)."""
+        state = by_name.get(node)
+        if state is None or not state.up:
+            return False
+        started = float(state.slurmd_started) if state.slurmd_started.isdigit() else 0.0
+        since = max(schedule.held[node], started)
+        return all(schedule.passed.get(c, {}).get(node, 0.0) > since for c in checks)
 
-    lent = {n for n in held if n in by_name and _lent(by_name[n])}
-    out = {n for n in held if n not in members or passed(n)} | lent
+    out = {n for n in held if n not in members or passed(n)}
     if out:
         held = gate.release(out)
         for node in out:
             schedule.held.pop(node, None)
         check_jobs.log(f"gate: let out {', '.join(sorted(out))}")
-    gone = {n for n in members - held if n in by_name and _gone(by_name[n])}
+    down = {n for n in members if n in by_name and _gone(by_name[n])}
+    fresh = down - set(schedule.down)  # went down since the last pass
+    stopped = {n for n in down - held if by_name[n].reason == worker_stop.REASON}
     assert spec.health is not None
     most = max(len(members) * spec.health.max_drained_percent // 100, 1)
-    if len(gone) > most:
-        check_jobs.log(f"gate: {len(gone)} nodes down at once, more than {most}: holding none")
-    elif gone:
+    if len(fresh) > most:
+        check_jobs.log(f"gate: {len(fresh)} nodes went down at once, more than {most}")
+        fresh = set()  # the controller's trouble, or a first start: none held but the stopped
+    gone = (fresh | stopped) - held
+    if gone:
         held = gate.hold(gone)
         schedule.held.update(dict.fromkeys(gone, now))
         said = ", ".join(sorted(gone))
         check_jobs.log(f"gate: holding {said} (down) until a run over it passes")
+    schedule.down = sorted(down)  # once held: one Slurm refused is fresh again next pass
     return held
 
 
@@ -232,10 +241,7 @@ def settle(schedule: Schedule, states: Mapping[str, str], now: float) -> None:
     """Take in the runs that ended: a pass or a failure joins its group's search (or, with
     none, a pass is a round done); a run that never ran makes its group wait (`tried`)."""
     for job, run in list(schedule.jobs.items()):
-        queued = states.get(job, "") == "PENDING"
-        if queued and run.held_since and now - run.held_since < HELD_RUN_PENDING_SECONDS:
-            continue
-        state = check_jobs.settled_state(job, states.get(job, ""))
+        state = check_jobs.settled_state(job, states.get(job, ""), run.queued_at, now)
         if state in check_jobs.LIVE:
             continue
         del schedule.jobs[job]
@@ -309,8 +315,8 @@ def drain_named(
         if done.startswith("drained") and node in gate_members(spec):
             try:
                 gate.hold([node])
-                schedule.held.setdefault(node, now)
-            except SlurmError as err:  # the recycle loop holds it before its pod goes
+                schedule.held[node] = now  # what passed over it before counts no more
+            except (SlurmError, OSError) as err:  # the recycle loop holds it before its pod goes
                 check_jobs.log(f"gate: could not hold {node} yet: {err}")
 
 
@@ -357,7 +363,7 @@ def pass_once(
             conclude(schedule, name, group, now, "dropped, its group gone")
     try:
         held = keep_gate(spec, schedule, checks, gate_members(spec, groups), by_name, now)
-    except SlurmError as err:
+    except (SlurmError, OSError) as err:  # OSError: the lock on the state volume
         held = set(schedule.held)
         check_jobs.log(f"gate: not changed this pass: {err}")
 
@@ -390,7 +396,7 @@ def pass_once(
                 schedule.tried.setdefault(name, {})[group] = now
                 check_jobs.log(f"not running {name} over {group} now: {err}")
                 continue
-            schedule.jobs[job.split(";")[0]] = Job(name, group, run, now if in_gate else 0.0)
+            schedule.jobs[job.split(";")[0]] = Job(name, group, run, now)
             busy |= set(run)
             submitted += 1
             check_jobs.log(f"running {name} over {','.join(run)}: job {job}")

@@ -207,7 +207,7 @@ def pass_once(spec: ClusterSpec, kube: Kubernetes, history: History, now: float)
             history.idle_since.pop(node.name, None)
             log(f"not recycling {node.name}: its pod was replaced since it was looked at ({err})")
             continue
-        except (SlurmError, KubeError) as err:
+        except (SlurmError, KubeError, OSError) as err:  # OSError: the gate's lock
             log(f"could not {action} {node.name}, trying again next pass: {err}")
             continue
         history.idle_since.pop(node.name, None)
