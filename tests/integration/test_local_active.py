@@ -197,7 +197,11 @@ def test_a_block_check_failing_over_one_node_drains_that_node_alone(healed: Loca
     mended, and then a user's job waiting for the node starts there."""
     bad = NODES[2]
     spans = "srun --ntasks-per-node=1 true || exit 2"
-    fails = f'scontrol show hostnames "$SLURM_JOB_NODELIST" | grep -qx {bad} && exit 1; {spans}'
+    said = "busbw 12.5 GB/s, under 300"
+    fails = (
+        f'scontrol show hostnames "$SLURM_JOB_NODELIST" | grep -qx {bad} '
+        f"&& {{ echo {said!r}; exit 1; }}; {spans}"
+    )
     # Until now the program was on no node: a run looked, found none, and judged nobody.
     wait_for(
         "a run that found no program",
@@ -214,6 +218,7 @@ def test_a_block_check_failing_over_one_node_drains_that_node_alone(healed: Loca
             blockers.append(healed.submit(f"--nodelist={partner}", "--output=/dev/null",
                                           "--wrap", "sleep 600"))  # fmt: skip
         assert "fabric failed beside 2 nodes that pass without it (job " in reason, reason
+        assert reason.endswith(f"): {said}"), reason  # the program's last line
         assert all("active" not in healed.nodes()[n][1] for n in NODES if n != bad)
         wait_for(
             "the search's end in the controller's log",

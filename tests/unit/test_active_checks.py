@@ -256,12 +256,12 @@ def test_a_new_pods_gate_counts_as_a_run_and_a_preempted_check_waits():
         1500.0,
     ) == ["slonk-gpu-0"]
     plan.jobs = {"7": "slonk-gpu-1", "8": "slonk-gpu-0"}
-    schedule.settle(plan, {"7": "PREEMPTED", "8": "RUNNING"}, 2000.0)
+    schedule.settle(plan, {"7": "PREEMPTED", "8": "RUNNING"}, 2000.0, [])
     assert plan.jobs == {"8": "slonk-gpu-0"} and plan.tried == {"slonk-gpu-1": 2000.0}
     assert (
         schedule.due(spec, [node("slonk-gpu-1")], plan, 2000.0 + schedule.RETRY_SECONDS - 1) == []
     )
-    schedule.settle(plan, {}, 2100.0)  # ended and gone from the queue: it ran
+    schedule.settle(plan, {}, 2100.0, [])  # ended and gone from the queue: it ran
     assert plan.ran == {"slonk-gpu-0": 2100.0}
 
 
@@ -316,12 +316,32 @@ def test_a_check_still_queued_after_the_backfill_schedulers_turns_is_cancelled_a
     cancelled = []
     monkeypatch.setattr(schedule.slurm_nodes, "run", lambda argv, **_: cancelled.append(argv))
     plan = schedule.Schedule(jobs={"9": "slonk-gpu-0"}, queued={"9": 3000.0})
-    schedule.settle(plan, {"9": "PENDING"}, 3000.0 + check_jobs.QUEUED_SECONDS - 1)
+    idle = [node("slonk-gpu-0")]
+    schedule.settle(plan, {"9": "PENDING"}, 3000.0 + check_jobs.QUEUED_SECONDS - 1, idle)
     assert cancelled == [] and plan.jobs == {"9": "slonk-gpu-0"}
-    schedule.settle(plan, {"9": "PENDING"}, 3000.0 + check_jobs.QUEUED_SECONDS)
+    schedule.settle(plan, {"9": "PENDING"}, 3000.0 + check_jobs.QUEUED_SECONDS, idle)
     assert cancelled == [["scancel", "9"]]
     assert plan.jobs == {} and plan.queued == {} and plan.ran == {}
     assert plan.tried == {"slonk-gpu-0": 3000.0 + check_jobs.QUEUED_SECONDS}
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        node("slonk-gpu-0", "allocated"),  # a user's job took it
+        node("slonk-gpu-0", flags=frozenset({"DRAIN"})),
+        node(
+            "slonk-gpu-0", flags=frozenset({"POWERED_DOWN"})
+        ),  # lent: started, it would call it back
+        node("slonk-gpu-0", flags=frozenset({"RESERVED"})),  # held by the block checks' gate
+    ],
+)
+def test_a_queued_check_whose_node_is_no_longer_idle_is_cancelled_at_once(monkeypatch, state):
+    cancelled = []
+    monkeypatch.setattr(schedule.slurm_nodes, "run", lambda argv, **_: cancelled.append(argv))
+    plan = schedule.Schedule(jobs={"9": "slonk-gpu-0"}, queued={"9": 3000.0})
+    schedule.settle(plan, {"9": "PENDING"}, 3010.0, [state])
+    assert cancelled == [["scancel", "9"]] and plan.tried == {"slonk-gpu-0": 3010.0}
 
 
 def test_a_check_job_takes_the_whole_node_in_its_partition():

@@ -192,6 +192,8 @@ class Slurm:
         self.states: dict[str, str] = {}
         self.fails: Callable[[list[str]], bool] = lambda nodes: self.bad in nodes
         self.reserved: set[str] = set()
+        self.ends = 0.0  # when Slurm would end the reservation
+        self.renewed: list[str] = []
         self.refuse_gate = False  # slurmctld out of reach: changes to the reservation fail
         self.in_reservation: list[bool] = []  # each run's: submitted into the gate's
         monkeypatch.setattr(fabric.slurm_nodes, "run", self.run)
@@ -218,7 +220,9 @@ class Slurm:
         """scontrol's reservation commands, as Slurm 24.11 answers them."""
         if args[:3] == ["show", "reservation", gate.NAME]:
             listed = hostlist.collect_hostlist(sorted(self.reserved))
-            found = [{"name": gate.NAME, "node_list": listed}] if self.reserved else []
+            ends = {"set": True, "infinite": False, "number": int(self.ends)}
+            found = [{"name": gate.NAME, "node_list": listed, "end_time": ends}]
+            found = found if self.reserved else []
             return json.dumps({"reservations": found, "errors": []})
         if self.refuse_gate:
             raise SlurmError("scontrol: Unable to contact slurm controller (connect failure)")
@@ -226,6 +230,8 @@ class Slurm:
         if args[:2] == ["create", "reservation"]:
             assert not self.reserved and words["Users"] == "root" and "FLEX" in words["Flags"]
             self.reserved = set(hostlist.expand_hostlist(words["Nodes"]))
+        elif args[0] == "update" and "EndTime" in words:
+            self.renewed.append(words["EndTime"])
         elif args[0] == "update":
             key, value = next((k, v) for k, v in words.items() if k.startswith("Nodes"))
             change = set(hostlist.expand_hostlist(value))
@@ -485,8 +491,14 @@ def test_a_program_failing_everywhere_is_not_searched_again_before_the_interval(
 @pytest.mark.parametrize(
     ("program", "step", "status", "comment"),
     [
-        pytest.param("exit 0", "", 0, "", id="passes"),
-        pytest.param("exit 5", "", 5, "", id="fails"),
+        pytest.param("echo all good; exit 0", "", 0, "", id="passes"),
+        pytest.param(
+            "echo run 1; printf 'busbw 12.5 GB/s, under 300\\033[0m\\n'; exit 5",
+            "",
+            5,
+            "slonk-said: busbw 12.5 GB/s, under 300[0m",
+            id="fails, its last line in the Comment",
+        ),
         pytest.param(None, "", 0, "slonk-not-here", id="missing on a node"),
         pytest.param("exit 0", "exit 1", 2, "", id="a step that cannot start fails the run"),
     ],
@@ -509,11 +521,12 @@ def test_the_job_looks_for_its_program_on_every_node_then_runs_it(
         (bin_dir / tool).chmod(0o755)
     spec = spec_of(replicas=2, commands={"nccl": {**NCCL, "command": str(site)}})
     wrap = fabric.submit_argv(spec.health.active.checks["nccl"], ["a", "b"], 1)[-1]
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_JOB_ID": "7"}
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_JOB_ID": "7", "TMPDIR": str(tmp_path)}
     done = subprocess.run(["sh", "-c", wrap.removeprefix("--wrap=")], env=env, check=False)
     assert done.returncode == status
     said = (tmp_path / "comment").read_text() if comment else ""
     assert said == (f"update JobId=7 Comment={comment}\n" if comment else "")
+    assert not (tmp_path / "slonk-fabric-7.out").exists()  # the program's output, once read
 
 
 def test_a_node_the_blast_radius_spares_is_not_searched_again_at_once(monkeypatch):
@@ -736,6 +749,8 @@ def test_active_checks_turned_off_let_every_held_node_out(monkeypatch):
     monkeypatch.setattr(stop, "wait", wait)
     active.run_forever(lambda: off, stop)
     assert slurm.reserved == set() and len(waits) == 1
+    # Its runs withdrawn first: Slurm deletes no reservation a job uses.
+    assert slurm.cancelled == [f"--reservation={gate.NAME}"]
 
 
 def test_one_busy_node_missing_a_ping_is_not_held(monkeypatch):
@@ -834,3 +849,93 @@ def test_no_node_check_goes_to_a_node_a_search_drains_in_the_same_pass(monkeypat
     active.pass_once(spec, plan, blocks, 2000.0)
     assert [n for n, _, _ in slurm.drained] == ["slonk-gpu-2"] and slurm.reserved == {g[2]}
     assert sorted(plan.jobs.values()) == ["slonk-gpu-0", "slonk-gpu-1"]
+
+
+def test_a_queued_run_whose_nodes_are_taken_is_withdrawn_at_once(monkeypatch):
+    spec = spec_of(replicas=3, intervalSeconds=600, commands={"nccl": NCCL})
+    slurm = Slurm(monkeypatch, bad="none")
+    schedule, three = fabric.Schedule(), idle("slonk-gpu-0", "slonk-gpu-1", "slonk-gpu-2")
+    fabric.pass_once(spec, schedule, slurm.states, three, set(), 5, 1000.0, 600.0)
+    (job,) = schedule.jobs
+    slurm.states[job] = "PENDING"
+    taken = [node("slonk-gpu-0", "allocated"), *three[1:]]
+    fabric.pass_once(spec, schedule, slurm.states, taken, set(), 5, 1010.0, 600.0)
+    assert slurm.cancelled == [job] and schedule.tried["nccl"]["gpu"] == 1010.0
+
+
+def test_a_run_submitted_before_a_nodes_hold_does_not_let_it_out(monkeypatch):
+    """Queued while the node was still in service; it went down and came back with the same
+    slurmd before the run ended and passed."""
+    spec = spec_of(replicas=3, intervalSeconds=600, commands={"nccl": NCCL})
+    slurm = Slurm(monkeypatch, bad="none")
+    schedule, three = fabric.Schedule(), idle("slonk-gpu-0", "slonk-gpu-1", "slonk-gpu-2")
+    fabric.pass_once(spec, schedule, slurm.states, three, set(), 5, 1000.0, 600.0)
+    (job,) = schedule.jobs
+    slurm.states[job] = "RUNNING"
+    gone = [*three[:2], node("slonk-gpu-2", "down")]
+    fabric.pass_once(spec, schedule, slurm.states, gone, set(), 5, 1010.0, 600.0)
+    assert slurm.reserved == {"slonk-gpu-2"}
+    slurm.states[job] = "COMPLETED"
+    back = in_the_gate(slurm, three)
+    fabric.pass_once(spec, schedule, slurm.states, back, set(), 0, 1020.0, 600.0)
+    fabric.pass_once(spec, schedule, slurm.states, back, set(), 0, 1030.0, 600.0)
+    assert slurm.reserved == {"slonk-gpu-2"}
+
+
+def test_the_gates_reservation_is_given_another_year_before_slurm_ends_it(monkeypatch):
+    spec = spec_of(replicas=3, intervalSeconds=600, commands={"nccl": NCCL})
+    slurm = Slurm(monkeypatch, bad="none")
+    slurm.reserved = {"slonk-gpu-2"}
+    nodes = [*idle("slonk-gpu-0", "slonk-gpu-1"), node("slonk-gpu-2", "idle", "DRAIN", "RESERVED")]
+    slurm.ends = 1000.0 + gate.RENEW_SECONDS + 1
+    fabric.pass_once(spec, fabric.Schedule(), {}, nodes, set(), 0, 1000.0, 600.0)
+    assert slurm.renewed == []
+    fabric.pass_once(spec, fabric.Schedule(), {}, nodes, set(), 0, 1002.0, 600.0)
+    assert slurm.renewed == ["now+365days"]
+
+
+def test_a_release_slurm_refuses_does_not_stop_the_passs_holds(monkeypatch):
+    spec = spec_of(replicas=4, commands={"nccl": NCCL})
+    slurm = Slurm(monkeypatch, bad="none")
+    slurm.reserved = {"slonk-gpu-3"}
+    original = slurm.reservation
+
+    def refusing_releases(args):
+        if "Nodes-=slonk-gpu-3" in args or args[0] == "delete":
+            raise SlurmError("Reservation request respecification: a job uses it")
+        return original(args)
+
+    monkeypatch.setattr(slurm, "reservation", refusing_releases)
+    off = spec_of(replicas=4, commands={"nccl": {**NCCL, "span": "node"}})  # nothing covered
+    fabric.pass_once(off, fabric.Schedule(), {}, idle("slonk-gpu-0"), set(), 0, 1000.0, 600.0)
+    assert slurm.reserved == {"slonk-gpu-3"}
+    nodes = [node("slonk-gpu-0", "down"), *idle("slonk-gpu-1", "slonk-gpu-2"),
+             node("slonk-gpu-3", "idle", "RESERVED")]  # fmt: skip
+    passed = fabric.Schedule(held={"slonk-gpu-3": 1.0}, passed={"nccl": {"slonk-gpu-3": 2.0}})
+    fabric.pass_once(spec, passed, {}, nodes, set(), 0, 1000.0, 600.0)
+    assert slurm.reserved == {"slonk-gpu-0", "slonk-gpu-3"}
+
+
+def test_a_failed_runs_last_line_is_read_and_ends_its_nodes_drain_reason(monkeypatch):
+    queue = (
+        "5 FAILED slonk-said: busbw 12.5 GB/s, under 300\n"
+        "6 COMPLETED slonk-not-here\n"
+        "7 FAILED a person's words\n"
+        "8 COMPLETED slonk-said: not for a run that passed\n"
+    )
+    monkeypatch.setattr(check_jobs.slurm_nodes, "run", lambda argv, **_: queue)
+    said: dict[str, str] = {}
+    states = check_jobs.states(said)
+    assert states == {"5": "FAILED", "6": check_jobs.NOT_HERE, "7": "FAILED", "8": "COMPLETED"}
+    assert said == {"5": "busbw 12.5 GB/s, under 300"}
+    g = ["a", "b", "c"]
+    runs = [
+        narrowing.Run(g, False, "1", "busbw 40 GB/s"),
+        narrowing.Run(g[:2], True, "2"),
+        narrowing.Run(["c", "a"], False, "3", "busbw 12.5 GB/s, under 300"),
+        narrowing.Run(["c", "b"], False, "4"),
+    ]
+    assert narrowing.blame("c", runs, "nccl-check") == (
+        "nccl-check failed beside 2 nodes that pass without it (job 1, 3, 4): "
+        "busbw 12.5 GB/s, under 300"
+    )

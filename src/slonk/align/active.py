@@ -67,13 +67,16 @@ class Schedule(check_jobs.Saved):
         )
 
 
-def settle(schedule: Schedule, states: dict[str, str], now: float) -> None:
+def settle(
+    schedule: Schedule, states: dict[str, str], now: float, nodes: Iterable[NodeState]
+) -> None:
     """Forget the jobs that ended: a check that ran (whatever it found: it drained by itself)
-    makes its node due after the interval; one that never ran (preempted, or still queued
-    QUEUED_SECONDS after its submission, then cancelled), after RETRY_SECONDS."""
+    makes its node due after the interval; one that never ran (preempted, or withdrawn from
+    the queue, check_jobs.settled_state), after RETRY_SECONDS."""
+    quiet = {n.name for n in nodes if check_jobs.quiet(n)}
     for job, node in list(schedule.jobs.items()):
         queued_at = schedule.queued.get(job, 0.0)
-        state = check_jobs.settled_state(job, states.get(job, ""), queued_at, now)
+        state = check_jobs.settled_state(job, states.get(job, ""), queued_at, now, node in quiet)
         if state in check_jobs.LIVE:
             continue
         del schedule.jobs[job]
@@ -142,16 +145,16 @@ def pass_once(spec: ClusterSpec, schedule: Schedule, blocks: fabric.Schedule, no
     """One pass: the checks that span a block first (each needs several idle nodes at once),
     then each node's own, within one allowance of starts."""
     assert spec.health is not None and spec.health.active is not None
-    states = check_jobs.states()
-    settle(schedule, states, now)
+    said: dict[str, str] = {}
+    states = check_jobs.states(said)
     nodes = slurm_nodes.read_nodes()
+    settle(schedule, states, now, nodes)
     starts = allowance(schedule, spec.health.active.starts_per_minute, now)
     # Always: a check turned off still has its jobs to settle and its state to forget. At
     # most half the starts (rounded up): the nodes' own checks are never starved.
     share = (starts + 1) // 2
-    made = fabric.pass_once(
-        spec, blocks, states, nodes, set(schedule.jobs.values()), share, now, RETRY_SECONDS
-    )
+    busy = set(schedule.jobs.values())
+    made = fabric.pass_once(spec, blocks, states, nodes, busy, share, now, RETRY_SECONDS, said)
     schedule.tokens -= made
     starts -= made
     # Not a node a block run holds, nor one the gate holds (drained this pass by a search, as
@@ -173,9 +176,12 @@ def pass_once(spec: ClusterSpec, schedule: Schedule, blocks: fabric.Schedule, no
 
 
 def _gate_opened(in_control: bool) -> bool:
-    """Whether the block checks' gate holds nobody (slonk.slurm.gate): the pod in control lets
-    every node out, since no pass will; the other waits for that (a takeover meanwhile)."""
+    """Whether the block checks' gate holds nobody (slonk.slurm.gate): the pod in control
+    withdraws the runs in its reservation (Slurm deletes none a job uses) and lets every node
+    out, since no pass will; the other waits for that (a takeover meanwhile)."""
     try:
+        if in_control:
+            slurm_nodes.run(["scancel", f"--reservation={gate.NAME}"], failed="scancel")
         still = gate.release(gate.held()) if in_control else gate.held()
     except (SlurmError, OSError) as err:
         check_jobs.log(f"gate: could not let its nodes out yet: {err}")

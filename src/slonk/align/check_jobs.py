@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Self
 
 from slonk.base.files import write_atomically
+from slonk.base.text import printable
 from slonk.config import active_checks
 from slonk.slurm import slurm_nodes
 from slonk.slurm.slurm_state import NodeState, SlurmError
@@ -22,6 +23,8 @@ from slonk.slurm.slurm_state import NodeState, SlurmError
 # partition, and only its backfill scheduler starts a check, once per bf_interval (30 s by
 # default; 25 s measured here). Past this it is withdrawn: its nodes were taken meanwhile.
 QUEUED_SECONDS = 120.0
+# The most of a program's last line a block run's drain reason carries.
+WORDS = 160
 # The states of a job still queued or running; any other state has ended.
 LIVE = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "RESIZING", "SUSPENDED"})
 NOT_RUN = frozenset({"PREEMPTED", "CANCELLED", "BOOT_FAIL", "DEADLINE"})
@@ -41,10 +44,14 @@ def log(message: str) -> None:
 # the partition is root's alone: no user's job can say it) and ends COMPLETED; states() gives
 # it this state of its own: not run, and not to be tried again before the interval.
 NOT_HERE = "slonk-not-here"
+# A block run whose program failed puts its last line in its Comment after this prefix (the
+# program runs on the first node, where the controller cannot read its output).
+SAID = "slonk-said: "
 
 
-def states() -> dict[str, str]:
-    """Every check job Slurm still shows, with its state (ended ones stay MinJobAge)."""
+def states(said: dict[str, str] | None = None) -> dict[str, str]:
+    """Every check job Slurm still shows, with its state (ended ones stay MinJobAge); into
+    `said`, what each failed one said (SAID)."""
     out = slurm_nodes.run(
         [
             "squeue",
@@ -62,6 +69,8 @@ def states() -> dict[str, str]:
         if job and state:
             here = state != "COMPLETED" or comment.strip() != NOT_HERE
             found[job] = state if here else NOT_HERE
+            if said is not None and state != "COMPLETED" and comment.startswith(SAID):
+                said[job] = printable(comment.removeprefix(SAID).strip())[:WORDS]
     return found
 
 
@@ -89,11 +98,12 @@ def submit_argv(
     ]
 
 
-def settled_state(job: str, state: str, queued_at: float, now: float) -> str:
-    """The job's state, one queued past QUEUED_SECONDS withdrawn first: its nodes were taken
-    between the look and the submission, and a check waits for its nodes to be idle again,
-    not in the queue."""
-    if state != "PENDING" or now - queued_at < QUEUED_SECONDS:
+def settled_state(job: str, state: str, queued_at: float, now: float, idle: bool) -> str:
+    """The job's state, one still queued withdrawn first once its nodes are no longer `idle`
+    (taken, drained or lent meanwhile: started there later, it would hold up a user's job or
+    call a lent machine back) or once it has waited QUEUED_SECONDS: a check waits for its
+    nodes to be idle again, not in the queue."""
+    if state != "PENDING" or (idle and now - queued_at < QUEUED_SECONDS):
         return state
     with contextlib.suppress(SlurmError):
         slurm_nodes.run(["scancel", job], failed=f"scancel {job}")

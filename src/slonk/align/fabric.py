@@ -168,12 +168,14 @@ def keep_gate(
     by_name: Mapping[str, NodeState],
     now: float,
 ) -> set[str]:
-    """The gate's pass: let out each held node that is up and over which a run of every check
-    passed since it was held, and any node the gate no longer keeps (or Slurm's power saving
-    lent out); then hold the members Slurm has down, unless more of them are down at once
-    than maxDrainedPercent allows (the controller's own trouble, not theirs). Returns the
-    nodes held."""
-    held = gate.held()
+    """The gate's pass: keep its reservation open (gate.keep_open); let out each held node
+    that is up and over which a run of every check, submitted since its hold and its slurmd's
+    start, passed, and any node the gate no longer covers; then hold the members Slurm has
+    down, unless more went down since the last pass than maxDrainedPercent allows (the
+    controller's own trouble, not theirs), and a pod stopped on purpose whatever the count.
+    Returns the nodes held."""
+    held, ends = gate.read()
+    gate.keep_open(ends, now)
     for node in held - set(schedule.held):  # by the recycle loop, or by the other controller
         schedule.held[node] = now
     for node in set(schedule.held) - held:  # let out by a person
@@ -187,14 +189,17 @@ def keep_gate(
             return False
         started = float(state.slurmd_started) if state.slurmd_started.isdigit() else 0.0
         since = max(schedule.held[node], started)
-        return all(schedule.passed.get(c, {}).get(node, 0.0) > since for c in checks)
+        return all(schedule.passed.get(c, {}).get(node, 0.0) >= since for c in checks)
 
     out = {n for n in held if n not in members or passed(n)}
-    if out:
-        held = gate.release(out)
-        for node in out:
-            schedule.held.pop(node, None)
-        check_jobs.log(f"gate: let out {', '.join(sorted(out))}")
+    try:
+        if out:
+            held = gate.release(out)
+            for node in out:
+                schedule.held.pop(node, None)
+            check_jobs.log(f"gate: let out {', '.join(sorted(out))}")
+    except (SlurmError, OSError) as err:  # a run still in the reservation: the holds go on
+        check_jobs.log(f"gate: not letting {', '.join(sorted(out))} out yet: {err}")
     down = {n for n in members if n in by_name and _gone(by_name[n])}
     fresh = down - set(schedule.down)  # went down since the last pass
     stopped = {n for n in down - held if by_name[n].reason == worker_stop.REASON}
@@ -229,7 +234,15 @@ def submit_argv(
     # failure of the step is the run's (a node that cannot start one).
     look = f"srun --ntasks-per-node=1 --quiet sh -c {shlex.quote(there + ' >/dev/null || exit 3')}"
     not_here = f"scontrol update JobId=$SLURM_JOB_ID Comment={check_jobs.NOT_HERE}; exit 0"
-    wrap = f"{look}; case $? in 0) ;; 3) {not_here} ;; *) exit 2 ;; esac; exec {command}"
+    # Failing, its last line goes into the job's Comment, for the drain's reason.
+    last = f"tail -n 1 \"$out\" | tr -cd '[:print:]' | cut -c 1-{check_jobs.WORDS}"
+    said = f'scontrol update JobId=$SLURM_JOB_ID "Comment={check_jobs.SAID}$({last})"'
+    run = (
+        f'out="${{TMPDIR:-/tmp}}/slonk-fabric-$SLURM_JOB_ID.out"; {command} > "$out" 2>&1; '
+        f"status=$?; "
+        f'[ $status -eq 0 ] || {said} || true; rm -f "$out"; exit $status'
+    )
+    wrap = f"{look}; case $? in 0) ;; 3) {not_here} ;; *) exit 2 ;; esac; {run}"
     # --no-requeue: a run no longer followed never runs.
     more: tuple[str, ...] = (f"--nodes={len(nodes)}", "--no-requeue")
     if held:
@@ -237,30 +250,43 @@ def submit_argv(
     return check_jobs.submit_argv(nodes, gpus, minutes, JOB_NAME, wrap, *more)
 
 
-def settle(schedule: Schedule, states: Mapping[str, str], now: float) -> None:
+def settle(
+    schedule: Schedule,
+    states: Mapping[str, str],
+    now: float,
+    by_name: Mapping[str, NodeState],
+    said: Mapping[str, str],
+) -> None:
     """Take in the runs that ended: a pass or a failure joins its group's search (or, with
-    none, a pass is a round done); a run that never ran makes its group wait (`tried`)."""
+    none, a pass is a round done); a run that never ran makes its group wait (`tried`). A
+    pass counts for the gate from when the run was submitted (`_passed`)."""
+
+    def idle(node: str) -> bool:  # or idle in the gate alone
+        state = by_name.get(node)
+        return state is not None and state.state == "idle" and state.flags <= {"RESERVED"}
+
     for job, run in list(schedule.jobs.items()):
-        state = check_jobs.settled_state(job, states.get(job, ""), run.queued_at, now)
+        waiting = all(map(idle, run.nodes))
+        state = check_jobs.settled_state(job, states.get(job, ""), run.queued_at, now, waiting)
         if state in check_jobs.LIVE:
             continue
         del schedule.jobs[job]
         search = schedule.searches.get(run.check, {}).get(run.group)
         if state == check_jobs.NOT_HERE:  # not run, not to be tried before the interval
             _ran(schedule, run.check, run.nodes, now)
-            _passed(schedule, run.check, run.nodes, now)  # the check does not apply there
+            _passed(schedule, run, run.nodes)  # the check does not apply there
             check_jobs.log(f"{run.check} job {job}: its program is not on every node it had")
             if search is not None:
                 conclude(schedule, run.check, run.group, now, "stopped: a program missing")
             continue
         if state not in PASSED | FAILED:
             schedule.tried.setdefault(run.check, {})[run.group] = now
-            said = state.lower() or "gone"
-            check_jobs.log(f"{run.check} job {job} over {','.join(run.nodes)} {said}")
+            how = state.lower() or "gone"
+            check_jobs.log(f"{run.check} job {job} over {','.join(run.nodes)} {how}")
             continue
         passed = state in PASSED
         if passed:
-            _passed(schedule, run.check, run.nodes, now)
+            _passed(schedule, run, run.nodes)
         if search is None and passed:
             _ran(schedule, run.check, run.nodes, now)
             continue
@@ -269,7 +295,7 @@ def settle(schedule: Schedule, states: Mapping[str, str], now: float) -> None:
             check_jobs.log(
                 f"{run.check} failed over {','.join(run.nodes)} (job {job}): narrowing it down"
             )
-        search.runs.append(Run(run.nodes, passed, job))
+        search.runs.append(Run(run.nodes, passed, job, said.get(job, "")))
         search.moved = now
 
 
@@ -277,9 +303,10 @@ def _ran(schedule: Schedule, check: str, nodes: Iterable[str], now: float) -> No
     schedule.ran.setdefault(check, {}).update(dict.fromkeys(nodes, now))
 
 
-def _passed(schedule: Schedule, check: str, nodes: Iterable[str], now: float) -> None:
-    """What lets a node out of the gate: unlike `ran`, never a search's conclusion."""
-    schedule.passed.setdefault(check, {}).update(dict.fromkeys(nodes, now))
+def _passed(schedule: Schedule, run: Job, nodes: Iterable[str]) -> None:
+    """What lets a node out of the gate: unlike `ran`, never a search's conclusion, and dated
+    when the run was submitted (one submitted before a node's hold does not count)."""
+    schedule.passed.setdefault(run.check, {}).update(dict.fromkeys(nodes, run.queued_at))
 
 
 def drain_named(
@@ -346,16 +373,18 @@ def pass_once(
     starts: int,
     now: float,
     retry_seconds: float,
+    said: Mapping[str, str] | None = None,
 ) -> int:
-    """One pass over every check that spans a block: runs taken in, named nodes drained,
-    searches carried on or concluded, due groups started, never on a node in `busy` (another
-    check's job holds it). Returns how many jobs it submitted (at most `starts`); a group
-    whose run never ran (a user's job preempted it) waits `retry_seconds`."""
-    settle(schedule, states, now)
+    """One pass over every check that spans a block: runs taken in (with what a failed one
+    `said`, check_jobs.states), named nodes drained, searches carried on or concluded, due
+    groups started, never on a node in `busy` (another check's job holds it). Returns how
+    many jobs it submitted (at most `starts`); a group whose run never ran (a user's job
+    preempted it) waits `retry_seconds`."""
+    by_name = {n.name: n for n in nodes}
+    settle(schedule, states, now, by_name, said or {})
     checks = block_checks(spec)
     schedule.forget_all_but(checks)
     gpus = _gpu_nodes(spec)
-    by_name = {n.name: n for n in nodes}
     busy = busy | {n for job in schedule.jobs.values() for n in job.nodes}
     groups = neighbours(spec, placement.load())
     for name, searches in schedule.searches.items():

@@ -40,6 +40,7 @@ class Run:
     nodes: list[str]
     passed: bool
     job: str
+    said: str = ""  # a failed run's program's last line (check_jobs.SAID)
 
 
 def _cleared(runs: Sequence[Run]) -> set[str]:
@@ -179,5 +180,8 @@ def next_runs(runs: Sequence[Run], members: Sequence[str]) -> list[list[str]]:
 def blame(node: str, runs: Sequence[Run], program: str) -> str:
     """Why `node` is named: the cleared nodes it failed beside, and its failing runs."""
     partners = sorted(_beside(runs, _cleared(runs)).get(node, set()))
-    jobs = ", ".join(r.job for r in runs if not r.passed and node in r.nodes)
-    return f"{program} failed beside {len(partners)} nodes that pass without it (job {jobs})"
+    failed = [r for r in runs if not r.passed and node in r.nodes]
+    jobs = ", ".join(r.job for r in failed)
+    why = f"{program} failed beside {len(partners)} nodes that pass without it (job {jobs})"
+    said = next((r.said for r in reversed(failed) if r.said), "")
+    return f"{why}: {said}" if said else why

@@ -28,21 +28,35 @@ LOCK = paths.STATE_SAVE / "slonk-gate.lock"
 # OVERLAP: a site's own reservation on a node (maintenance) does not keep it out of the gate.
 # IGNORE_JOBS: a node Slurm still counts a job on (its slurmd gone) is held too.
 FLAGS = "FLEX,OVERLAP,IGNORE_JOBS"
+# Slurm ends an "infinite" reservation a year after its start, and would let every node it
+# holds out unchecked: one that ends within this is given another year (keep_open).
+RENEW_SECONDS = 30 * 86400
+
+
+def read() -> tuple[set[str], float]:
+    """The nodes the gate holds now (none when there is no reservation), and when Slurm would
+    end it (0 without one)."""
+    out = slurm_nodes.scontrol("show", "reservation", NAME, "--json")
+    nodes: set[str] = set()
+    ends = 0.0
+    try:
+        for record in json.loads(out).get("reservations") or []:
+            if isinstance(record, dict) and record.get("name") == NAME:
+                nodes |= set(hostlist.expand_hostlist(str(record.get("node_list") or "")))
+                ends = float((record.get("end_time") or {}).get("number") or 0)
+    except (ValueError, TypeError, AttributeError, hostlist.BadHostlist) as err:
+        raise SlurmError(f"scontrol show reservation {NAME}: {err}") from None
+    return nodes, ends
 
 
 def held() -> set[str]:
-    """The nodes the gate holds now (none when there is no reservation)."""
-    out = slurm_nodes.scontrol("show", "reservation", NAME, "--json")
-    try:
-        found = json.loads(out).get("reservations") or []
-        return {
-            node
-            for reservation in found
-            if isinstance(reservation, dict) and reservation.get("name") == NAME
-            for node in hostlist.expand_hostlist(str(reservation.get("node_list") or ""))
-        }
-    except (ValueError, AttributeError, hostlist.BadHostlist) as err:
-        raise SlurmError(f"scontrol show reservation {NAME}: {err}") from None
+    return read()[0]
+
+
+def keep_open(ends: float, now: float) -> None:
+    """Give a reservation that ends within RENEW_SECONDS another year."""
+    if 0 < ends - now < RENEW_SECONDS:
+        slurm_nodes.scontrol("update", f"ReservationName={NAME}", "EndTime=now+365days")
 
 
 def hold(nodes: Iterable[str]) -> set[str]:
