@@ -851,13 +851,19 @@ def test_no_node_check_goes_to_a_node_a_search_drains_in_the_same_pass(monkeypat
     assert sorted(plan.jobs.values()) == ["slonk-gpu-0", "slonk-gpu-1"]
 
 
-def test_a_queued_run_whose_nodes_are_taken_is_withdrawn_at_once(monkeypatch):
+def one_run_over_three(monkeypatch, state: str):
+    """A pool of three, one run over all three submitted at 1000 and now in `state`."""
     spec = spec_of(replicas=3, intervalSeconds=600, commands={"nccl": NCCL})
     slurm = Slurm(monkeypatch, bad="none")
     schedule, three = fabric.Schedule(), idle("slonk-gpu-0", "slonk-gpu-1", "slonk-gpu-2")
     fabric.pass_once(spec, schedule, slurm.states, three, set(), 5, 1000.0, 600.0)
     (job,) = schedule.jobs
-    slurm.states[job] = "PENDING"
+    slurm.states[job] = state
+    return spec, slurm, schedule, three, job
+
+
+def test_a_queued_run_whose_nodes_are_taken_is_withdrawn_at_once(monkeypatch):
+    spec, slurm, schedule, three, job = one_run_over_three(monkeypatch, "PENDING")
     taken = [node("slonk-gpu-0", "allocated"), *three[1:]]
     fabric.pass_once(spec, schedule, slurm.states, taken, set(), 5, 1010.0, 600.0)
     assert slurm.cancelled == [job] and schedule.tried["nccl"]["gpu"] == 1010.0
@@ -866,12 +872,7 @@ def test_a_queued_run_whose_nodes_are_taken_is_withdrawn_at_once(monkeypatch):
 def test_a_run_submitted_before_a_nodes_hold_does_not_let_it_out(monkeypatch):
     """Queued while the node was still in service; it went down and came back with the same
     slurmd before the run ended and passed."""
-    spec = spec_of(replicas=3, intervalSeconds=600, commands={"nccl": NCCL})
-    slurm = Slurm(monkeypatch, bad="none")
-    schedule, three = fabric.Schedule(), idle("slonk-gpu-0", "slonk-gpu-1", "slonk-gpu-2")
-    fabric.pass_once(spec, schedule, slurm.states, three, set(), 5, 1000.0, 600.0)
-    (job,) = schedule.jobs
-    slurm.states[job] = "RUNNING"
+    spec, slurm, schedule, three, job = one_run_over_three(monkeypatch, "RUNNING")
     gone = [*three[:2], node("slonk-gpu-2", "down")]
     fabric.pass_once(spec, schedule, slurm.states, gone, set(), 5, 1010.0, 600.0)
     assert slurm.reserved == {"slonk-gpu-2"}
