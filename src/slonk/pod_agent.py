@@ -76,7 +76,7 @@ def tasks_for(
         tasks.append(_hooks(load, changes))
     if role == "controller" and spec.health and spec.health.recycle:
         tasks.append(Task("health-recycle", lambda stop: _recycle(load, stop)))
-    if role == "controller" and spec.health and spec.health.active:
+    if role == "controller":  # with active checks off, it lets the block checks' gate open
         tasks.append(Task("health-active", lambda stop: _active(load, stop)))
     if role in ("controller", "worker") and spec.metrics:
         port = spec.metrics.port

@@ -328,7 +328,8 @@ LDAP = {"uris": ["ldap://ldap"], "userBase": "ou=people,dc=x", "groupBase": "ou=
 
 
 def test_each_role_runs_the_loops_its_services_ran(tmp_path):
-    assert _names(SPEC, "controller", tmp_path) == ["config-watch"]
+    # health-active even with active checks off: it lets the block checks' gate open.
+    assert _names(SPEC, "controller", tmp_path) == ["config-watch", "health-active"]
     assert _names(SPEC, "worker", tmp_path) == ["config-watch"]
     assert _names(SPEC, "login", tmp_path) == []
 
@@ -416,7 +417,7 @@ def test_with_ldap_every_role_syncs_users_and_the_login_pod_runs_an_agent(tmp_pa
     from slonk.init import optional_services
 
     spec = {**SPEC, "ldap": LDAP}
-    assert _names(spec, "controller", tmp_path) == ["config-watch", "users-sync"]
+    assert _names(spec, "controller", tmp_path) == ["config-watch", "users-sync", "health-active"]
     assert _names(spec, "worker", tmp_path) == ["config-watch", "users-sync"]
     assert _names(spec, "login", tmp_path) == ["users-sync"]
     assert optional_services(parse_spec(spec), "login") == ("agent",)

@@ -180,9 +180,10 @@ def _gate_opened(in_control: bool) -> bool:
     withdraws the runs in its reservation (Slurm deletes none a job uses) and lets every node
     out, since no pass will; the other waits for that (a takeover meanwhile)."""
     try:
-        if in_control:
+        still = gate.held()
+        if still and in_control:
             slurm_nodes.run(["scancel", f"--reservation={gate.NAME}"], failed="scancel")
-        still = gate.release(gate.held()) if in_control else gate.held()
+            still = gate.release(still)
     except (SlurmError, OSError) as err:
         check_jobs.log(f"gate: could not let its nodes out yet: {err}")
         return False
