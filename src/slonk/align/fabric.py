@@ -154,6 +154,11 @@ def _lent(node: NodeState) -> bool:
     return node.powered_down or node.powering_down or node.powering_up
 
 
+def _idle(node: NodeState | None) -> bool:
+    """Idle and nothing else, or idle in a reservation alone (the gate's, for `ready`)."""
+    return node is not None and node.state == "idle" and node.flags <= {"RESERVED"}
+
+
 def _gone(node: NodeState) -> bool:
     """Down in Slurm's eyes (its pod's preStop hook, or SlurmdTimeout), or never registered: a
     node that answers nothing for a moment (NOT_RESPONDING alone) is not."""
@@ -261,12 +266,8 @@ def settle(
     none, a pass is a round done); a run that never ran makes its group wait (`tried`). A
     pass counts for the gate from when the run was submitted (`_passed`)."""
 
-    def idle(node: str) -> bool:  # or idle in the gate alone
-        state = by_name.get(node)
-        return state is not None and state.state == "idle" and state.flags <= {"RESERVED"}
-
     for job, run in list(schedule.jobs.items()):
-        waiting = all(map(idle, run.nodes))
+        waiting = all(_idle(by_name.get(n)) for n in run.nodes)
         state = check_jobs.settled_state(job, states.get(job, ""), run.queued_at, now, waiting)
         if state in check_jobs.LIVE:
             continue
@@ -320,6 +321,7 @@ def drain_named(
     assert spec.health is not None and spec.health.active is not None
     program = os.path.basename(shlex.split(spec.health.active.checks[name].options["command"])[0])
     check = f"{check_names.ACTIVE_PREFIX}{name}"
+    kept = gate_members(spec)
     for node in sorted(named(search.runs) - set(search.drained) - set(search.spared)):
         plan = runner.plan_for(spec, node)
         if plan is None or check not in plan.checks:
@@ -339,7 +341,7 @@ def drain_named(
             continue
         (search.drained if done.startswith("drained") else search.spared).append(node)
         check_jobs.log(f"{name} names {node}: {done}")
-        if done.startswith("drained") and node in gate_members(spec):
+        if done.startswith("drained") and node in kept:
             try:
                 gate.hold([node])
                 schedule.held[node] = now  # what passed over it before counts no more
@@ -397,13 +399,11 @@ def pass_once(
         check_jobs.log(f"gate: not changed this pass: {err}")
 
     def ready(node: str) -> bool:
-        """Idle and nothing else, or idle in the gate alone."""
+        """Idle and nothing else, or idle in the gate alone (not in a site's reservation)."""
         state = by_name.get(node)
-        if state is None or node in busy:
+        if state is None or node in busy or not _idle(state):
             return False
-        return check_jobs.quiet(state) or (
-            node in held and state.state == "idle" and state.flags == {"RESERVED"}
-        )
+        return check_jobs.quiet(state) or node in held
 
     submitted = 0
     for group, members in groups.items():
